@@ -1,0 +1,1 @@
+"""The op rules, one module per family. Importing this package registers them all."""

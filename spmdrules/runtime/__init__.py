@@ -1,0 +1,1 @@
+"""Partition runtime over MPI (seeds 000-003)."""
