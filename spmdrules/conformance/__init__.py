@@ -1,0 +1,21 @@
+"""Paddle conformance: run Paddle 3.3.1's recorded cases through the public API and compare."""
+
+from spmdrules.conformance.runner import (
+    CaseResult,
+    OpTally,
+    build_call,
+    default_case_paths,
+    iter_cases,
+    run_case,
+    run_cases,
+)
+
+__all__ = [
+    "CaseResult",
+    "OpTally",
+    "build_call",
+    "default_case_paths",
+    "iter_cases",
+    "run_case",
+    "run_cases",
+]

@@ -1,0 +1,229 @@
+"""Load case records, call the engine exactly as the public contract says, compare with Paddle."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from spmdrules.attr import DistAttr
+from spmdrules.deviations import classify
+from spmdrules.errors import SpmdError
+from spmdrules.mesh import ProcessMesh
+from spmdrules.registry import get_rule
+from spmdrules.spec import SpmdInfo, TensorSpec
+
+Verdict = Literal["agree", "disagree", "crash"]
+
+
+class _Tensor(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    shape: list[int]
+    dims_mapping: list[int]
+    partial: dict[str, str] = Field(default_factory=dict)
+    absent: Literal["shape0", "rank0"] | None = None
+
+
+class _Mesh(BaseModel):
+    shape: list[int]
+    process_ids: list[int]
+
+
+class _Case(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    op: str
+    direction: Literal["forward", "reverse"]
+    rule: str
+    reverse_kind: Literal["reverse", "grad"] | None = None
+    mesh: _Mesh
+    inputs: list[_Tensor | list[_Tensor]]
+    outputs: list[_Tensor | list[_Tensor]] = Field(default_factory=list)
+    attrs: dict[str, Any] = Field(default_factory=dict)
+    expected: dict[str, Any]
+    case_id: str
+
+
+def default_case_paths() -> list[Path]:
+    """The case files shipped inside the package (a compressed copy of Paddle's records)."""
+    return sorted((Path(__file__).parent / "data").glob("*.jsonl.gz"))
+
+
+def _expand(paths: Iterable[str | Path]) -> list[Path]:
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            files += sorted(q for q in p.iterdir() if q.name.endswith((".jsonl", ".jsonl.gz")))
+        elif p.exists():
+            files.append(p)
+        else:
+            raise FileNotFoundError(f"no case file or folder at {p}")
+    return files
+
+
+def iter_cases(
+    paths: Iterable[str | Path], ops: Sequence[str] | None = None
+) -> Iterator[dict[str, Any]]:
+    """Yield validated case records from .jsonl / .jsonl.gz files or folders of them."""
+    wanted = set(ops) if ops else None
+    for f in _expand(paths):
+        if wanted is not None:
+            stem = f.name.split(".jsonl")[0]
+            if stem not in wanted:
+                continue
+        opener = gzip.open if f.name.endswith(".gz") else open
+        with opener(f, "rt", encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                    _Case.model_validate(rec)
+                except (json.JSONDecodeError, ValidationError) as e:
+                    raise ValueError(f"{f}:{lineno}: not a valid case record: {e}") from None
+                if wanted is None or rec["op"] in wanted:
+                    yield rec
+
+
+def _spec(mesh: ProcessMesh, t: dict[str, Any]) -> TensorSpec | None:
+    if t.get("absent") == "shape0":
+        return None  # the contract's absent optional tensor
+    partial = {int(k): v for k, v in t.get("partial", {}).items()}
+    return TensorSpec(t["shape"], DistAttr(mesh, t["dims_mapping"], partial))
+
+
+def _arg(mesh: ProcessMesh, a: Any) -> Any:
+    if isinstance(a, list):
+        return [_spec(mesh, t) for t in a]
+    return _spec(mesh, a)
+
+
+def build_call(case: dict[str, Any]) -> tuple[str, str, list[Any], dict[str, Any]]:
+    """(rule name, 'forward' | 'reverse', positional tensor args, attrs) for a case record."""
+    m = case["mesh"]
+    mesh = ProcessMesh.from_shape(m["shape"], m["process_ids"])
+    args = [_arg(mesh, a) for a in case["inputs"]]
+    if case["direction"] == "forward":
+        return case["op"], "forward", args, dict(case["attrs"])
+    args += [_arg(mesh, a) for a in case.get("outputs", [])]
+    if case.get("reverse_kind") == "grad":
+        return case["op"] + "_grad", "forward", args, dict(case["attrs"])
+    return case["op"], "reverse", args, dict(case["attrs"])
+
+
+def call_engine(case: dict[str, Any]) -> SpmdInfo:
+    name, direction, args, attrs = build_call(case)
+    rule = get_rule(name)
+    if direction == "forward":
+        return rule.infer_forward(*args, **attrs)
+    return rule.infer_reverse(*args, **attrs)
+
+
+_Norm = tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, str], ...]]
+
+
+def _norm_expected(e: dict[str, Any]) -> _Norm:
+    if "multi_dims_mapping" in e:
+        mdm = tuple(tuple(d) for d in e["multi_dims_mapping"])
+    else:
+        mdm = tuple(() if d == -1 else (d,) for d in e["dims_mapping"])
+    part = tuple(sorted((int(k), v) for k, v in e.get("partial", {}).items()))
+    return mdm, part
+
+
+def _norm_ours(a: DistAttr | None) -> _Norm:
+    if a is None:
+        return (), ()
+    return a.multi_dims_mapping, a.partial_items
+
+
+def _slots_equal(expected: list[Any], got: Sequence[Any]) -> bool:
+    if len(expected) != len(got):
+        return False
+    for e, g in zip(expected, got, strict=True):
+        if isinstance(e, list):
+            if not isinstance(g, list | tuple) or len(e) != len(g):
+                return False
+            if any(_norm_expected(ei) != _norm_ours(gi) for ei, gi in zip(e, g, strict=True)):
+                return False
+        else:
+            if isinstance(g, tuple):
+                return False
+            if _norm_expected(e) != _norm_ours(g):
+                return False
+    return True
+
+
+def agrees(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    exp = case["expected"]
+    if "error" in exp:
+        return isinstance(got, SpmdError)
+    if isinstance(got, BaseException):
+        return False
+    return _slots_equal(exp.get("inputs", []), got.inputs) and _slots_equal(
+        exp.get("outputs", []), got.outputs
+    )
+
+
+@dataclass(slots=True)
+class CaseResult:
+    case_id: str
+    op: str
+    verdict: Verdict
+    deviation: str | None = None
+    detail: str = ""
+
+
+def run_case(case: dict[str, Any]) -> CaseResult:
+    got: SpmdInfo | BaseException
+    try:
+        got = call_engine(case)
+    except SpmdError as e:
+        got = e
+    except Exception as e:  # a crash: anything that is not a typed SpmdError
+        return CaseResult(case["case_id"], case["op"], "crash", None, f"{type(e).__name__}: {e}")
+    if agrees(case, got):
+        return CaseResult(case["case_id"], case["op"], "agree")
+    detail = f"{type(got).__name__}: {got}" if isinstance(got, BaseException) else repr(got)
+    return CaseResult(case["case_id"], case["op"], "disagree", classify(case, got), detail)
+
+
+@dataclass(slots=True)
+class OpTally:
+    cases: int = 0
+    agree: int = 0
+    disagree: int = 0
+    crash: int = 0
+    deviations: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def unexplained(self) -> int:
+        return self.disagree - sum(self.deviations.values())
+
+    def add(self, r: CaseResult) -> None:
+        self.cases += 1
+        if r.verdict == "agree":
+            self.agree += 1
+        elif r.verdict == "crash":
+            self.crash += 1
+        else:
+            self.disagree += 1
+            if r.deviation is not None:
+                self.deviations[r.deviation] = self.deviations.get(r.deviation, 0) + 1
+
+
+def run_cases(cases: Iterable[dict[str, Any]]) -> tuple[dict[str, OpTally], list[CaseResult]]:
+    """Tally per op; return the tallies and every non-agreeing result."""
+    tallies: dict[str, OpTally] = {}
+    misses: list[CaseResult] = []
+    for case in cases:
+        r = run_case(case)
+        tallies.setdefault(r.op, OpTally()).add(r)
+        if r.verdict != "agree":
+            misses.append(r)
+    return tallies, misses

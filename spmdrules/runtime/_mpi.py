@@ -1,0 +1,54 @@
+"""Lazy access to mpi4py, so that importing :mod:`spmdrules.runtime` never needs MPI."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from spmdrules.runtime.errors import MPIUnavailableError, TensorStructureError
+
+
+@cache
+def mpi() -> Any:
+    """Return the ``mpi4py.MPI`` module, importing it on first use."""
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:  # pragma: no cover - exercised only without mpi4py
+        raise MPIUnavailableError(
+            "the partition runtime needs mpi4py and an MPI library; "
+            "install them with `pip install 'spmdrules[mpi]'`"
+        ) from exc
+    return MPI
+
+
+# Every dtype a runtime tensor may have, in a fixed order: a dtype travels between
+# workers as its position in this tuple.
+SUPPORTED_DTYPES: tuple[np.dtype[Any], ...] = tuple(
+    np.dtype(c)
+    for c in (
+        "float64", "float32", "float16", "int64", "int32", "int16", "int8",
+        "uint64", "uint32", "uint16", "uint8", "complex128", "complex64", "bool",
+    )
+)
+
+
+def dtype_code(dtype: np.dtype[Any], what: str) -> int:
+    """Position of ``dtype`` in :data:`SUPPORTED_DTYPES`; raise a typed error if absent."""
+    try:
+        return SUPPORTED_DTYPES.index(np.dtype(dtype))
+    except ValueError:
+        names = ", ".join(d.name for d in SUPPORTED_DTYPES)
+        raise TensorStructureError(
+            f"{what}: dtype {np.dtype(dtype).name} is not supported; convert the array to one "
+            f"of {names}"
+        ) from None
+
+
+def mpi_datatype(dtype: np.dtype[Any]) -> Any:
+    """The MPI datatype matching a numpy dtype."""
+    MPI = mpi()
+    if dtype == np.dtype(bool):
+        return MPI.C_BOOL
+    return MPI._typedict[np.dtype(dtype).char]

@@ -1,0 +1,39 @@
+"""Typed errors of the partition runtime.
+
+Every error the runtime raises on bad input is a subclass of
+:class:`spmdrules.errors.SpmdError`.  Messages name the partition, the tensor and
+the dimension involved and say how to fix the call.
+"""
+
+from __future__ import annotations
+
+from spmdrules.errors import SpmdError, UnsupportedError
+
+
+class RuntimeSetupError(SpmdError, ValueError):
+    """A layer or partition cannot be built from the partitions and shapes it was given."""
+
+
+class PartitionMismatchError(RuntimeSetupError):
+    """Two partitions do not satisfy the rule that pairs their workers (seed 000 rules)."""
+
+
+class TensorStructureError(RuntimeSetupError):
+    """The local tensors handed to a layer disagree with each other or with the partition."""
+
+
+class MPIUnavailableError(RuntimeSetupError, ImportError):
+    """mpi4py (and an MPI library) is needed for this call but is not installed."""
+
+
+class HaloTooWideError(UnsupportedError):
+    """A sliding window needs data that cannot be served (only raised when serving is disabled)."""
+
+
+__all__ = [
+    "HaloTooWideError",
+    "MPIUnavailableError",
+    "PartitionMismatchError",
+    "RuntimeSetupError",
+    "TensorStructureError",
+]
