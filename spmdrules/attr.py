@@ -105,7 +105,9 @@ class DistAttr:
         mdm: list[tuple[int, ...]] = []
         if dims_mapping is not None:
             if isinstance(dims_mapping, str | bytes) or not isinstance(dims_mapping, Iterable):
-                raise InvalidDistAttrError(f"{where}: dims_mapping must be a list, got {dims_mapping!r}")
+                raise InvalidDistAttrError(
+                    f"{where}: dims_mapping must be a list, got {dims_mapping!r}"
+                )
             for d in dims_mapping:
                 if d is None or (not isinstance(d, str) and not isinstance(d, bool) and d == -1):
                     mdm.append(())
@@ -272,9 +274,7 @@ class DistAttr:
             multi_dims_mapping = self._mdm
         if partial is None and keep_partial:
             partial = dict(self._partial)
-        return DistAttr(
-            self.mesh, dims_mapping, partial, multi_dims_mapping=multi_dims_mapping
-        )
+        return DistAttr(self.mesh, dims_mapping, partial, multi_dims_mapping=multi_dims_mapping)
 
     def without_partial(self) -> DistAttr:
         if not self._partial:

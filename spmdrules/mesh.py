@@ -5,19 +5,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from spmdrules.errors import InvalidMeshError
 
 
+def _is_nested(v: Any) -> bool:
+    return isinstance(v, list | tuple | np.ndarray)
+
+
 def _shape_and_ids(nested: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    if isinstance(nested, int | bool) or not isinstance(nested, Sequence | _np_ndarray()):
+    if not _is_nested(nested):
         raise InvalidMeshError(
             f"ProcessMesh: mesh must be a nested list of process ids, got {type(nested).__name__}; "
             "pass e.g. [[0, 1], [2, 3]]"
         )
     if len(nested) == 0:
         raise InvalidMeshError("ProcessMesh: mesh is empty; give at least one process id")
-    first = nested[0]
-    if isinstance(first, Sequence | _np_ndarray()) and not isinstance(first, str):
+    if _is_nested(nested[0]):
         shapes_ids = [_shape_and_ids(sub) for sub in nested]
         inner = shapes_ids[0][0]
         for i, (shp, _) in enumerate(shapes_ids):
@@ -30,20 +35,10 @@ def _shape_and_ids(nested: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return (len(nested), *inner), ids
     ids_list: list[int] = []
     for v in nested:
-        try:
-            iv = int(v)
-        except (TypeError, ValueError):
-            raise InvalidMeshError(f"ProcessMesh: process id {v!r} is not an integer") from None
-        if iv != v or isinstance(v, bool):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
             raise InvalidMeshError(f"ProcessMesh: process id {v!r} is not an integer")
-        ids_list.append(iv)
+        ids_list.append(int(v))
     return (len(nested),), tuple(ids_list)
-
-
-def _np_ndarray() -> type:
-    import numpy as np
-
-    return np.ndarray
 
 
 class ProcessMesh:
@@ -92,12 +87,12 @@ class ProcessMesh:
 
     @classmethod
     def from_shape(
-        cls, shape: Sequence[int], process_ids: Sequence[int] | None = None,
+        cls,
+        shape: Sequence[int],
+        process_ids: Sequence[int] | None = None,
         dim_names: Sequence[str] | None = None,
     ) -> ProcessMesh:
         """Build a mesh from its shape and row-major ids (default ``0..n-1``)."""
-        import numpy as np
-
         n = int(np.prod(shape)) if len(shape) else 0
         ids = list(range(n)) if process_ids is None else list(process_ids)
         if len(ids) != n or any(s <= 0 for s in shape):
@@ -153,7 +148,9 @@ class ProcessMesh:
         try:
             flat = self._ids.index(process_id)
         except ValueError:
-            raise InvalidMeshError(f"ProcessMesh: process {process_id} is not on this mesh") from None
+            raise InvalidMeshError(
+                f"ProcessMesh: process {process_id} is not on this mesh"
+            ) from None
         out = []
         for s in reversed(self._shape):
             out.append(flat % s)
@@ -176,8 +173,6 @@ class ProcessMesh:
         return self._hash
 
     def __reduce__(self) -> tuple[Any, ...]:
-        import numpy as np
-
         nested = np.asarray(self._ids).reshape(self._shape).tolist()
         return (ProcessMesh, (nested, list(self._dim_names)))
 

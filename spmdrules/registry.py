@@ -40,19 +40,19 @@ class AttrParam:
     default: Any
 
 
-def T(name: str) -> TensorParam:  # noqa: N802 - reads as a signature line
+def T(name: str) -> TensorParam:
     return TensorParam(name, "tensor")
 
 
-def Opt(name: str) -> TensorParam:  # noqa: N802
+def Opt(name: str) -> TensorParam:
     return TensorParam(name, "optional")
 
 
-def Vec(name: str) -> TensorParam:  # noqa: N802
+def Vec(name: str) -> TensorParam:
     return TensorParam(name, "list")
 
 
-def A(name: str, type_: AttrType, default: Any) -> AttrParam:  # noqa: N802
+def A(name: str, type_: AttrType, default: Any) -> AttrParam:
     return AttrParam(name, type_, default)
 
 
@@ -88,14 +88,17 @@ def _check_attr(op: str, p: AttrParam, v: Any) -> Any:
             return tuple(float(e) for e in v)
     elif t == "dtype":
         return str(v)
-    raise RuleArgumentError(
-        f"{op}: attribute {p.name!r} must be {_TYPE_WORDS[t]}, got {v!r}"
-    )
+    raise RuleArgumentError(f"{op}: attribute {p.name!r} must be {_TYPE_WORDS[t]}, got {v!r}")
 
 
 _TYPE_WORDS: Final = {
-    "bool": "a bool", "int": "an int", "float": "a float", "str": "a str",
-    "ints": "a list of ints", "floats": "a list of floats", "dtype": "a dtype name",
+    "bool": "a bool",
+    "int": "an int",
+    "float": "a float",
+    "str": "a str",
+    "ints": "a list of ints",
+    "floats": "a list of floats",
+    "dtype": "a dtype name",
 }
 
 
@@ -137,7 +140,8 @@ class _Binding:
         self.attrs: tuple[AttrParam, ...] = tuple(attrs)
         self.n_tensors = len(self.params)
         self.n_full = self.n_tensors + len(self.attrs)
-        self.names = {p.name: i for i, p in enumerate((*self.params, *self.attrs))}
+        all_names = [p.name for p in self.params] + [a.name for a in self.attrs]
+        self.names = {n: i for i, n in enumerate(all_names)}
         self.cached = functools.lru_cache(maxsize=CACHE_SIZE)(self._run)
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -175,11 +179,11 @@ class _Binding:
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SpmdInfo:
         if not kwargs and len(args) == self.n_full:
             try:
-                return self.cached(args)  # type: ignore[no-any-return]
+                return self.cached(args)
             except TypeError as e:  # an unhashable argument (a list): bind it into tuples
                 if "unhashable" not in str(e):
                     raise
-        return self.cached(self.bind(args, kwargs))  # type: ignore[no-any-return]
+        return self.cached(self.bind(args, kwargs))
 
     def _run(self, full: tuple[Any, ...]) -> SpmdInfo:
         checked = self.bind(full, {})
@@ -206,7 +210,9 @@ class _Binding:
         parts = []
         for p in self.params:
             parts.append(
-                f"[{p.name}...]" if p.kind == "list" else (f"{p.name}?" if p.kind == "optional" else p.name)
+                f"[{p.name}...]"
+                if p.kind == "list"
+                else (f"{p.name}?" if p.kind == "optional" else p.name)
             )
         parts += [f"{a.name}={a.default!r}" for a in self.attrs]
         return f"{self.op}({', '.join(parts)})"
@@ -309,8 +315,16 @@ def register_rule(
 ) -> Rule:
     """Register a rule under ``name`` and each alias. Names must be new."""
     rule = Rule(
-        name, forward=forward, reverse=reverse, inputs=inputs, outputs=outputs, attrs=attrs,
-        reverse_attrs=reverse_attrs, aliases=aliases, family=family, doc=doc,
+        name,
+        forward=forward,
+        reverse=reverse,
+        inputs=inputs,
+        outputs=outputs,
+        attrs=attrs,
+        reverse_attrs=reverse_attrs,
+        aliases=aliases,
+        family=family,
+        doc=doc,
     )
     for n in (name, *aliases):
         if n in _RULES:

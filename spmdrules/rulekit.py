@@ -28,7 +28,7 @@ def shard_product(mesh_shape: Sequence[int], dims: Sequence[int]) -> int:
 
 def divisible_mapping(shape: Sequence[int], mdm: MultiDims, mesh_shape: Sequence[int]) -> MultiDims:
     """Replicate every dim whose size is not divisible by the number of shards it is cut into."""
-    out = []
+    out: list[tuple[int, ...]] = []
     changed = False
     for n, dims in zip(shape, mdm, strict=True):
         if dims and n % shard_product(mesh_shape, dims) != 0:

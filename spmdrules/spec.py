@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Union
+from typing import Any
 
 from spmdrules.attr import DistAttr
 from spmdrules.errors import InvalidDistAttrError
@@ -39,7 +39,9 @@ class TensorSpec:
             try:
                 si = int(s)
             except (TypeError, ValueError):
-                raise InvalidDistAttrError(f"TensorSpec: shape dim {i} is {s!r}, not an int") from None
+                raise InvalidDistAttrError(
+                    f"TensorSpec: shape dim {i} is {s!r}, not an int"
+                ) from None
             if si != s or si < 0:
                 raise InvalidDistAttrError(
                     f"TensorSpec: shape dim {i} is {s!r}; sizes must be integers >= 0"
@@ -101,7 +103,7 @@ class TensorSpec:
         return f"TensorSpec(shape={list(self.shape)}, {self.attr.mapping_str()})"
 
 
-AttrSlot = Union[DistAttr, None, tuple[Union[DistAttr, None], ...]]
+AttrSlot = DistAttr | None | tuple[DistAttr | None, ...]
 
 
 class SpmdInfo:

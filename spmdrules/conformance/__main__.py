@@ -24,8 +24,18 @@ def _table(tallies: dict[str, OpTally]) -> str:
     for op in sorted(tallies):
         t = tallies[op]
         dev = sum(t.deviations.values())
-        rows.append((op, str(t.cases), str(t.agree), str(t.disagree), str(t.crash), str(dev),
-                     str(t.unexplained), f"{100.0 * t.agree / max(t.cases, 1):.1f}"))
+        rows.append(
+            (
+                op,
+                str(t.cases),
+                str(t.agree),
+                str(t.disagree),
+                str(t.crash),
+                str(dev),
+                str(t.unexplained),
+                f"{100.0 * t.agree / max(t.cases, 1):.1f}",
+            )
+        )
         tot.cases += t.cases
         tot.agree += t.agree
         tot.disagree += t.disagree
@@ -33,12 +43,24 @@ def _table(tallies: dict[str, OpTally]) -> str:
         for k, v in t.deviations.items():
             tot.deviations[k] = tot.deviations.get(k, 0) + v
     dev = sum(tot.deviations.values())
-    rows.append(("TOTAL", str(tot.cases), str(tot.agree), str(tot.disagree), str(tot.crash),
-                 str(dev), str(tot.unexplained), f"{100.0 * tot.agree / max(tot.cases, 1):.2f}"))
+    rows.append(
+        (
+            "TOTAL",
+            str(tot.cases),
+            str(tot.agree),
+            str(tot.disagree),
+            str(tot.crash),
+            str(dev),
+            str(tot.unexplained),
+            f"{100.0 * tot.agree / max(tot.cases, 1):.2f}",
+        )
+    )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for j, r in enumerate(rows):
-        cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]
+        cells = [r[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)
+        ]
         lines.append("  ".join(cells))
         if j == 0 or j == len(rows) - 2:
             lines.append("  ".join("-" * w for w in widths))
@@ -58,12 +80,21 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m spmdrules.conformance",
         description="Run Paddle 3.3.1 conformance cases through spmdrules and compare exactly.",
     )
-    ap.add_argument("paths", nargs="*", metavar="PATH",
-                    help=".jsonl / .jsonl.gz case files or folders (default: the shipped cases)")
+    ap.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help=".jsonl / .jsonl.gz case files or folders (default: the shipped cases)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ap.add_argument("--ops", nargs="+", metavar="NAME", help="only these ops")
-    ap.add_argument("--show", type=int, default=0, metavar="N",
-                    help="also list up to N unexplained disagreements and crashes")
+    ap.add_argument(
+        "--show",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also list up to N unexplained disagreements and crashes",
+    )
     ns = ap.parse_args(argv)
     try:
         paths = ns.paths or default_case_paths()
@@ -73,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tallies: dict[str, OpTally] = {}
     misses: list[CaseResult] = []
-    bar = tqdm(cases, desc="conformance", unit="case", disable=not sys.stderr.isatty(),
-               file=sys.stderr)
+    bar = tqdm(
+        cases, desc="conformance", unit="case", disable=not sys.stderr.isatty(), file=sys.stderr
+    )
     for case in bar:
         r = run_case(case)
         tallies.setdefault(r.op, OpTally()).add(r)
@@ -82,8 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             misses.append(r)
     if ns.json:
         out: dict[str, Any] = {
-            "ops": {op: {"cases": t.cases, "agree": t.agree, "disagree": t.disagree,
-                         "crash": t.crash} for op, t in sorted(tallies.items())},
+            "ops": {
+                op: {"cases": t.cases, "agree": t.agree, "disagree": t.disagree, "crash": t.crash}
+                for op, t in sorted(tallies.items())
+            },
             "cases": sum(t.cases for t in tallies.values()),
             "agree": sum(t.agree for t in tallies.values()),
         }

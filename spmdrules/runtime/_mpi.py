@@ -28,8 +28,8 @@ def mpi() -> Any:
 SUPPORTED_DTYPES: tuple[np.dtype[Any], ...] = tuple(
     np.dtype(c)
     for c in (
-        "float64", "float32", "float16", "int64", "int32", "int16", "int8",
-        "uint64", "uint32", "uint16", "uint8", "complex128", "complex64", "bool",
+        "float64", "float32", "int64", "int32", "int16", "int8",
+        "uint64", "uint32", "uint16", "uint8", "complex128", "complex64",
     )
 )
 
@@ -48,7 +48,30 @@ def dtype_code(dtype: np.dtype[Any], what: str) -> int:
 
 def mpi_datatype(dtype: np.dtype[Any]) -> Any:
     """The MPI datatype matching a numpy dtype."""
-    MPI = mpi()
-    if dtype == np.dtype(bool):
-        return MPI.C_BOOL
-    return MPI._typedict[np.dtype(dtype).char]
+    return mpi()._typedict[np.dtype(dtype).char]
+
+
+# Tensor structure travels as a fixed-length int64 header: dtype code, ndim, then the shape
+# padded with zeros.  MAX_NDIM bounds the tensor dimension the runtime moves.
+MAX_NDIM = 12
+HEADER_LEN = 2 + MAX_NDIM
+
+
+def encode_header(array: np.ndarray[Any, Any], what: str) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """The structure header of a local array."""
+    if array.ndim > MAX_NDIM:
+        raise TensorStructureError(
+            f"{what}: arrays of dimension {array.ndim} are not supported (at most {MAX_NDIM}); "
+            "reshape the tensor to fewer dimensions"
+        )
+    header = np.zeros(HEADER_LEN, dtype=np.int64)
+    header[0] = dtype_code(array.dtype, what)
+    header[1] = array.ndim
+    header[2 : 2 + array.ndim] = array.shape
+    return header
+
+
+def decode_header(header: np.ndarray[Any, Any]) -> tuple[np.dtype[Any], tuple[int, ...]]:
+    """Inverse of :func:`encode_header`."""
+    ndim = int(header[1])
+    return SUPPORTED_DTYPES[int(header[0])], tuple(int(s) for s in header[2 : 2 + ndim])

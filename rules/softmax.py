@@ -1,0 +1,83 @@
+"""softmax / log_softmax: ``a..k..->a..k..`` normalised along one axis ``k``.
+
+The normalised axis is never sharded (every output element needs its whole row); every other dim
+keeps its input sharding when it divides evenly, as Paddle does on the output. Partial inputs are
+resharded to replicated (the exponential does not distribute over a pending sum).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spmdrules.attr import MultiDims
+from spmdrules.deviations import register_deviation
+from spmdrules.errors import RuleArgumentError
+from spmdrules.registry import A, T, register_rule
+from spmdrules.rulekit import attr, divisible_mapping, normalise_axis
+from spmdrules.spec import SpmdInfo, TensorSpec
+
+SOFTMAX_OPS = ("softmax", "log_softmax")
+
+
+def softmax_mapping(t: TensorSpec, axis: int, name: str) -> MultiDims:
+    """``t``'s mapping with the normalised axis replicated and uneven shardings dropped."""
+    m = t.attr.multi_dims_mapping
+    # A 0-d tensor is its own single row: axis -1 or 0 as for a vector.
+    ax = normalise_axis("softmax", name, axis, len(m) or 1)
+    if m and m[ax]:
+        m = (*m[:ax], (), *m[ax + 1 :])
+    return divisible_mapping(t.shape, m, t.attr.mesh.shape)
+
+
+def softmax_forward(x: TensorSpec, axis: int) -> SpmdInfo:
+    m = softmax_mapping(x, axis, "x")
+    return SpmdInfo((attr(x, m),), (attr(x, m),))
+
+
+def softmax_reverse(x: TensorSpec, out: TensorSpec, axis: int) -> SpmdInfo:
+    if x.shape != out.shape:
+        raise RuleArgumentError(
+            f"'x' has shape {list(x.shape)} but 'out' has {list(out.shape)}; softmax keeps the "
+            "shape"
+        )
+    m = softmax_mapping(out, axis, "out")
+    return SpmdInfo((attr(x, m),), (attr(out, m),))
+
+
+def _one_side_keeps_uneven(case: dict[str, Any], got: Any) -> bool:
+    """Paddle's answer differs from ours only in one side keeping an uneven sharding that the
+    other side (and ours, on both) drops: the input in forward, the output in reverse."""
+    exp = case["expected"]
+    if "error" in exp or isinstance(got, BaseException):
+        return False
+    kept_slot, dropped_slot = (
+        ("inputs", "outputs") if case["direction"] == "forward" else ("outputs", "inputs")
+    )
+    kept = exp[kept_slot][0]["dims_mapping"]
+    dropped = exp[dropped_slot][0]["dims_mapping"]
+    ours = [list(a.dims_mapping) for a in (got.inputs[0], got.outputs[0])]
+    if ours != [dropped, dropped] or kept == dropped:
+        return False
+    shape = case["inputs"][0]["shape"]
+    mesh_shape = case["mesh"]["shape"]
+    return all(
+        k == d or (d == -1 and shape[i] % mesh_shape[k] != 0)
+        for i, (k, d) in enumerate(zip(kept, dropped, strict=True))
+    )
+
+
+register_deviation(
+    "softmax_uneven_one_side",
+    set(SOFTMAX_OPS),
+    "Paddle replicates an unevenly divisible dim on one side of softmax only (the output in "
+    "forward, the input in reverse) and keeps it sharded on the other, so blocks and replicas "
+    "disagree; we replicate it on both sides.",
+    _one_side_keeps_uneven,
+)
+
+for _name in SOFTMAX_OPS:
+    register_rule(
+        _name, forward=softmax_forward, reverse=softmax_reverse, inputs=[T("x")],
+        outputs=[T("out")], attrs=[A("axis", "int", -1)], family="softmax",
+        doc="SoftmaxInferSpmd: the normalised axis is replicated; uneven dims are replicated.",
+    )

@@ -1,0 +1,229 @@
+"""DimTrans: how every output dim of a shape op (reshape, flatten, squeeze, ...) is made from the
+input dims, and the sharding inference that follows from it.
+
+A transformation is a tuple with one entry per output dim:
+
+* ``InputDim(d)``: the output dim is input dim ``d``;
+* ``Singleton()``: the output dim has size 1 and comes from no input dim;
+* ``Flatten(dims)``: the output dim merges several input dims, major first;
+* ``Split(dim, shape, index)``: ``dim`` (an InputDim or a Flatten) is cut into ``shape`` and the
+  output dim is piece ``index`` of it.
+
+``(6, 12, 24, 48) -> (72, 24, 6, 8)`` is ``(Flatten((InputDim(0), InputDim(1))), InputDim(2),
+Split(InputDim(3), (6, 8), 0), Split(InputDim(3), (6, 8), 1))``.
+
+Sharding follows from the transformation alone: a merged dim keeps the sharding of its major
+input dim (and co-shards the following ones), a split dim gives its sharding to its first piece.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Union
+
+from spmdrules.attr import MultiDims
+from spmdrules.errors import RuleArgumentError, UnsupportedError
+
+
+@dataclass(frozen=True, slots=True)
+class InputDim:
+    dim: int
+
+
+@dataclass(frozen=True, slots=True)
+class Singleton:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Flatten:
+    dims: tuple[DimTrans, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    dim: DimTrans
+    shape: tuple[int, ...]
+    index: int
+
+
+DimTrans = Union[InputDim, Singleton, Flatten, Split]  # noqa: UP007 - a runtime alias
+Transformation = tuple[DimTrans, ...]
+
+SINGLETON = Singleton()
+
+
+def flatten(dims: Sequence[DimTrans]) -> DimTrans:
+    """Merge ``dims``: no dim is a Singleton, one dim is itself."""
+    if not dims:
+        return SINGLETON
+    if len(dims) == 1:
+        return dims[0]
+    return Flatten(tuple(dims))
+
+
+def split(dim: DimTrans, shape: tuple[int, ...], index: int) -> DimTrans:
+    """Piece ``index`` of ``dim`` cut into ``shape``: a size-1 piece is a Singleton."""
+    if len(shape) == 1:
+        return dim
+    if shape[index] == 1:
+        return SINGLETON
+    return Split(dim, shape, index)
+
+
+# ---- reshape ------------------------------------------------------------------------------------
+def resolve_shape(src_shape: tuple[int, ...], tgt_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The target shape with ``0`` (copy the source dim) and ``-1`` (inferred) resolved."""
+    numel = 1
+    for n in src_shape:
+        numel *= n
+    out = list(tgt_shape)
+    infer_at = -1
+    known = 1
+    for i, n in enumerate(tgt_shape):
+        if n == 0:
+            if i >= len(src_shape):
+                raise RuleArgumentError(
+                    f"target shape {list(tgt_shape)}: entry {i} is 0 (copy the input dim) but "
+                    f"the input {list(src_shape)} has only {len(src_shape)} dims; give the size"
+                )
+            out[i] = n = src_shape[i]
+        elif n == -1:
+            if infer_at >= 0:
+                raise RuleArgumentError(
+                    f"target shape {list(tgt_shape)} has -1 at entries {infer_at} and {i}; only "
+                    "one size can be inferred"
+                )
+            infer_at = i
+            continue
+        elif n < 0:
+            raise RuleArgumentError(
+                f"target shape {list(tgt_shape)}: entry {i} is {n}; sizes must be >= 0, or -1 "
+                "to infer one"
+            )
+        known *= n
+    if numel == 0 or known == 0:
+        raise UnsupportedError(
+            f"reshape of a zero-size tensor ({list(src_shape)} -> {list(tgt_shape)}) has no dim "
+            "correspondence to shard; replicate it"
+        )
+    if infer_at >= 0:
+        if numel % known:
+            raise RuleArgumentError(
+                f"target shape {list(tgt_shape)}: the input {list(src_shape)} has {numel} "
+                f"elements, not a multiple of {known}, so the -1 cannot be inferred"
+            )
+        out[infer_at] = numel // known
+    elif known != numel:
+        raise RuleArgumentError(
+            f"target shape {list(tgt_shape)} has {known} elements but the input "
+            f"{list(src_shape)} has {numel}; the sizes must multiply to the same number"
+        )
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def make_reshape_trans(src_shape: tuple[int, ...], tgt_shape: tuple[int, ...]) -> Transformation:
+    """The transformation of ``reshape(src_shape -> tgt_shape)``; the target may hold 0 and -1.
+
+    Dims are matched greedily left to right into groups of equal element count; a group of
+    several source dims is a Flatten (size-1 source dims left out), a group of several target dims
+    splits it. Size-1 dims on either side pair with nothing.
+    """
+    tgt = resolve_shape(src_shape, tgt_shape)
+    out: list[DimTrans] = []
+    ns, nt = len(src_shape), len(tgt)
+    i = j = 0
+    while i < ns or j < nt:
+        s = src_shape[i] if i < ns else 1
+        t = tgt[j] if j < nt else 1
+        if s == 1 and t != 1:
+            i += 1  # a size-1 source dim vanishes
+            continue
+        if t == 1 and s != 1:
+            j += 1
+            out.append(SINGLETON)
+            continue
+        src_dims = [i] if i < ns else []
+        pieces = [t] if j < nt else []
+        i += 1
+        j += 1
+        while s != t:
+            if s < t:
+                s *= src_shape[i]
+                src_dims.append(i)
+                i += 1
+            else:
+                t *= tgt[j]
+                pieces.append(tgt[j])
+                j += 1
+        if pieces:
+            merged = flatten([InputDim(d) for d in src_dims if src_shape[d] > 1])
+            shape = tuple(pieces)
+            out.extend(split(merged, shape, k) for k in range(len(shape)))
+    return tuple(out)
+
+
+# ---- inference ----------------------------------------------------------------------------------
+def _size(mesh_shape: tuple[int, ...], dims: tuple[int, ...]) -> int:
+    n = 1
+    for d in dims:
+        n *= mesh_shape[d]
+    return n
+
+
+def _source(
+    t: DimTrans,
+    shape: tuple[int, ...],
+    mdm: MultiDims,
+    mesh_shape: tuple[int, ...],
+) -> tuple[int, tuple[int, ...]] | None:
+    """The input dim whose sharding output dim ``t`` takes, with the mesh dims it gets."""
+    if type(t) is InputDim:
+        dims = mdm[t.dim]
+        return (t.dim, dims) if dims else None
+    if type(t) is Flatten:
+        lead = t.dims[0]
+        if type(lead) is not InputDim:
+            return None
+        dims = mdm[lead.dim]
+        if not dims or shape[lead.dim] % _size(mesh_shape, dims):
+            return None
+        for d in t.dims[1:]:
+            if type(d) is not InputDim or not mdm[d.dim]:
+                break
+            dims = dims + mdm[d.dim]
+        return lead.dim, dims
+    if type(t) is Split:
+        if t.index != 0:
+            return None
+        src = _source(t.dim, shape, mdm, mesh_shape)
+        if src is None:
+            return None
+        d, dims = src
+        if t.shape[0] % _size(mesh_shape, dims):
+            return None
+        return d, dims
+    return None
+
+
+def infer(
+    trans: Transformation, shape: tuple[int, ...], mdm: MultiDims, mesh_shape: tuple[int, ...]
+) -> tuple[MultiDims, MultiDims]:
+    """(input mapping, output mapping) for an input of ``shape`` sharded as ``mdm``.
+
+    Every input dim keeps exactly the mesh dims its output dim carries, so the pair is consistent.
+    """
+    n = len(shape)
+    kept: list[tuple[int, ...]] = [()] * n
+    out: list[tuple[int, ...]] = []
+    for t in trans:
+        src = _source(t, shape, mdm, mesh_shape)
+        if src is None:
+            out.append(())
+        else:
+            kept[src[0]] = src[1]
+            out.append(src[1])
+    return tuple(kept), tuple(out)

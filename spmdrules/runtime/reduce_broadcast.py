@@ -1,0 +1,357 @@
+"""Broadcast and SumReduce (seed 000): one implementation, two orientations.
+
+SumReduce sums the subtensors of the workers of a big partition onto the paired workers of a
+small one; Broadcast copies them back.  Each is the exact adjoint of the other, so both
+public layers wrap one :class:`ReduceBroadcast` core and only swap which direction is the
+forward.
+
+Data movement, per reduction group (one small-partition worker and the big-partition
+workers paired with it, with the small worker as group rank 0):
+
+* broadcast: ``MPI_Bcast`` on the group communicator;
+* reduce: a reduce-scatter with numpy adds (group rank ``j`` sums chunk ``j`` of every
+  source's array, in source order, so results are deterministic) followed by a gather of
+  the summed chunks to rank 0.
+
+Groups are served one at a time in increasing small-partition rank on every worker, which
+rules out deadlock when a worker belongs to two groups.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from spmdrules.runtime._mpi import mpi, mpi_datatype
+from spmdrules.runtime.decomposition import balanced_sizes, starts_from_sizes, zero_volume_tensor
+from spmdrules.runtime.errors import PartitionMismatchError, TensorStructureError
+from spmdrules.runtime.partition import MPIPartition, sub_communicator
+from spmdrules.runtime.reduction_rules import ReductionMatch, match_reduction
+from spmdrules.runtime.structure import LocalStructure, PlanCache, StructureExchange
+
+Array = np.ndarray[Any, Any]
+
+# Point-to-point tags of the reduce algorithm (each group has its own communicator).
+TAG_REDUCE_SCATTER = 4201
+TAG_REDUCE_GATHER = 4202
+
+
+@dataclass
+class _Group:
+    """One reduction group as seen by a member worker."""
+
+    small_rank: int
+    comm: Any
+    size: int
+    my_rank: int
+    sources: tuple[int, ...]  # group ranks holding big-partition data, in big-rank order
+    slots: tuple[int, ...]  # position of each group rank in the union member list
+
+    @property
+    def i_am_dest(self) -> bool:
+        return self.my_rank == 0
+
+    @property
+    def i_am_source(self) -> bool:
+        return self.my_rank in self.sources
+
+
+@dataclass
+class _GroupPlan:
+    """Buffers of one group for one tensor structure."""
+
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+    out: Array  # dest: the reduced tensor / source: the broadcast tensor
+    bounds: list[tuple[int, int]] = field(default_factory=list)  # flat chunk of each rank
+    rows: Array | None = None  # reduce: my chunk of every source
+    acc: Array | None = None  # reduce: my summed chunk (non-dest ranks)
+
+
+class ReduceBroadcast:
+    """The shared core: ``reduce`` from the big partition, ``broadcast`` back to it."""
+
+    def __init__(
+        self,
+        P_big: MPIPartition,
+        P_small: MPIPartition,
+        *,
+        transpose_big: bool,
+        transpose_small: bool,
+        preserve_batch: bool,
+        op: str,
+        big_name: str,
+        small_name: str,
+    ) -> None:
+        if not P_big.same_root(P_small):
+            raise PartitionMismatchError(
+                f"{op}: {big_name} and {small_name} come from different root communicators; "
+                "derive both from one MPIPartition(comm)"
+            )
+        self.op = op
+        self.big_name, self.small_name = big_name, small_name
+        self.P_big, self.P_small = P_big, P_small
+        self.preserve_batch = preserve_batch
+        self.match: ReductionMatch = match_reduction(
+            P_big.shape,
+            P_small.shape,
+            transpose_big=transpose_big,
+            transpose_small=transpose_small,
+            op=op,
+            big_name=big_name,
+            small_name=small_name,
+        )
+        self.in_big, self.in_small = P_big.active, P_small.active
+        root = P_big.root
+        me = root.Get_rank()
+        self.union = tuple(sorted(set(P_big.members) | set(P_small.members)))
+        self._structure = StructureExchange(root, self.union) if me in self.union else None
+        slot_of = {m: i for i, m in enumerate(self.union)}
+        self._groups: list[_Group] = []
+        self.group_members: list[tuple[int, ...]] = []
+        for small_rank, big_ranks in enumerate(self.match.groups()):
+            dest = P_small.members[small_rank]
+            sources = [P_big.members[b] for b in big_ranks]
+            members = (dest, *(s for s in sources if s != dest))
+            self.group_members.append(members)
+            if me not in members:
+                continue
+            comm = sub_communicator(root, members)
+            self._groups.append(
+                _Group(
+                    small_rank=small_rank,
+                    comm=comm,
+                    size=len(members),
+                    my_rank=members.index(me),
+                    sources=tuple(members.index(s) for s in sources),
+                    slots=tuple(slot_of[m] for m in members),
+                )
+            )
+        self._reduce_plans: PlanCache[list[_GroupPlan]] = PlanCache()
+        self._bcast_plans: PlanCache[list[_GroupPlan]] = PlanCache()
+        self.bytes_sent = 0  # payload bytes this worker handed to MPI (headers excluded)
+
+    # -- helpers -----------------------------------------------------------------------
+    def _zero(self, like: Array) -> Array:
+        batch = like.shape[0] if self.preserve_batch and like.ndim > 0 else None
+        return zero_volume_tensor(batch, dtype=like.dtype)
+
+    def _exchange(self, local: Array | None) -> tuple[bytes, list[LocalStructure]]:
+        assert self._structure is not None
+        key = self._structure.exchange(local, f"{self.op}")
+        return key, self._structure.structures()
+
+    def _where(self, slot: int) -> str:
+        return f"root rank {self.union[slot]}"
+
+    # -- reduce (big -> small) ---------------------------------------------------------
+    def reduce(self, x: Array) -> Array:
+        """Sum the big partition's subtensors onto the paired small-partition workers."""
+        x = np.asarray(x)
+        if not (self.in_big or self.in_small):
+            return x.copy()
+        key, structures = self._exchange(x if self.in_big else None)
+        plans = self._reduce_plans.get(key, lambda: self._plan(structures, reduce=True))
+        xflat = np.ascontiguousarray(x).reshape(-1) if self.in_big else None
+        result: Array | None = None
+        for group, plan in zip(self._groups, plans, strict=True):
+            self._reduce_group(group, plan, xflat)
+            if group.i_am_dest:
+                result = plan.out
+        if result is not None:
+            return result
+        return self._zero(x)
+
+    def _reduce_group(self, g: _Group, p: _GroupPlan, xflat: Array | None) -> None:
+        out_flat = p.out.reshape(-1)
+        if g.size == 1:
+            assert xflat is not None
+            np.copyto(out_flat, xflat)
+            return
+        MPI = mpi()
+        mtype = mpi_datatype(p.dtype)
+        comm, me = g.comm, g.my_rank
+        lo, hi = p.bounds[me]
+        reqs = []
+        assert p.rows is not None
+        if hi > lo:
+            for slot, src in enumerate(g.sources):
+                if src == me:
+                    assert xflat is not None
+                    np.copyto(p.rows[slot], xflat[lo:hi])
+                else:
+                    reqs.append(comm.Irecv([p.rows[slot], mtype], src, TAG_REDUCE_SCATTER))
+        if g.i_am_source:
+            assert xflat is not None
+            for j, (a, b) in enumerate(p.bounds):
+                if j != me and b > a:
+                    reqs.append(comm.Isend([xflat[a:b], mtype], j, TAG_REDUCE_SCATTER))
+                    self.bytes_sent += (b - a) * p.dtype.itemsize
+        MPI.Request.Waitall(reqs)
+        target = out_flat[lo:hi] if g.i_am_dest else p.acc
+        if hi > lo:
+            np.sum(p.rows, axis=0, out=target)
+        if g.i_am_dest:
+            reqs = [
+                comm.Irecv([out_flat[a:b], mtype], j, TAG_REDUCE_GATHER)
+                for j, (a, b) in enumerate(p.bounds)
+                if j != 0 and b > a
+            ]
+            MPI.Request.Waitall(reqs)
+        elif hi > lo:
+            comm.Send([p.acc, mtype], 0, TAG_REDUCE_GATHER)
+            self.bytes_sent += (hi - lo) * p.dtype.itemsize
+
+    # -- broadcast (small -> big) ------------------------------------------------------
+    def broadcast(self, y: Array) -> Array:
+        """Copy each small-partition worker's subtensor to its paired big-partition workers."""
+        y = np.asarray(y)
+        if not (self.in_big or self.in_small):
+            return y.copy()
+        key, structures = self._exchange(y if self.in_small else None)
+        plans = self._bcast_plans.get(key, lambda: self._plan(structures, reduce=False))
+        ysrc = np.ascontiguousarray(y) if self.in_small else None
+        result: Array | None = None
+        for group, plan in zip(self._groups, plans, strict=True):
+            self._broadcast_group(group, plan, ysrc)
+            if group.i_am_source:
+                result = plan.out
+        if result is not None:
+            return result
+        return self._zero(y)
+
+    def _broadcast_group(self, g: _Group, p: _GroupPlan, ysrc: Array | None) -> None:
+        mtype = mpi_datatype(p.dtype)
+        if g.i_am_dest:
+            assert ysrc is not None
+            if g.size > 1:
+                g.comm.Bcast([ysrc, mtype], 0)
+                self.bytes_sent += ysrc.nbytes * (g.size - 1)
+            if g.i_am_source:
+                np.copyto(p.out, ysrc)
+        else:
+            g.comm.Bcast([p.out, mtype], 0)
+
+    # -- planning ----------------------------------------------------------------------
+    def _plan(self, structures: list[LocalStructure], *, reduce: bool) -> list[_GroupPlan]:
+        """Validate the gathered structures (identically on every worker) and size buffers."""
+        P_in = self.P_big if reduce else self.P_small
+        in_name = self.big_name if reduce else self.small_name
+        slot_of = {m: i for i, m in enumerate(self.union)}
+        for rank, member in enumerate(P_in.members):
+            if structures[slot_of[member]] is None:  # pragma: no cover - guarded by callers
+                raise TensorStructureError(
+                    f"{self.op}: the {in_name} worker at index {P_in.index_of(rank)} gave no "
+                    "tensor"
+                )
+        group_structure: list[LocalStructure] = []
+        for small_rank, members in enumerate(self.group_members):
+            if reduce:
+                src_slots = [
+                    slot_of[self.P_big.members[b]] for b in self.match.groups()[small_rank]
+                ]
+                found = {structures[s] for s in src_slots}
+                if len(found) != 1:
+                    detail = ", ".join(
+                        f"{self.P_big.index_of(self.P_big.members.index(self.union[s]))}: "
+                        f"{_describe(structures[s])}"
+                        for s in src_slots
+                    )
+                    raise TensorStructureError(
+                        f"{self.op}: the {self.big_name} workers that reduce onto the "
+                        f"{self.small_name} worker at index {self.P_small.index_of(small_rank)} "
+                        f"hold different local tensors ({detail}); give them all the same "
+                        "shape and dtype"
+                    )
+                group_structure.append(found.pop())
+            else:
+                group_structure.append(structures[slot_of[members[0]]])
+        plans: list[_GroupPlan] = []
+        for g in self._groups:
+            st = group_structure[g.small_rank]
+            assert st is not None
+            dtype, shape = st
+            plan = _GroupPlan(dtype=dtype, shape=shape, out=np.empty(0, dtype=dtype))
+            if reduce:
+                if g.i_am_dest:
+                    plan.out = np.empty(shape, dtype=dtype)
+                n = int(np.prod(shape, dtype=np.int64))
+                sizes = balanced_sizes(n, g.size)
+                starts = starts_from_sizes(sizes)
+                plan.bounds = [(a, a + s) for a, s in zip(starts, sizes, strict=True)]
+                mine = sizes[g.my_rank]
+                plan.rows = np.empty((len(g.sources), mine), dtype=dtype)
+                plan.acc = np.empty(mine, dtype=dtype)
+            elif g.i_am_source:
+                plan.out = np.empty(shape, dtype=dtype)
+            plans.append(plan)
+        return plans
+
+
+def _describe(st: LocalStructure) -> str:
+    return "nothing" if st is None else f"{st[1]} {st[0].name}"
+
+
+class _ReduceBroadcastLayer:
+    """Common front of SumReduce and Broadcast."""
+
+    _forward_reduces: bool
+
+    def __init__(
+        self,
+        P_x: MPIPartition,
+        P_y: MPIPartition,
+        transpose_src: bool = False,
+        transpose_dest: bool = False,
+        preserve_batch: bool = True,
+    ) -> None:
+        self.P_x, self.P_y = P_x, P_y
+        op = type(self).__name__
+        if self._forward_reduces:
+            self.core = ReduceBroadcast(
+                P_x, P_y, transpose_big=transpose_src, transpose_small=transpose_dest,
+                preserve_batch=preserve_batch, op=op, big_name="P_x", small_name="P_y",
+            )
+        else:
+            self.core = ReduceBroadcast(
+                P_y, P_x, transpose_big=transpose_dest, transpose_small=transpose_src,
+                preserve_batch=preserve_batch, op=op, big_name="P_y", small_name="P_x",
+            )
+
+    def forward(self, x: Array) -> Array:
+        """Apply the layer to this worker's local input (zero-volume where inactive)."""
+        return self.core.reduce(x) if self._forward_reduces else self.core.broadcast(x)
+
+    def adjoint(self, dy: Array) -> Array:
+        """Apply the exact transpose of :meth:`forward`."""
+        return self.core.broadcast(dy) if self._forward_reduces else self.core.reduce(dy)
+
+    __call__ = forward
+
+    @property
+    def bytes_sent(self) -> int:
+        """Payload bytes this worker has handed to MPI so far."""
+        return self.core.bytes_sent
+
+
+class SumReduce(_ReduceBroadcastLayer):
+    """Sum subtensors on ``P_x`` onto ``P_y`` following the reduction rules of seed 000.
+
+    ``dim(P_x) >= dim(P_y)``; after the optional transposes (reversing a partition's shape)
+    ``P_y`` is padded on the left with ones, and along each dimension its shape must equal
+    ``P_x``'s or be 1.  Workers pair by transposed index.  The adjoint is a Broadcast.
+    """
+
+    _forward_reduces = True
+
+
+class Broadcast(_ReduceBroadcastLayer):
+    """Copy subtensors on ``P_x`` to ``P_y``: the adjoint of ``SumReduce(P_y, P_x)``.
+
+    The rules of seed 000 apply with the roles swapped: ``dim(P_y) >= dim(P_x)`` and ``P_x``
+    (after ``transpose_src``) is padded on the left with ones.  The adjoint is a SumReduce.
+    """
+
+    _forward_reduces = False

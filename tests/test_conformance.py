@@ -1,0 +1,214 @@
+"""Every shipped Paddle 3.3.1 case for the foundation's 139 op names, run through the public API.
+
+Targets (issue 2): no crash; every disagreement belongs to a documented deviation class; at least
+99% agreement over the cases outside those classes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import spmdrules as sr
+from spmdrules.conformance import CaseResult, OpTally, default_case_paths, iter_cases, run_cases
+from spmdrules.deviations import deviations
+
+UNARY = [
+    "abs",
+    "acos",
+    "acosh",
+    "asin",
+    "asinh",
+    "assign",
+    "atan",
+    "atanh",
+    "bernoulli",
+    "bitwise_not",
+    "ceil",
+    "celu",
+    "clip",
+    "conj",
+    "cos",
+    "cosh",
+    "digamma",
+    "dropout",
+    "elementwise_unary",
+    "elu",
+    "erf",
+    "erfinv",
+    "exp",
+    "expm1",
+    "fill",
+    "floor",
+    "hardshrink",
+    "hardsigmoid",
+    "hardswish",
+    "hardtanh",
+    "leaky_relu",
+    "lgamma",
+    "log",
+    "log10",
+    "log1p",
+    "log2",
+    "logical_not",
+    "logit",
+    "logsigmoid",
+    "mish",
+    "poisson",
+    "pow",
+    "reciprocal",
+    "relu",
+    "relu6",
+    "round",
+    "rsqrt",
+    "scale",
+    "selu",
+    "sigmoid",
+    "sign",
+    "silu",
+    "sin",
+    "sinh",
+    "softplus",
+    "softshrink",
+    "softsign",
+    "sqrt",
+    "square",
+    "stanh",
+    "swish",
+    "tan",
+    "tanh",
+    "tanh_shrink",
+    "thresholded_relu",
+    "trunc",
+    "gelu",
+]
+BINARY = [
+    "add",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "divide",
+    "elementwise_add",
+    "elementwise_binary",
+    "elementwise_div",
+    "elementwise_mul",
+    "elementwise_pow",
+    "floor_divide",
+    "fmax",
+    "fmin",
+    "greater_than",
+    "heaviside",
+    "less_than",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "maximum",
+    "minimum",
+    "not_equal",
+    "remainder",
+    "subtract",
+    "trunc_divide",
+    "multiply",
+    "swiglu",
+]
+MATMUL = ["matmul", "matmul_v2", "bmm", "einsum"]
+REDUCTIONS = [
+    "all",
+    "amax",
+    "amin",
+    "any",
+    "frobenius_norm",
+    "max",
+    "min",
+    "prod",
+    "reduce_max",
+    "reduce_sum",
+    "squared_l2_norm",
+    "sum",
+    "argmax",
+    "argmin",
+    "mean_all",
+    "logsumexp",
+    "p_norm",
+    "reduce_base",
+]
+SHAPE = [
+    "reshape",
+    "reshape2",
+    "flatten",
+    "squeeze",
+    "unsqueeze",
+    "unsqueeze2",
+    "transpose",
+    "transpose2",
+]
+CONCAT = ["concat", "split", "split_with_num", "stack", "unbind", "add_n"]
+GENERIC = ["default_data_parallel", "default_", "replicated"]
+NN = ["softmax", "log_softmax", "layer_norm", "fused_rms_norm", "embedding", "lookup_table_v2"]
+FOUNDATION = UNARY + BINARY + MATMUL + REDUCTIONS + SHAPE + CONCAT + GENERIC + NN
+GRAD_RULES = ["bmm_grad", "gelu_grad", "mean_all_grad", "einsum_grad"]
+Results = tuple[dict[str, OpTally], list[CaseResult]]
+
+
+def test_the_foundation_names_are_139() -> None:
+    assert len(UNARY) == 67 and len(BINARY) == 27 and len(REDUCTIONS) == 18
+    assert len(set(FOUNDATION)) == len(FOUNDATION) == 139
+
+
+@pytest.mark.parametrize("name", FOUNDATION + GRAD_RULES)
+def test_registered(name: str) -> None:
+    rule = sr.get_rule(name)
+    assert rule.infer_forward is not None
+
+
+@pytest.fixture(scope="module")
+def results() -> Results:
+    paths: list[Path] = default_case_paths()
+    assert len(paths) >= 180, "the shipped conformance data is missing"
+    tallies, misses = run_cases(iter_cases(paths, FOUNDATION))
+    return tallies, misses
+
+
+def test_every_foundation_op_has_cases(results: Results) -> None:
+    tallies, _ = results
+    assert set(tallies) == set(FOUNDATION)
+
+
+def test_no_crash(results: Results) -> None:
+    _, misses = results
+    crashes = [m for m in misses if m.verdict == "crash"]
+    assert not crashes, "\n".join(f"{m.case_id}: {m.detail}" for m in crashes[:20])
+
+
+def test_every_disagreement_is_a_documented_deviation(
+    results: Results,
+) -> None:
+    _, misses = results
+    unexplained = [m for m in misses if m.deviation is None]
+    assert not unexplained, f"{len(unexplained)} unexplained disagreements, e.g.\n" + "\n".join(
+        f"{m.case_id}: {m.detail}" for m in unexplained[:20]
+    )
+    used = Counter(m.deviation for m in misses)
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "deviations.md").read_text()
+    for name in used:
+        assert f"`{name}`" in doc, f"deviation class {name} is not listed in docs/deviations.md"
+
+
+def test_agreement_outside_the_deviation_classes(
+    results: Results,
+) -> None:
+    tallies, misses = results
+    total = sum(t.cases for t in tallies.values())
+    deviating = sum(1 for m in misses if m.deviation is not None)
+    agree = sum(t.agree for t in tallies.values())
+    assert agree / (total - deviating) >= 0.99
+
+
+def test_deviation_classes_are_narrow() -> None:
+    names = [d.name for d in deviations()]
+    assert len(names) == len(set(names))
+    for d in deviations():
+        assert d.ops, f"deviation {d.name} names no op"
+        assert d.summary

@@ -1,0 +1,100 @@
+"""The registry: lookup, suggestions, binding by position and keyword, memoisation."""
+
+from __future__ import annotations
+
+import pytest
+
+import spmdrules as sr
+from spmdrules import registry
+from spmdrules.registry import A, T, Vec, register_rule
+
+MESH = sr.ProcessMesh([[0, 1], [2, 3]])
+
+
+def spec(shape: list[int], dm: list[int], partial: dict[int, str] | None = None) -> sr.TensorSpec:
+    return sr.TensorSpec(shape, sr.DistAttr(MESH, dm, partial))
+
+
+def test_unknown_op_suggests_close_names() -> None:
+    with pytest.raises(sr.UnknownOpError) as e:
+        sr.get_rule("relux")
+    assert "relu" in e.value.suggestions
+    assert "Did you mean" in str(e.value)
+    assert isinstance(e.value, sr.SpmdError)
+
+
+def test_list_rules_is_sorted_and_has_aliases() -> None:
+    names = sr.list_rules()
+    assert names == sorted(names)
+    assert {"add", "elementwise_add", "relu", "gelu", "gelu_grad"} <= set(names)
+
+
+def test_binding_by_position_and_keyword() -> None:
+    rule = sr.get_rule("gelu")
+    x = spec([8, 4], [0, -1])
+    a = rule.infer_forward(x, True)
+    b = rule.infer_forward(x, approximate=True)
+    c = rule.infer_forward(x=x)
+    assert a == b == c
+    assert a.outputs[0].dims_mapping == (0, -1)
+
+
+def test_binding_errors_name_op_and_argument() -> None:
+    rule = sr.get_rule("gelu")
+    x = spec([8, 4], [0, -1])
+    with pytest.raises(
+        sr.RuleArgumentError, match=r"gelu: unknown argument 'aproximate'.*'approximate'"
+    ):
+        rule.infer_forward(x, aproximate=True)
+    with pytest.raises(sr.RuleArgumentError, match="gelu: missing tensor argument 'x'"):
+        rule.infer_forward()
+    with pytest.raises(sr.RuleArgumentError, match="attribute 'approximate' must be a bool"):
+        rule.infer_forward(x, "yes")
+    with pytest.raises(sr.RuleArgumentError, match="takes 2 arguments"):
+        rule.infer_forward(x, True, 3)
+    with pytest.raises(sr.RuleArgumentError, match="given twice"):
+        rule.infer_forward(x, True, approximate=False)
+
+
+def test_error_is_prefixed_with_the_op_called() -> None:
+    with pytest.raises(sr.ShardingConflictError, match=r"^subtract: tensor axis"):
+        sr.get_rule("subtract").infer_forward(spec([8, 16], [0, -1]), spec([8, 16], [1, -1]))
+
+
+def test_tensors_must_share_one_mesh() -> None:
+    other = sr.ProcessMesh([[4, 5], [6, 7]])
+    y = sr.TensorSpec([8, 4], sr.DistAttr(other, [-1, -1]))
+    with pytest.raises(sr.UnsupportedError, match="same ProcessMesh"):
+        sr.get_rule("add").infer_forward(spec([8, 4], [0, -1]), y)
+
+
+def test_no_reverse_rule_is_a_typed_error() -> None:
+    with pytest.raises(sr.UnsupportedError, match="gelu_grad: has no reverse rule"):
+        sr.get_rule("gelu_grad").infer_reverse()
+
+
+def test_memoised_answers_are_identical_objects() -> None:
+    rule = sr.get_rule("relu")
+    x = spec([16, 4], [1, 0])
+    assert rule.infer_forward(x) is rule.infer_forward(x)
+
+
+def test_register_rule_with_list_argument_and_duplicates(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "_RULES", dict(registry._RULES))
+
+    def fwd(xs: tuple[sr.TensorSpec, ...], axis: int) -> sr.SpmdInfo:
+        return sr.SpmdInfo([tuple(t.attr for t in xs)], [xs[0].attr])
+
+    rule = register_rule(
+        "test_only_listy",
+        forward=fwd,
+        inputs=[Vec("xs")],
+        outputs=[T("out")],
+        attrs=[A("axis", "int", 0)],
+    )
+    x = spec([4], [0])
+    info = rule.infer_forward([x, x], axis=1)
+    assert info.inputs[0] == (x.attr, x.attr)
+    assert rule.infer_forward([x, x], 1) is rule.infer_forward([x, x], axis=1)
+    with pytest.raises(sr.SpmdError, match="already registered"):
+        register_rule("test_only_listy", forward=fwd, inputs=[Vec("xs")], outputs=[T("out")])
