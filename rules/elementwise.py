@@ -2,14 +2,19 @@
 pass-through, swiglu, and gelu with its gradient rule.
 
 One description serves the family: a unary op is ``a...->a...``; a binary op is the right-aligned
-broadcasting notation, e.g. ``1bc,abc->abc``.
+broadcasting notation, e.g. ``1bc,abc->abc``. As in Paddle, *every* size-1 input dim gets the shared
+broadcast letter ``1`` (so it is never sharded in a result, and two size-1 dims sharded on different
+mesh dims conflict), and an output dim is ``1`` where every input is size 1 or absent.
 """
 
 from __future__ import annotations
 
-from spmdrules import einsum
+from typing import Any, Final
+
 from spmdrules.attr import DistAttr, MultiDims, PartialItems
-from spmdrules.errors import RuleArgumentError
+from spmdrules.deviations import register_deviation
+from spmdrules.einsum import BROADCAST, LetterMap
+from spmdrules.errors import RuleArgumentError, ShardingConflictError
 from spmdrules.registry import A, Opt, T, register_rule
 from spmdrules.rulekit import attr, divisible_mapping
 from spmdrules.spec import SpmdInfo, TensorSpec
@@ -31,6 +36,17 @@ BINARY_OPS = (
     "logical_xor", "maximum", "minimum", "not_equal", "remainder", "subtract", "trunc_divide",
 )
 
+# Letters for broadcast dims; the digit '1' is the shared letter of size-1 dims.
+_LETTERS: Final = "abcdefghijklmnopqrstuvwxyz"
+# A partial operand of a product may stay partial only where the reduction is linear.
+_LINEAR_REDUCTIONS: Final = frozenset({"sum", "avg"})
+
+
+def _attr_for(t: TensorSpec, m: MultiDims) -> DistAttr:
+    """``t``'s own attribute when it already says ``m`` (no copy), else a new one."""
+    a = t.attr
+    return a if m == a.multi_dims_mapping and not a.partial_items else attr(t, m)
+
 
 # ---- unary: a...->a..., sharded dims must divide evenly (Paddle replicates them otherwise) -------
 def _unary_mapping(t: TensorSpec) -> MultiDims:
@@ -38,14 +54,14 @@ def _unary_mapping(t: TensorSpec) -> MultiDims:
 
 
 def unary_forward(x: TensorSpec) -> SpmdInfo:
-    m = _unary_mapping(x)
-    return SpmdInfo([attr(x, m)], [attr(x, m)])
+    a = _attr_for(x, _unary_mapping(x))
+    return SpmdInfo([a], [a])
 
 
 def unary_reverse(x: TensorSpec, out: TensorSpec) -> SpmdInfo:
     _same_shape("x", x, "out", out)
-    m = _unary_mapping(out)
-    return SpmdInfo([attr(x, m)], [attr(out, m)])
+    a = _attr_for(out, _unary_mapping(out))
+    return SpmdInfo([a], [a])
 
 
 def _same_shape(a_name: str, a: TensorSpec, b_name: str, b: TensorSpec) -> None:
@@ -57,106 +73,192 @@ def _same_shape(a_name: str, a: TensorSpec, b_name: str, b: TensorSpec) -> None:
 
 
 # ---- binary: broadcasting notation ---------------------------------------------------------------
-def _binary_notations(x: TensorSpec, y: TensorSpec) -> tuple[str, str, str]:
-    _check_broadcastable(x, y)
-    (xn, yn), outn = einsum.broadcast_notations((x.shape, y.shape))
-    return xn, yn, outn
+Notations = tuple[str, str, str, tuple[int, ...]]
+_NOTATIONS: dict[tuple[tuple[int, ...], tuple[int, ...]], Notations] = {}
 
 
-def _check_broadcastable(x: TensorSpec, y: TensorSpec) -> None:
-    for i in range(1, min(x.ndim, y.ndim) + 1):
-        a, b = x.shape[-i], y.shape[-i]
+def _notations(x: TensorSpec, y: TensorSpec) -> Notations:
+    """(x letters, y letters, out letters, out shape), memoised on the two shapes."""
+    key = (x.shape, y.shape)
+    got = _NOTATIONS.get(key)
+    if got is None:
+        got = _build_notations(*key)
+        if len(_NOTATIONS) < 4096:
+            _NOTATIONS[key] = got
+    return got
+
+
+def _build_notations(xs: tuple[int, ...], ys: tuple[int, ...]) -> Notations:
+    n = max(len(xs), len(ys))
+    if n > len(_LETTERS):
+        raise RuleArgumentError(
+            f"broadcasting over {n} dims exceeds the {len(_LETTERS)} supported; reshape the "
+            "operands to fewer dims"
+        )
+    letters = _LETTERS[:n]
+    out_shape = []
+    out_letters = []
+    for i in range(n):
+        a = xs[i - n + len(xs)] if i >= n - len(xs) else 1
+        b = ys[i - n + len(ys)] if i >= n - len(ys) else 1
         if a != b and a != 1 and b != 1:
             raise RuleArgumentError(
-                f"'x' dim {x.ndim - i} (size {a}) and 'y' dim {y.ndim - i} (size {b}) do not "
-                "broadcast; sizes must match or one must be 1"
+                f"'x' dim {i - n + len(xs)} (size {a}) and 'y' dim {i - n + len(ys)} (size {b}) "
+                "do not broadcast; sizes must match or one of them must be 1"
             )
+        out_shape.append(a if b == 1 else b)
+        out_letters.append(BROADCAST if a == 1 and b == 1 else letters[i])
+
+    def notation(shape: tuple[int, ...]) -> str:
+        off = n - len(shape)
+        return "".join(BROADCAST if s == 1 else letters[off + i] for i, s in enumerate(shape))
+
+    return notation(xs), notation(ys), "".join(out_letters), tuple(out_shape)
 
 
-def _broadcast_shape(x: TensorSpec, y: TensorSpec) -> tuple[int, ...]:
-    n = max(x.ndim, y.ndim)
-    xs = (1,) * (n - x.ndim) + x.shape
-    ys = (1,) * (n - y.ndim) + y.shape
-    return tuple(a if b == 1 else b for a, b in zip(xs, ys, strict=True))
+def _merge(operands: tuple[tuple[str, str, MultiDims], ...]) -> LetterMap:
+    """Per letter, the mesh dims the operands shard it on; a contested mesh dim stays with the letter
+    that claimed it first (argument order, then dim order), as in Paddle."""
+    letters: LetterMap = {}
+    where: dict[str, tuple[str, int]] = {}
+    for name, notation, mdm in operands:
+        for i, ch in enumerate(notation):
+            dims = mdm[i]
+            if not dims:
+                continue
+            prev = letters.get(ch)
+            if prev is None:
+                letters[ch] = dims
+                where[ch] = (name, i)
+            elif prev != dims:
+                raise _conflict(ch, where[ch], prev, (name, i), dims)
+    owner: dict[int, str] = {}
+    for ch, dims in letters.items():
+        kept = tuple(d for d in dims if owner.setdefault(d, ch) == ch)
+        if kept != dims:
+            letters[ch] = kept
+    return letters
 
 
-def _binary_merge(x: TensorSpec, y: TensorSpec) -> tuple[str, str, str, einsum.LetterMap]:
-    xn, yn, outn = _binary_notations(x, y)
-    letters = einsum.merge(
-        ((xn, x.attr.multi_dims_mapping), (yn, y.attr.multi_dims_mapping)), names=("x", "y")
+def _conflict(
+    ch: str, first: tuple[str, int], a: tuple[int, ...], second: tuple[str, int], b: tuple[int, ...]
+) -> ShardingConflictError:
+    (t1, d1), (t2, d2) = first, second
+    if ch == BROADCAST:
+        return ShardingConflictError(
+            f"size-1 dims {t1!r} dim {d1} and {t2!r} dim {d2} are sharded by different mesh dims "
+            f"{list(a)} and {list(b)}; a size-1 dim holds nothing to split: replicate it (-1)"
+        )
+    return ShardingConflictError(
+        f"{t1!r} dim {d1} is sharded by mesh dims {list(a)} but {t2!r} dim {d2}, the same "
+        f"broadcast axis, by {list(b)}; shard them the same way or replicate one of them"
     )
-    return xn, yn, outn, einsum.resolve_mesh_conflicts(letters)
+
+
+def _mapping(notation: str, letters: LetterMap) -> MultiDims:
+    get = letters.get
+    return tuple(get(ch, ()) if ch != BROADCAST else () for ch in notation)
 
 
 def binary_forward(x: TensorSpec, y: TensorSpec) -> SpmdInfo:
-    xn, yn, outn, letters = _binary_merge(x, y)
+    xn, yn, outn, _ = _notations(x, y)
+    letters = _merge((("x", xn, x.attr.multi_dims_mapping), ("y", yn, y.attr.multi_dims_mapping)))
+    xa = _attr_for(x, _mapping(xn, letters))
+    out_m = _mapping(outn, letters)
     return SpmdInfo(
-        [attr(x, einsum.mapping_for(xn, letters, x.shape)),
-         attr(y, einsum.mapping_for(yn, letters, y.shape))],
-        [attr(x, einsum.mapping_for(outn, letters, _broadcast_shape(x, y)))],
+        [xa, _attr_for(y, _mapping(yn, letters))],
+        [xa if out_m == xa.multi_dims_mapping else attr(x, out_m)],
     )
 
 
 def binary_reverse(x: TensorSpec, y: TensorSpec, out: TensorSpec) -> SpmdInfo:
-    xn, yn, outn = _binary_notations(x, y)
-    if len(outn) != out.ndim:
+    xn, yn, outn, out_shape = _notations(x, y)
+    if out.shape != out_shape:
         raise RuleArgumentError(
-            f"'out' has rank {out.ndim} but broadcasting 'x' and 'y' gives rank {len(outn)}"
+            f"'out' has shape {list(out.shape)} but broadcasting 'x' {list(x.shape)} and 'y' "
+            f"{list(y.shape)} gives {list(out_shape)}; pass the op's real output"
         )
-    letters = einsum.merge(((outn, out.attr.multi_dims_mapping),), names=("out",))
+    m = out.attr.multi_dims_mapping
+    letters = _merge((("out", outn, m),))
+    # Size-1 output dims keep their sharding (there is nothing to move), as Paddle returns them.
     return SpmdInfo(
-        [attr(x, einsum.mapping_for(xn, letters)), attr(y, einsum.mapping_for(yn, letters))],
-        [attr(out, einsum.mapping_for(outn, letters))],
+        [attr(x, _mapping(xn, letters)), attr(y, _mapping(yn, letters))],
+        [_attr_for(out, m)],
     )
 
 
 # ---- multiply: one partial operand may stay partial, and the product is then partial too ---------
 def multiply_forward(x: TensorSpec, y: TensorSpec) -> SpmdInfo:
-    xn, yn, outn, letters = _binary_merge(x, y)
-    x_part: PartialItems = ()
-    y_part: PartialItems = ()
-    if x.attr.partial_items:
-        x_part = x.attr.partial_items
-    elif y.attr.partial_items:
-        y_part = y.attr.partial_items
-    kept = x_part or y_part
-    if kept:
-        busy = {d for d, _ in kept}
-        letters = {ch: tuple(d for d in ds if d not in busy) for ch, ds in letters.items()}
+    """x's pending sum stays pending through the product (y's is resolved first); x without one
+    lets y's stay. It is dropped (resolved before the op) when one of its mesh dims also shards the
+    result, or when its reduction is not linear (max, min, ...: max(a, b) * y != max(a*y, b*y))."""
+    info = binary_forward(x, y)
+    kept = x.attr.partial_items or y.attr.partial_items
+    if not kept:
+        return info
+    (xa, ya), (oa,) = info.inputs, info.outputs
+    assert isinstance(xa, DistAttr) and isinstance(ya, DistAttr) and isinstance(oa, DistAttr)
+    used = xa.sharded_mesh_dims | ya.sharded_mesh_dims
+    if any(d in used or rt not in _LINEAR_REDUCTIONS for d, rt in kept):
+        return info
+    x_part: PartialItems = kept if x.attr.partial_items else ()
+    y_part: PartialItems = () if x_part else kept
     return SpmdInfo(
-        [
-            attr(x, einsum.mapping_for(xn, letters, x.shape), x_part),
-            attr(y, einsum.mapping_for(yn, letters, y.shape), y_part),
-        ],
-        [attr(x, einsum.mapping_for(outn, letters, _broadcast_shape(x, y)), kept)],
+        [attr(x, xa.multi_dims_mapping, x_part), attr(y, ya.multi_dims_mapping, y_part)],
+        [attr(x, oa.multi_dims_mapping, kept)],
     )
 
 
-# ---- swiglu(x, y?) = silu(x) * y; without y, x holds both halves on its last dim ----------------
+# ---- swiglu(x, y?) = silu(x) * y; without y, x's last dim holds both halves [gate | value] -------
+def _halves_mapping(m: MultiDims) -> MultiDims:
+    """Without y, x's last dim must stay whole: a block of it is not a [gate | value] pair (Paddle
+    keeps it sharded; see docs/deviations/elementwise.md, swiglu_halves_replicated)."""
+    return (*m[:-1], ()) if m and m[-1] else m
+
+
+def _check_halves(x: TensorSpec) -> None:
+    if x.ndim == 0 or x.shape[-1] % 2:
+        raise RuleArgumentError(
+            f"'x' has shape {list(x.shape)}; without 'y', swiglu splits x's last dim into two "
+            "equal halves, so it needs rank >= 1 and an even last dim (or pass 'y')"
+        )
+
+
 def swiglu_forward(x: TensorSpec, y: TensorSpec | None) -> SpmdInfo:
-    if y is None:
-        m = x.attr.multi_dims_mapping
-        if m and m[-1]:
-            m = (*m[:-1], ())
-        return SpmdInfo([attr(x, m), None], [attr(x, m)])
-    _same_shape("x", x, "y", y)
-    info = binary_forward(x, y)
-    return info
+    if y is not None:
+        return binary_forward(x, y)
+    _check_halves(x)
+    m = _halves_mapping(_unary_mapping(x))
+    return SpmdInfo([attr(x, m), None], [attr(x, m)])
+
+
+def _halved(x: TensorSpec) -> tuple[int, ...]:
+    return (*x.shape[:-1], x.shape[-1] // 2)
 
 
 def swiglu_reverse(x: TensorSpec, y: TensorSpec | None, out: TensorSpec) -> SpmdInfo:
-    m = out.attr.multi_dims_mapping
-    if y is None:
-        xm = (*m[:-1], ()) if m else m
-        return SpmdInfo([attr(x, xm), None], [attr(out, m)])
-    return SpmdInfo([attr(x, m), attr(y, m)], [attr(out, m)])
+    if y is not None:
+        if y.ndim == 0 and x.ndim and out.shape != x.shape and out.shape == _halved(x):
+            # A rank-0 y standing for "no y" (Paddle's flash-attention convention): Paddle runs
+            # the broadcasting rule on it, so no divisibility check here, unlike a None y.
+            m = _halves_mapping(out.attr.multi_dims_mapping)
+            return SpmdInfo([attr(x, m), attr(y, ())], [attr(out, m)])
+        return binary_reverse(x, y, out)
+    _check_halves(x)
+    if out.shape != _halved(x):
+        raise RuleArgumentError(
+            f"'out' has shape {list(out.shape)} but swiglu of 'x' {list(x.shape)} without 'y' "
+            f"gives {list(_halved(x))}; pass the op's real output"
+        )
+    m = _halves_mapping(_unary_mapping(out))
+    return SpmdInfo([attr(x, m), None], [attr(out, m)])
 
 
-# ---- gelu's gradient rule: x and out_grad follow out_grad ----------------------------------------
+# ---- gelu's gradient rule: x and out_grad follow out_grad (no divisibility check, as Paddle) -----
 def gelu_grad(x: TensorSpec, out_grad: TensorSpec, approximate: bool) -> SpmdInfo:
     _same_shape("x", x, "out_grad", out_grad)
-    m = _unary_mapping(out_grad)
-    return SpmdInfo([attr(x, m), attr(out_grad, m)], [attr(x, m)])
+    a = attr(out_grad, out_grad.attr.multi_dims_mapping)
+    return SpmdInfo([a, a], [a])
 
 
 def _gelu_forward(x: TensorSpec, approximate: bool) -> SpmdInfo:
@@ -167,6 +269,42 @@ def _gelu_reverse(x: TensorSpec, out: TensorSpec, approximate: bool) -> SpmdInfo
     return unary_reverse(x, out)
 
 
+# ---- deliberate deviations -----------------------------------------------------------------------
+def _norm(e: dict[str, Any]) -> MultiDims:
+    if "multi_dims_mapping" in e:
+        return tuple(tuple(d) for d in e["multi_dims_mapping"])
+    return tuple(() if d == -1 else (d,) for d in e["dims_mapping"])
+
+
+def _swiglu_halves(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    """Paddle shards the last dim of x (and out) for swiglu without y; we replicate exactly that
+    dim, and agree on everything else."""
+    if isinstance(got, BaseException) or "error" in case["expected"]:
+        return False
+    if "absent" not in case["inputs"][1]:
+        return False
+    exp_x = _norm(case["expected"]["inputs"][0])
+    exp_out = _norm(case["expected"]["outputs"][0])
+    gx, gout = got.inputs[0], got.outputs[0]
+    if not isinstance(gx, DistAttr) or not isinstance(gout, DistAttr):
+        return False
+    return (
+        bool(exp_out) and bool(exp_out[-1]) and gx.partial_items == () and gout.partial_items == ()
+        and gx.multi_dims_mapping == _halves_mapping(exp_x)
+        and gout.multi_dims_mapping == _halves_mapping(exp_out)
+    )
+
+
+register_deviation(
+    "swiglu_halves_replicated",
+    {"swiglu"},
+    "swiglu without y: x's last dim holds [gate | value]; a block of it is not such a pair, so "
+    "we keep that dim (and out's) replicated where Paddle shards it.",
+    _swiglu_halves,
+)
+
+
+# ---- registration --------------------------------------------------------------------------------
 for _name in UNARY_OPS:
     register_rule(_name, forward=unary_forward, reverse=unary_reverse, inputs=[T("x")],
                   outputs=[T("out")], family="elementwise_unary")
@@ -187,4 +325,4 @@ register_rule("multiply", forward=multiply_forward, reverse=binary_reverse,
 register_rule("swiglu", forward=swiglu_forward, reverse=swiglu_reverse,
               inputs=[T("x"), Opt("y")], outputs=[T("out")], family="elementwise_binary")
 
-__all__ = ["BINARY_OPS", "UNARY_OPS", "DistAttr"]
+__all__ = ["BINARY_OPS", "UNARY_OPS", "binary_forward", "binary_reverse", "multiply_forward"]

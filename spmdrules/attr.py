@@ -141,7 +141,7 @@ class DistAttr:
         object.__setattr__(self, "mesh", mesh)
         object.__setattr__(self, "_mdm", mdm)
         object.__setattr__(self, "_partial", part)
-        object.__setattr__(self, "_hash", hash((mesh, mdm, part)))
+        object.__setattr__(self, "_hash", -1)
 
     @classmethod
     def _make(cls, mesh: ProcessMesh, mdm: MultiDims, part: PartialItems = ()) -> DistAttr:
@@ -150,7 +150,8 @@ class DistAttr:
         object.__setattr__(self, "mesh", mesh)
         object.__setattr__(self, "_mdm", mdm)
         object.__setattr__(self, "_partial", part)
-        object.__setattr__(self, "_hash", hash((mesh, mdm, part)))
+        # Rules build many attributes that are never hashed: hash lazily.
+        object.__setattr__(self, "_hash", -1)
         return self
 
     @classmethod
@@ -288,14 +289,17 @@ class DistAttr:
         if not isinstance(other, DistAttr):
             return NotImplemented
         return (
-            self._hash == other._hash
-            and self._mdm == other._mdm
+            self._mdm == other._mdm
             and self._partial == other._partial
-            and self.mesh == other.mesh
+            and (self.mesh is other.mesh or self.mesh == other.mesh)
         )
 
     def __hash__(self) -> int:
-        return self._hash
+        h = self._hash
+        if h == -1:
+            h = hash((self.mesh, self._mdm, self._partial))
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (self.mesh, self._mdm, self._partial))

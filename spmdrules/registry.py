@@ -178,9 +178,12 @@ class _Binding:
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SpmdInfo:
         if not kwargs and len(args) == self.n_full:
+            # Lists (variadic tensors, int-list attrs) become tuples so the call can be memoised.
+            if list in map(type, args):
+                args = tuple(tuple(a) if type(a) is list else a for a in args)
             try:
                 return self.cached(args)
-            except TypeError as e:  # an unhashable argument (a list): bind it into tuples
+            except TypeError as e:  # still unhashable (e.g. a list nested in a tuple): bind it
                 if "unhashable" not in str(e):
                     raise
         return self.cached(self.bind(args, kwargs))

@@ -32,7 +32,6 @@ class BoxExchange:
         owned: Sequence[Box | None],
         needed: Sequence[Box | None],
     ) -> None:
-        MPI = mpi()
         self.comm = comm
         self.dtype = dtype
         self._base = mpi_datatype(dtype)
@@ -72,7 +71,8 @@ class BoxExchange:
         self.bytes_scatter = sum(
             box_volume(b) for p, b in enumerate(self.recv_pieces) if b and p != my_slot
         ) * dtype.itemsize
-        del MPI
+        covered = sum(box_volume(b) for b in self.send_pieces if b is not None)
+        self._covers_owned = self.my_owned is not None and covered == box_volume(self.my_owned)
 
     def _subarray_spec(
         self, pieces: list[Box | None], outer: Box | None
@@ -110,7 +110,7 @@ class BoxExchange:
         send = np.ascontiguousarray(grad) if self.my_needed is not None else _EMPTY[self.dtype.str]
         if self._disjoint:
             recv = out if self.my_owned is not None else _EMPTY[self.dtype.str]
-            if self.my_owned is not None:
+            if self.my_owned is not None and not self._covers_owned:
                 out.fill(0)
             self.comm.Alltoallw([send, *self._g_recv], [recv, *self._s_recv])
             return out

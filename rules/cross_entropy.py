@@ -1,0 +1,170 @@
+"""cross_entropy_with_softmax / softmax_with_cross_entropy: ``a..k..,a..1.. -> a..k..,a..1..``.
+
+x holds logits with the classes on ``axis`` (letter k); a hard label has size 1 there ('1'), a soft
+label has the classes (k). The outputs are softmax (x's letters) and loss ('1' on the class axis).
+The class axis may be sharded only when the vocab-parallel kernel (c_softmax_with_cross_entropy)
+can run: softmax on, hard labels, classes on the last axis. It reduces the loss over the shards
+itself, so the loss is complete, not partial. Partial inputs are resharded to replicated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spmdrules import einsum
+from spmdrules.attr import MultiDims
+from spmdrules.deviations import register_deviation
+from spmdrules.errors import RuleArgumentError, UnsupportedError
+from spmdrules.registry import A, T, register_rule
+from spmdrules.rulekit import attr, normalise_axis
+from spmdrules.spec import SpmdInfo, TensorSpec
+
+from .norm import agrees_when
+
+CE_OPS = ("cross_entropy_with_softmax", "softmax_with_cross_entropy")
+_CLASS = "k"
+
+
+def _notation(ndim: int, axis: int, soft_label: bool) -> tuple[str, str, str]:
+    """(x letters, label letters, loss letters)."""
+    if ndim > len(einsum.ALPHABET):
+        raise RuleArgumentError(f"'x' of rank {ndim} exceeds the {len(einsum.ALPHABET)} letters")
+    base = einsum.ALPHABET[:ndim]
+    x = base[:axis] + _CLASS + base[axis + 1 :]
+    loss = base[:axis] + einsum.BROADCAST + base[axis + 1 :]
+    return x, (x if soft_label else loss), loss
+
+
+def _check_shapes(x: TensorSpec, label: TensorSpec, axis: int, soft_label: bool) -> None:
+    want = x.shape if soft_label else (*x.shape[:axis], 1, *x.shape[axis + 1 :])
+    if label.shape != want:
+        kind = "soft labels have x's shape" if soft_label else "hard labels have size 1 on axis"
+        raise RuleArgumentError(
+            f"'label' has shape {list(label.shape)} but must be {list(want)} ({kind} {axis})"
+        )
+
+
+def _axis(x: TensorSpec, axis: int) -> int:
+    if not x.shape:
+        raise RuleArgumentError("'x' is 0-d; cross entropy needs a class axis")
+    return normalise_axis("cross_entropy", "x", axis, len(x.shape))
+
+
+def _class_axis_shardable(ndim: int, axis: int, soft_label: bool, use_softmax: bool) -> str:
+    """Why the class axis may not be sharded, or '' if it may."""
+    if soft_label:
+        return "soft_label=True"
+    if axis != ndim - 1:
+        return f"the class axis {axis} is not the last axis"
+    if not use_softmax:
+        return "use_softmax=False"
+    return ""
+
+
+def ce_forward(
+    x: TensorSpec, label: TensorSpec, soft_label: bool, use_softmax: bool,
+    numeric_stable_mode: bool, ignore_index: int, axis: int,
+) -> SpmdInfo:
+    ax = _axis(x, axis)
+    _check_shapes(x, label, ax, soft_label)
+    xm = x.attr.multi_dims_mapping
+    if xm[ax]:
+        why = _class_axis_shardable(len(xm), ax, soft_label, use_softmax)
+        if why:
+            raise UnsupportedError(
+                f"'x' dim {ax} (the classes) is sharded on mesh dims {list(xm[ax])}, which the "
+                f"vocab-parallel kernel does not support with {why}; replicate x dim {ax}"
+            )
+    xl, ll, lossl = _notation(len(xm), ax, soft_label)
+    letters = einsum.resolve_mesh_conflicts(
+        einsum.merge(((xl, xm), (ll, label.attr.multi_dims_mapping)), names=("x", "label"))
+    )
+    xo: MultiDims = einsum.mapping_for(xl, letters)
+    return SpmdInfo(
+        (attr(x, xo), attr(label, einsum.mapping_for(ll, letters))),
+        (attr(x, xo), attr(label, einsum.mapping_for(lossl, letters))),
+    )
+
+
+def ce_reverse(
+    x: TensorSpec, label: TensorSpec, softmax_out: TensorSpec, loss: TensorSpec,
+    soft_label: bool, use_softmax: bool, numeric_stable_mode: bool, ignore_index: int, axis: int,
+) -> SpmdInfo:
+    ax = _axis(x, axis)
+    _check_shapes(x, label, ax, soft_label)
+    if softmax_out.shape != x.shape:
+        raise RuleArgumentError(
+            f"'softmax_out' has shape {list(softmax_out.shape)} but 'x' has {list(x.shape)}"
+        )
+    if loss.shape != (*x.shape[:ax], 1, *x.shape[ax + 1 :]):
+        raise RuleArgumentError(
+            f"'loss' has shape {list(loss.shape)} but must be x's shape with size 1 on axis {ax}"
+        )
+    if not use_softmax:
+        raise UnsupportedError(
+            "reverse inference with use_softmax=False is not supported (Paddle refuses it too); "
+            "infer forward from x and label instead"
+        )
+    xl, ll, lossl = _notation(len(x.shape), ax, soft_label)
+    letters = einsum.resolve_mesh_conflicts(
+        einsum.merge(
+            ((lossl, loss.attr.multi_dims_mapping), (xl, softmax_out.attr.multi_dims_mapping)),
+            names=("loss", "softmax_out"),
+        )
+    )
+    if letters.get(_CLASS) and _class_axis_shardable(len(x.shape), ax, soft_label, use_softmax):
+        letters[_CLASS] = ()
+    xo = einsum.mapping_for(xl, letters)
+    return SpmdInfo(
+        (attr(x, xo), attr(label, einsum.mapping_for(ll, letters))),
+        (attr(softmax_out, xo), attr(loss, einsum.mapping_for(lossl, letters))),
+    )
+
+
+def _reverse_keeps_partial(case: dict[str, Any], got: Any) -> bool:
+    return case["direction"] == "reverse" and agrees_when(
+        case, got, absent_as_none=False, partial=False
+    )
+
+
+def _rank0_softmax_out(case: dict[str, Any], got: Any) -> bool:
+    """Without softmax Paddle gives softmax_out a 0-d mapping; ours is x's, all else agrees."""
+    exp = case["expected"]
+    if case["attrs"].get("use_softmax", True) or "error" in exp or isinstance(got, BaseException):
+        return False
+    if exp["outputs"][0]["dims_mapping"] != [] or got.outputs[0] != got.inputs[0]:
+        return False
+    patched = {**case, "expected": {**exp, "outputs": [exp["inputs"][0], exp["outputs"][1]]}}
+    return agrees_when(patched, got, absent_as_none=False, partial=True)
+
+
+register_deviation(
+    "ce_reverse_keeps_partial",
+    set(CE_OPS),
+    "The reverse rule keeps the partial status of x, label, softmax_out and loss; softmax and "
+    "log of a pending sum are not the sum of the pieces', so we drop them as the forward rule "
+    "does.",
+    _reverse_keeps_partial,
+)
+register_deviation(
+    "ce_rank0_softmax_out",
+    set(CE_OPS),
+    "With use_softmax=False Paddle returns a 0-d mapping for the rank-n softmax output (no valid "
+    "attribute); the kernel passes x through, so we give softmax_out x's mapping.",
+    _rank0_softmax_out,
+)
+
+for _name in CE_OPS:
+    register_rule(
+        _name, forward=ce_forward, reverse=ce_reverse, inputs=[T("x"), T("label")],
+        outputs=[T("softmax_out"), T("loss")],
+        attrs=[
+            A("soft_label", "bool", False), A("use_softmax", "bool", True),
+            A("numeric_stable_mode", "bool", True), A("ignore_index", "int", -100),
+            A("axis", "int", -1),
+        ],
+        family="cross_entropy",
+        doc="CrossEntropyWithSoftmaxInferSpmdStatic: the class axis may be sharded only for the "
+        "vocab-parallel kernel (softmax on, hard labels, last axis).",
+    )
+

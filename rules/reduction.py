@@ -1,0 +1,456 @@
+"""Reductions: sum, max, min, prod, all, any, norms, logsumexp, mean_all, argmax/argmin.
+
+One description serves the family: a reduction is the notation ``abcd->ac`` (kept letters) or
+``abcd->a1c1`` with ``keep_dim``, plus the reduce type that combines the per-shard results of a
+sharded reduced letter. Forward keeps the kept letters' shardings and turns the reduced letters'
+mesh dims into a pending partial of that type; reverse reads x's kept letters off the output and
+replicates the reduced ones.
+
+Where Paddle differs (see docs/deviations/reduction.md): Paddle reports every reduction's pending
+partial as *sum*. We report the type the op needs (max, min, product, any, all), and where no
+reduce type combines the local results (frobenius_norm, logsumexp, p_norm with 1 < p < inf, the
+mean of unequal blocks) we replicate the sharded reduced dims of x instead of leaving a partial.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Final
+
+from spmdrules.attr import DistAttr, MultiDims, PartialItems
+from spmdrules.deviations import register_deviation
+from spmdrules.errors import RuleArgumentError, ShardingConflictError
+from spmdrules.registry import A, T, register_rule
+from spmdrules.rulekit import attr, replicated_like, shard_product
+from spmdrules.spec import SpmdInfo, TensorSpec
+
+#: The reduce type that combines per-shard results; None: none does (replicate the reduced dims).
+Combine = str | None
+
+#: Ops of the plain ReductionInferSpmd signature ``(x, axis, keep_dim)`` and their combine.
+AXIS_OPS: Final[dict[str, Combine]] = {
+    "sum": "sum", "reduce_sum": "sum",
+    "squared_l2_norm": "sum",  # a sum of squares: local sums of squares add up exactly
+    "max": "max", "amax": "max", "reduce_max": "max",
+    "min": "min", "amin": "min",
+    "prod": "product",
+    "all": "all", "any": "any",
+    "frobenius_norm": None,  # sqrt(sum x^2): local norms do not combine by any reduce type
+}
+
+#: Paddle's ReduceType enum, the ``reduce_type`` attribute of reduce_base.
+REDUCE_BASE_TYPES: Final = ("sum", "max", "min", "product", "avg", "any", "all")
+
+
+# ---- the notation: which dims of x are reduced ---------------------------------------------------
+def _reduced_mask(x: TensorSpec, axis: Sequence[int]) -> tuple[bool, ...]:
+    """Per dim of x: is it reduced? ``axis=[]`` reduces every dim; negative axes count from the end."""
+    nd = len(x.shape)
+    if not axis:
+        return (True,) * nd
+    mask = [False] * nd
+    for a in axis:
+        # A 0-d tensor accepts axis 0 / -1, as Paddle's reduce ops do.
+        lo, hi = (-1, 1) if nd == 0 else (-nd, nd)
+        if not lo <= a < hi:
+            raise RuleArgumentError(
+                f"axis {a} is out of range for 'x' of rank {nd}; use {lo}..{hi - 1}"
+            )
+        if nd == 0:
+            continue
+        i = a + nd if a < 0 else a
+        if mask[i]:
+            raise RuleArgumentError(
+                f"axis {list(axis)} names dim {i} of 'x' twice; list each reduced dim once"
+            )
+        mask[i] = True
+    return tuple(mask)
+
+
+def _stays_partial(combine: Combine, n: int, dims: tuple[int, ...], mesh_shape: Sequence[int]) -> bool:
+    """Can a reduced dim of size ``n`` sharded on ``dims`` stay sharded, leaving a partial?"""
+    if combine is None:
+        return False
+    # A mean of means is the mean only when every block has the same number of entries.
+    return combine != "avg" or n % shard_product(mesh_shape, dims) == 0
+
+
+# ---- forward and reverse, derived from the notation ----------------------------------------------
+def reduce_forward(
+    x: TensorSpec, reduced: tuple[bool, ...], keep_dim: bool, combine: Combine
+) -> SpmdInfo:
+    """x keeps its shardings (partial inputs are resharded to replicated first); the output keeps
+    the kept dims' and is partial, with ``combine``, on the reduced dims' mesh dims."""
+    a = x.attr
+    mdm = a.multi_dims_mapping
+    x_m: MultiDims = mdm
+    out_m: list[tuple[int, ...]] = []
+    pending: list[int] = []
+    for i, dims in enumerate(mdm):
+        if not reduced[i]:
+            out_m.append(dims)
+            continue
+        if keep_dim:
+            out_m.append(())
+        if not dims:
+            continue
+        if _stays_partial(combine, x.shape[i], dims, a.mesh.shape):
+            pending.extend(dims)
+        else:
+            x_m = (*x_m[:i], (), *x_m[i + 1 :])
+    partial: PartialItems = ()
+    if pending:
+        assert combine is not None
+        partial = tuple((d, combine) for d in sorted(pending))
+    return SpmdInfo([attr(x, x_m)], [attr(x, tuple(out_m), partial)])
+
+
+def reduce_reverse(
+    x: TensorSpec, out: TensorSpec, reduced: tuple[bool, ...], keep_dim: bool
+) -> SpmdInfo:
+    """x takes the output's kept dims' shardings; its reduced dims are replicated."""
+    _check_out_shape(x, out, reduced, keep_dim)
+    out_mdm = out.attr.multi_dims_mapping
+    x_m: list[tuple[int, ...]] = []
+    j = 0
+    ones: tuple[int, ...] | None = None
+    for r in reduced:
+        if not r:
+            x_m.append(out_mdm[j])
+            j += 1
+            continue
+        x_m.append(())
+        if keep_dim:
+            dims = out_mdm[j]
+            # The kept size-1 dims are one shared letter, as in Paddle: two of them on different
+            # mesh dims conflict.
+            if dims:
+                if ones is not None and ones != dims:
+                    raise ShardingConflictError(
+                        f"'out' keeps reduced dims of size 1 sharded on mesh dims {list(ones)} "
+                        f"and {list(dims)} (dim {j}); replicate all but one of them"
+                    )
+                ones = dims
+            j += 1
+    return SpmdInfo([attr(x, tuple(x_m))], [out.attr])
+
+
+def _check_out_shape(
+    x: TensorSpec, out: TensorSpec, reduced: tuple[bool, ...], keep_dim: bool
+) -> None:
+    want = tuple(
+        1 if r else n for n, r in zip(x.shape, reduced, strict=True) if keep_dim or not r
+    )
+    if out.shape != want:
+        raise RuleArgumentError(
+            f"'out' has shape {list(out.shape)} but reducing 'x' of shape {list(x.shape)} over "
+            f"dims {[i for i, r in enumerate(reduced) if r]} (keep_dim={keep_dim}) gives "
+            f"{list(want)}"
+        )
+
+
+# ---- the ops' signatures -------------------------------------------------------------------------
+def _axis_rule(combine: Combine) -> tuple[Any, Any]:
+    def forward(x: TensorSpec, axis: tuple[int, ...], keep_dim: bool) -> SpmdInfo:
+        return reduce_forward(x, _reduced_mask(x, axis), keep_dim, combine)
+
+    return forward, reverse_axis
+
+
+def reverse_axis(x: TensorSpec, out: TensorSpec, axis: tuple[int, ...], keep_dim: bool) -> SpmdInfo:
+    return reduce_reverse(x, out, _reduced_mask(x, axis), keep_dim)
+
+
+def reduce_base_forward(
+    x: TensorSpec, axis: tuple[int, ...], keep_dim: bool, reduce_type: int
+) -> SpmdInfo:
+    if not 0 <= reduce_type < len(REDUCE_BASE_TYPES):
+        raise RuleArgumentError(
+            f"reduce_type {reduce_type} is not a reduce type; use 0..{len(REDUCE_BASE_TYPES) - 1} "
+            f"for {', '.join(REDUCE_BASE_TYPES)}"
+        )
+    return reduce_forward(x, _reduced_mask(x, axis), keep_dim, REDUCE_BASE_TYPES[reduce_type])
+
+
+def logsumexp_forward(
+    x: TensorSpec, axis: tuple[int, ...], keepdims: bool, reduce_all: bool
+) -> SpmdInfo:
+    # reduce_all is not read: Paddle's kernel reduces over ``axis`` whatever its value.
+    return reduce_forward(x, _reduced_mask(x, axis), keepdims, None)
+
+
+def logsumexp_reverse(
+    x: TensorSpec, out: TensorSpec, axis: tuple[int, ...], keepdims: bool, reduce_all: bool
+) -> SpmdInfo:
+    return reduce_reverse(x, out, _reduced_mask(x, axis), keepdims)
+
+
+def p_norm_combine(porder: float) -> Combine:
+    """p=0 counts non-zeros and p=1 sums |x|: both add up; p=inf is a max, p=-inf a min of |x|.
+    Any other p takes a root of the sum, which no reduce type undoes."""
+    if porder in (0.0, 1.0):
+        return "sum"
+    if math.isinf(porder):
+        return "max" if porder > 0 else "min"
+    return None
+
+
+def _p_norm_mask(x: TensorSpec, axis: int, asvector: bool) -> tuple[bool, ...]:
+    return _reduced_mask(x, () if asvector else (axis,))
+
+
+def p_norm_forward(
+    x: TensorSpec, porder: float, axis: int, epsilon: float, keepdims: bool, asvector: bool
+) -> SpmdInfo:
+    return reduce_forward(x, _p_norm_mask(x, axis, asvector), keepdims, p_norm_combine(porder))
+
+
+def p_norm_reverse(
+    x: TensorSpec, out: TensorSpec, porder: float, axis: int, epsilon: float, keepdims: bool,
+    asvector: bool,
+) -> SpmdInfo:
+    return reduce_reverse(x, out, _p_norm_mask(x, axis, asvector), keepdims)
+
+
+def mean_all_forward(x: TensorSpec) -> SpmdInfo:
+    return reduce_forward(x, (True,) * len(x.shape), False, "avg")
+
+
+def mean_all_grad(x: TensorSpec, out_grad: TensorSpec) -> SpmdInfo:
+    """MeanAllGradInferSpmd: x and x_grad replicated, out_grad without its partial."""
+    if out_grad.shape not in ((), (1,)):
+        raise RuleArgumentError(
+            f"'out_grad' has shape {list(out_grad.shape)}; the mean of all entries is a scalar "
+            "of shape [] (or [1])"
+        )
+    rep = replicated_like(x)
+    return SpmdInfo([rep, out_grad.attr.without_partial()], [rep])
+
+
+# ---- argmax / argmin: the index along a sharded axis cannot be combined: replicate that axis -----
+def _arg_axis(x: TensorSpec, axis: int) -> int:
+    nd = len(x.shape)
+    lo, hi = (-1, 1) if nd == 0 else (-nd, nd)
+    if not lo <= axis < hi:
+        raise RuleArgumentError(f"axis {axis} is out of range for 'x' of rank {nd}; use {lo}..{hi - 1}")
+    return axis + nd if axis < 0 else axis
+
+
+def arg_forward(x: TensorSpec, axis: int, keepdims: bool, flatten: bool) -> SpmdInfo:
+    nd = len(x.shape)
+    if flatten:
+        rep = replicated_like(x)
+        return SpmdInfo([rep], [attr(x, ((),) * (nd if keepdims else 1))])
+    if nd == 0:
+        _arg_axis(x, axis)
+        return SpmdInfo([replicated_like(x)], [replicated_like(x)])
+    i = _arg_axis(x, axis)
+    mdm = x.attr.multi_dims_mapping
+    x_m = (*mdm[:i], (), *mdm[i + 1 :])
+    out_m = x_m if keepdims else (*mdm[:i], *mdm[i + 1 :])
+    return SpmdInfo([attr(x, x_m)], [attr(x, out_m)])
+
+
+def arg_reverse(
+    x: TensorSpec, out: TensorSpec, axis: int, keepdims: bool, flatten: bool
+) -> SpmdInfo:
+    nd = len(x.shape)
+    out_mdm = out.attr.multi_dims_mapping
+    if flatten:
+        out_m: MultiDims = ((),) * nd if keepdims else (*out_mdm, ())
+        return SpmdInfo([replicated_like(x)], [attr(out, out_m)])
+    i = _arg_axis(x, axis) if nd else 0
+    want = nd if keepdims else max(nd - 1, 0)
+    if len(out_mdm) != want:
+        raise RuleArgumentError(
+            f"'out' has rank {len(out_mdm)} but the index of 'x' (rank {nd}) along axis {axis} "
+            f"with keepdims={keepdims} has rank {want}"
+        )
+    if nd == 0:
+        return SpmdInfo([replicated_like(x)], [out.attr.without_partial()])
+    x_m = out_mdm if keepdims else (*out_mdm[:i], (), *out_mdm[i:])
+    return SpmdInfo([attr(x, x_m)], [attr(out, out_mdm)])
+
+
+# ---- deliberate deviations from Paddle (docs/deviations/reduction.md) ---------------------------
+_Norm = tuple[MultiDims, PartialItems]
+
+
+def _expected(e: dict[str, Any]) -> _Norm:
+    if "multi_dims_mapping" in e:
+        mdm = tuple(tuple(d) for d in e["multi_dims_mapping"])
+    else:
+        mdm = tuple(() if d == -1 else (d,) for d in e["dims_mapping"])
+    return mdm, tuple(sorted((int(k), v) for k, v in e.get("partial", {}).items()))
+
+
+def _ours(a: Any) -> _Norm | None:
+    return (a.multi_dims_mapping, a.partial_items) if isinstance(a, DistAttr) else None
+
+
+def _case_combine(case: dict[str, Any]) -> Combine:
+    op, at = case["op"], case["attrs"]
+    if op == "p_norm":
+        return p_norm_combine(float(at["porder"]))
+    if op == "reduce_base":
+        rt = at.get("reduce_type")
+        return REDUCE_BASE_TYPES[rt] if isinstance(rt, int) and 0 <= rt < 7 else "?"
+    if op == "mean_all":
+        return "avg"
+    if op == "logsumexp":
+        return None
+    return AXIS_OPS.get(op) if op in AXIS_OPS else "?"
+
+
+def _forward_pair(case: dict[str, Any], got: SpmdInfo | BaseException) -> tuple[_Norm, ...] | None:
+    """(Paddle's x, ours x, Paddle's out, ours out) of a forward case with a one-tensor answer."""
+    exp = case["expected"]
+    if case["direction"] != "forward" or "error" in exp or not isinstance(got, SpmdInfo):
+        return None
+    if len(got.inputs) != 1 or len(got.outputs) != 1:
+        return None
+    ox, oo = _ours(got.inputs[0]), _ours(got.outputs[0])
+    if ox is None or oo is None:
+        return None
+    return _expected(exp["inputs"][0]), ox, _expected(exp["outputs"][0]), oo
+
+
+def _is_reduce_type_only(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    """Same mappings and partial mesh dims; Paddle says sum where the op needs another type."""
+    pair = _forward_pair(case, got)
+    combine = _case_combine(case)
+    if pair is None or combine in (None, "sum", "avg", "?"):
+        return False
+    px, ox, po, oo = pair
+    if px != ox or po[0] != oo[0] or not po[1]:
+        return False
+    return [d for d, _ in po[1]] == [d for d, _ in oo[1]] and all(
+        p == "sum" and o == combine for (_, p), (_, o) in zip(po[1], oo[1], strict=True)
+    )
+
+
+def _replicated_reduced_dims(case: dict[str, Any], got: SpmdInfo | BaseException) -> list[int]:
+    """The reduced dims of x we replicate where Paddle keeps them sharded and leaves a partial on
+    their mesh dims; every other part of the answer the same. [] if the answers differ otherwise."""
+    pair = _forward_pair(case, got)
+    if pair is None:
+        return []
+    (px, pp), (ox, op_), po, (oo_m, oo_p) = pair
+    if pp or op_ or po[0] != oo_m or len(px) != len(ox):
+        return []
+    dropped: list[int] = []
+    freed: set[int] = set()
+    for i, (p, o) in enumerate(zip(px, ox, strict=True)):
+        if p == o:
+            continue
+        if o or not p:
+            return []
+        dropped.append(i)
+        freed.update(p)
+    if not dropped:
+        return []
+    rest = tuple(item for item in po[1] if item[0] not in freed)
+    if rest != oo_p or not freed <= {d for d, _ in po[1]}:
+        return []
+    return dropped
+
+
+def _is_not_combinable(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    return _case_combine(case) is None and bool(_replicated_reduced_dims(case, got))
+
+
+def _is_uneven_mean(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    if _case_combine(case) != "avg":
+        return False
+    dims = _replicated_reduced_dims(case, got)
+    if not dims:
+        return False
+    x = case["inputs"][0]
+    shape = case["mesh"]["shape"]
+    n_shards = [shard_product(shape, _expected(x)[0][i]) for i in dims]
+    return all(x["shape"][i] % n != 0 for i, n in zip(dims, n_shards, strict=True))
+
+
+def _is_reduce_all_out_shape(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    """logsumexp reverse with reduce_all=True and an ``out`` shaped like a reduction of every dim,
+    though the op reduces only over ``axis`` (its kernel does not read reduce_all): we reject it."""
+    at = case["attrs"]
+    if case["direction"] != "reverse" or not at.get("reduce_all"):
+        return False
+    if not isinstance(got, RuleArgumentError):
+        return False
+    shape = case["inputs"][0]["shape"]
+    nd = len(shape)
+    keep = bool(at.get("keepdims"))
+    full = [1] * nd if keep else []
+    axes = {a % nd for a in at.get("axis", ())} if nd else set()
+    if not axes:
+        axes = set(range(nd))
+    by_axis = [1 if i in axes else n for i, n in enumerate(shape) if keep or i not in axes]
+    return bool(case["outputs"][0]["shape"] == full and by_axis != full)
+
+
+_TYPED_OPS = {n for n, c in AXIS_OPS.items() if c not in (None, "sum")} | {"p_norm"}
+register_deviation(
+    "reduce-type", _TYPED_OPS,
+    "A max/min/prod/all/any (p_norm p=inf) reduction over a sharded dim leaves a pending partial "
+    "of that type; Paddle reports it as a sum partial, which adds the per-shard results.",
+    _is_reduce_type_only,
+)
+register_deviation(
+    "reduce-not-combinable", {"frobenius_norm", "logsumexp", "p_norm"},
+    "No reduce type combines per-shard norms (p not in 0, 1, inf) or logsumexps: the sharded "
+    "reduced dims of x are replicated and the output is exact, where Paddle leaves a sum partial.",
+    _is_not_combinable,
+)
+register_deviation(
+    "reduce-uneven-mean", {"mean_all", "reduce_base"},
+    "An avg partial is the mean only over equal blocks: a reduced dim that does not divide evenly "
+    "over its mesh dims is replicated, where Paddle leaves an avg partial on it.",
+    _is_uneven_mean,
+)
+register_deviation(
+    "logsumexp-reduce-all-out", {"logsumexp"},
+    "reduce_all=True does not change what logsumexp reduces (Paddle's kernel reads only axis), so "
+    "an 'out' shaped like a reduction of every dim is not its output: we raise, Paddle answers.",
+    _is_reduce_all_out_shape,
+)
+
+
+# ---- registration ---------------------------------------------------------------------------------
+_AXIS_ATTRS = [A("axis", "ints", ()), A("keep_dim", "bool", False)]
+_X = [T("x")]
+_OUT = [T("out")]
+
+for _name, _combine in AXIS_OPS.items():
+    _fwd, _rev = _axis_rule(_combine)
+    register_rule(_name, forward=_fwd, reverse=_rev, inputs=_X, outputs=_OUT, attrs=_AXIS_ATTRS,
+                  family="reduction",
+                  doc=f"ReductionInferSpmd; sharded reduced dims leave a {_combine or 'no'} partial.")
+
+register_rule("reduce_base", forward=reduce_base_forward, reverse=reverse_axis, inputs=_X,
+              outputs=_OUT, attrs=[*_AXIS_ATTRS, A("reduce_type", "int", 0)],
+              reverse_attrs=_AXIS_ATTRS, family="reduction",
+              doc="ReductionInferSpmdBase: reduce_type 0..6 = sum, max, min, product, avg, any, all.")
+register_rule("logsumexp", forward=logsumexp_forward, reverse=logsumexp_reverse, inputs=_X,
+              outputs=_OUT,
+              attrs=[A("axis", "ints", ()), A("keepdims", "bool", False),
+                     A("reduce_all", "bool", False)],
+              family="reduction", doc="LogSumExpInferSpmd; sharded reduced dims are replicated.")
+register_rule("p_norm", forward=p_norm_forward, reverse=p_norm_reverse, inputs=_X, outputs=_OUT,
+              attrs=[A("porder", "float", 2.0), A("axis", "int", -1), A("epsilon", "float", 1e-12),
+                     A("keepdims", "bool", False), A("asvector", "bool", False)],
+              family="reduction", doc="PNormInferSpmd; the partial type depends on porder.")
+register_rule("mean_all", forward=mean_all_forward, inputs=_X, outputs=_OUT, family="reduction",
+              doc="MeanAllInferSpmd: an avg partial over the mesh dims of x.")
+register_rule("mean_all_grad", forward=mean_all_grad, inputs=[T("x"), T("out_grad")],
+              outputs=[T("x_grad")], family="reduction", doc="MeanAllGradInferSpmd.")
+for _name in ("argmax", "argmin"):
+    register_rule(_name, forward=arg_forward, reverse=arg_reverse, inputs=_X, outputs=_OUT,
+                  attrs=[A("axis", "int", -1), A("keepdims", "bool", False),
+                         A("flatten", "bool", False)],
+                  family="reduction", doc="ArgMax/ArgMinInferSpmdBase: the axis is replicated.")
+
+__all__ = ["AXIS_OPS", "REDUCE_BASE_TYPES", "DistAttr", "p_norm_combine", "reduce_forward",
+           "reduce_reverse"]

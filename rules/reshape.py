@@ -1,0 +1,222 @@
+"""Shape ops described by a DimTrans: reshape, reshape2, flatten, squeeze, unsqueeze, unsqueeze2.
+
+Each op is one pair of transformation builders: forward (input dims -> output dims) and reverse
+(output dims -> input dims). The shared inference in ``spmdrules.dim_trans`` derives both rules.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from spmdrules import dim_trans
+from spmdrules.dim_trans import SINGLETON, DimTrans, InputDim, Transformation
+from spmdrules.errors import RuleArgumentError
+from spmdrules.registry import A, T, register_rule
+from spmdrules.rulekit import attr, normalise_axis
+from spmdrules.spec import SpmdInfo, TensorSpec
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeOp:
+    """One shape op: its transformations and which partials Paddle carries through it."""
+
+    #: (x shape, *attrs) -> (transformation x -> out, out shape)
+    forward: Callable[..., tuple[Transformation, Shape]]
+    #: (x shape, out shape, *attrs) -> transformation out -> x
+    reverse: Callable[..., Transformation]
+    forward_keeps_partial: bool
+    #: reverse: the input keeps its own partial (reshape) or loses it
+    reverse_keeps_x_partial: bool
+
+
+def _forward(op: ShapeOp, x: TensorSpec, *attrs: Any) -> SpmdInfo:
+    trans, _ = op.forward(x.shape, *attrs)
+    a = x.attr
+    in_m, out_m = dim_trans.infer(trans, x.shape, a.multi_dims_mapping, a.mesh.shape)
+    part = a.partial_items if op.forward_keeps_partial else ()
+    return SpmdInfo([attr(x, in_m, part)], [attr(x, out_m, part)])
+
+
+def _reverse(op: ShapeOp, x: TensorSpec, out: TensorSpec, *attrs: Any) -> SpmdInfo:
+    _, out_shape = op.forward(x.shape, *attrs)
+    if out.shape != out_shape:
+        raise RuleArgumentError(
+            f"'out' has shape {list(out.shape)} but 'x' of shape {list(x.shape)} gives "
+            f"{list(out_shape)}; pass the op's real output"
+        )
+    trans = op.reverse(x.shape, out.shape, *attrs)
+    a = out.attr
+    out_m, in_m = dim_trans.infer(trans, out.shape, a.multi_dims_mapping, a.mesh.shape)
+    part = x.attr.partial_items if op.reverse_keeps_x_partial else ()
+    return SpmdInfo([attr(x, in_m, part)], [attr(out, out_m)])
+
+
+# ---- reshape ------------------------------------------------------------------------------------
+def _required(name: str, value: tuple[int, ...] | None) -> tuple[int, ...]:
+    if value is None:
+        raise RuleArgumentError(f"attribute {name!r} is required")
+    return value
+
+
+def _reshape_forward(x_shape: Shape, shape: tuple[int, ...] | None) -> tuple[Transformation, Shape]:
+    tgt = _required("shape", shape)
+    return dim_trans.make_reshape_trans(x_shape, tgt), dim_trans.resolve_shape(x_shape, tgt)
+
+
+def _reshape_reverse(x_shape: Shape, out_shape: Shape, shape: tuple[int, ...] | None) -> Transformation:
+    return dim_trans.make_reshape_trans(out_shape, x_shape)
+
+
+RESHAPE = ShapeOp(_reshape_forward, _reshape_reverse, True, True)
+
+
+# ---- flatten: a reshape forward; reverse splits the merged dim back into its input dims ---------
+def _flatten_axes(x_shape: Shape, start_axis: int, stop_axis: int) -> tuple[int, int]:
+    n = max(len(x_shape), 1)
+    start = normalise_axis("flatten", "x", start_axis, n)
+    stop = normalise_axis("flatten", "x", stop_axis, n)
+    if start > stop:
+        raise RuleArgumentError(
+            f"start_axis {start_axis} comes after stop_axis {stop_axis} in 'x' of rank "
+            f"{len(x_shape)}; give start_axis <= stop_axis"
+        )
+    return start, stop
+
+
+def _flatten_forward(x_shape: Shape, start_axis: int, stop_axis: int) -> tuple[Transformation, Shape]:
+    if not x_shape:
+        return (SINGLETON,), (1,)
+    start, stop = _flatten_axes(x_shape, start_axis, stop_axis)
+    merged = 1
+    for n in x_shape[start : stop + 1]:
+        merged *= n
+    out_shape = (*x_shape[:start], merged, *x_shape[stop + 1 :])
+    return dim_trans.make_reshape_trans(x_shape, out_shape), out_shape
+
+
+def _flatten_reverse(x_shape: Shape, out_shape: Shape, start_axis: int, stop_axis: int) -> Transformation:
+    if not x_shape:
+        return ()
+    start, stop = _flatten_axes(x_shape, start_axis, stop_axis)
+    pieces = x_shape[start : stop + 1]
+    merged = InputDim(start)
+    return (
+        *(InputDim(i) for i in range(start)),
+        *(dim_trans.split(merged, pieces, k) for k in range(len(pieces))),
+        *(InputDim(i - (stop - start)) for i in range(stop + 1, len(x_shape))),
+    )
+
+
+FLATTEN = ShapeOp(_flatten_forward, _flatten_reverse, True, False)
+
+
+# ---- squeeze: size-1 dims named in axis (all size-1 dims when axis is empty) disappear ----------
+def _squeezed(x_shape: Shape, axis: tuple[int, ...] | None) -> frozenset[int]:
+    if not axis:
+        return frozenset(i for i, n in enumerate(x_shape) if n == 1)
+    n = len(x_shape)
+    axes = (normalise_axis("squeeze", "x", a, max(n, 1)) for a in axis)
+    return frozenset(a for a in axes if a < n and x_shape[a] == 1)
+
+
+def _squeeze_forward(x_shape: Shape, axis: tuple[int, ...] | None) -> tuple[Transformation, Shape]:
+    gone = _squeezed(x_shape, axis)
+    trans: list[DimTrans] = []
+    out_shape: list[int] = []
+    for i, n in enumerate(x_shape):
+        if i in gone:
+            continue
+        trans.append(SINGLETON if n == 1 else InputDim(i))
+        out_shape.append(n)
+    return tuple(trans), tuple(out_shape)
+
+
+def _squeeze_reverse(x_shape: Shape, out_shape: Shape, axis: tuple[int, ...] | None) -> Transformation:
+    gone = _squeezed(x_shape, axis)
+    trans: list[DimTrans] = []
+    j = 0
+    for i, n in enumerate(x_shape):
+        trans.append(SINGLETON if n == 1 else InputDim(j))
+        if i not in gone:
+            j += 1
+    return tuple(trans)
+
+
+SQUEEZE = ShapeOp(_squeeze_forward, _squeeze_reverse, False, False)
+
+
+# ---- unsqueeze: size-1 dims appear at the output positions in axis ------------------------------
+def _inserted(x_ndim: int, axis: tuple[int, ...] | None) -> frozenset[int]:
+    axes = _required("axis", axis)
+    n_out = x_ndim + len(axes)
+    seen: set[int] = set()
+    for a in axes:
+        # Paddle counts negative axes from the end of the input's rank + 1
+        p = normalise_axis("unsqueeze", "x", a, x_ndim, allow_end=True)
+        if p >= n_out:
+            raise RuleArgumentError(f"axis {a} is out of range for the rank-{n_out} output")
+        if p in seen:
+            raise RuleArgumentError(
+                f"axis {a} inserts output dim {p} twice; give each new dim position once"
+            )
+        seen.add(p)
+    return frozenset(seen)
+
+
+def _unsqueeze_forward(x_shape: Shape, axis: tuple[int, ...] | None) -> tuple[Transformation, Shape]:
+    new = _inserted(len(x_shape), axis)
+    trans: list[DimTrans] = []
+    out_shape: list[int] = []
+    j = 0
+    for i in range(len(x_shape) + len(new)):
+        if i in new:
+            trans.append(SINGLETON)
+            out_shape.append(1)
+        else:
+            n = x_shape[j]
+            trans.append(SINGLETON if n == 1 else InputDim(j))
+            out_shape.append(n)
+            j += 1
+    return tuple(trans), tuple(out_shape)
+
+
+def _unsqueeze_reverse(x_shape: Shape, out_shape: Shape, axis: tuple[int, ...] | None) -> Transformation:
+    new = _inserted(len(x_shape), axis)
+    return tuple(
+        SINGLETON if n == 1 else InputDim(i)
+        for i, n in enumerate(out_shape)
+        if i not in new
+    )
+
+
+UNSQUEEZE = ShapeOp(_unsqueeze_forward, _unsqueeze_reverse, False, False)
+
+
+# ---- registration -------------------------------------------------------------------------------
+def _register(names: tuple[str, ...], op: ShapeOp, attrs: list[Any], doc: str) -> None:
+    for name in names:
+        register_rule(
+            name,
+            forward=functools.partial(_forward, op),
+            reverse=functools.partial(_reverse, op),
+            inputs=[T("x")],
+            outputs=[T("out")],
+            attrs=attrs,
+            family="shape",
+            doc=doc,
+        )
+
+
+_register(("reshape", "reshape2"), RESHAPE, [A("shape", "ints", None)],
+          "ReshapeInferSpmd: DimTrans of the greedy reshape matching; partials pass through.")
+_register(("flatten",), FLATTEN, [A("start_axis", "int", 0), A("stop_axis", "int", -1)],
+          "FlattenInferSpmd: reshape to the merged shape; reverse splits the merged dim.")
+_register(("squeeze",), SQUEEZE, [A("axis", "ints", ())],
+          "SqueezeInferSpmd: size-1 dims in axis (all when empty) disappear.")
+_register(("unsqueeze", "unsqueeze2"), UNSQUEEZE, [A("axis", "ints", None)],
+          "UnsqueezeInferSpmd: size-1 dims appear at the output positions in axis.")

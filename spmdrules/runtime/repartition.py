@@ -1,0 +1,143 @@
+"""Repartition (seed 002): move a tensor from one Cartesian partition to another.
+
+The input may have any decomposition over ``P_x``; the output is always the balanced
+decomposition over ``P_y``.  The overlaps between every input block and every output block
+are computed once per input structure and the data moves in one multi-dimensional
+scatterv/gatherv (``MPI_Alltoallw`` on subarray datatypes) over the union of the partitions.
+The adjoint moves the data back to the decomposition of the most recent forward input (or
+the balanced one if there was none).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from spmdrules.runtime.box_exchange import BoxExchange
+from spmdrules.runtime.decomposition import Box, box_shape, zero_volume_tensor
+from spmdrules.runtime.errors import PartitionMismatchError, TensorStructureError
+from spmdrules.runtime.layout import GridLayout, layout_from_structures
+from spmdrules.runtime.partition import MPIPartition
+from spmdrules.runtime.structure import PlanCache, StructureExchange
+
+Array = np.ndarray[Any, Any]
+
+
+@dataclass
+class _Plan:
+    exchange: BoxExchange
+    src_layout: GridLayout
+    out: Array | None
+
+
+class Repartition:
+    """Repartition a tensor from ``P_x`` to ``P_y`` (Cartesian, same dimension as the tensor)."""
+
+    def __init__(self, P_x: MPIPartition, P_y: MPIPartition, preserve_batch: bool = True) -> None:
+        if not P_x.same_root(P_y):
+            raise PartitionMismatchError(
+                "Repartition: P_x and P_y come from different root communicators; derive both "
+                "from one MPIPartition(comm)"
+            )
+        if P_x.dim != P_y.dim:
+            raise PartitionMismatchError(
+                f"Repartition: P_x has shape {P_x.shape} and P_y has shape {P_y.shape}; both "
+                "need the tensor's dimension. Pad the shorter shape with ones (a partition of "
+                "shape [3] can become [1, 1, 3] without moving data)"
+            )
+        self.P_x, self.P_y = P_x, P_y
+        self.preserve_batch = preserve_batch
+        me = P_x.root.Get_rank()
+        self.union = tuple(sorted(set(P_x.members) | set(P_y.members)))
+        self.active = me in self.union
+        self._slot = self.union.index(me) if self.active else -1
+        self._structure = StructureExchange(P_x.root, self.union) if self.active else None
+        self._forward_plans: PlanCache[_Plan] = PlanCache()
+        self._adjoint_plans: PlanCache[_Plan] = PlanCache()
+        self._last_x_layout: GridLayout | None = None
+        self.bytes_sent = 0
+
+    def _slots(self, P: MPIPartition) -> list[int]:
+        return [self.union.index(m) for m in P.members]
+
+    def _exchange_for(self, src: GridLayout, P_src: MPIPartition, dst: GridLayout,
+                      P_dst: MPIPartition) -> BoxExchange:
+        assert self._structure is not None
+        owned: list[Box | None] = [None] * len(self.union)
+        needed: list[Box | None] = [None] * len(self.union)
+        for r, s in enumerate(self._slots(P_src)):
+            owned[s] = src.boxes[r]
+        for r, s in enumerate(self._slots(P_dst)):
+            needed[s] = dst.boxes[r]
+        return BoxExchange(self._structure.comm, self._slot, dst.dtype, owned, needed)
+
+    def _zero(self, like: Array) -> Array:
+        batch = like.shape[0] if self.preserve_batch and like.ndim > 0 else None
+        return zero_volume_tensor(batch, dtype=like.dtype)
+
+    def forward(self, x: Array) -> Array:
+        """Move ``x`` (this worker's block on ``P_x``) to the balanced layout on ``P_y``."""
+        x = np.asarray(x)
+        if self._structure is None:
+            return x.copy()
+        key = self._structure.exchange(x if self.P_x.active else None, "Repartition")
+
+        def build() -> _Plan:
+            assert self._structure is not None
+            st = self._structure.structures()
+            src = layout_from_structures(
+                self.P_x, [st[s] for s in self._slots(self.P_x)], "Repartition", "P_x"
+            )
+            dst = GridLayout.balanced(self.P_y, src.dtype, src.global_shape)
+            out = None
+            if self.P_y.active:
+                out = np.empty(box_shape(dst.boxes[self.P_y.rank]), dtype=src.dtype)
+            return _Plan(self._exchange_for(src, self.P_x, dst, self.P_y), src, out)
+
+        plan = self._forward_plans.get(key, build)
+        self._last_x_layout = plan.src_layout
+        out = plan.out if plan.out is not None else np.empty(0, dtype=x.dtype)
+        plan.exchange.gather(x, out)
+        self.bytes_sent += plan.exchange.bytes_gather
+        return plan.out if plan.out is not None else self._zero(x)
+
+    def adjoint(self, dy: Array) -> Array:
+        """Move ``dy`` (balanced on ``P_y``) back to the layout of the last forward input."""
+        dy = np.asarray(dy)
+        if self._structure is None:
+            return dy.copy()
+        key = self._structure.exchange(dy if self.P_y.active else None, "Repartition.adjoint")
+        last = self._last_x_layout
+
+        def build() -> _Plan:
+            assert self._structure is not None
+            st = self._structure.structures()
+            src = layout_from_structures(
+                self.P_y, [st[s] for s in self._slots(self.P_y)], "Repartition.adjoint", "P_y"
+            )
+            balanced = GridLayout.balanced(self.P_y, src.dtype, src.global_shape)
+            if src.boxes != balanced.boxes:
+                raise TensorStructureError(
+                    f"Repartition.adjoint: the gradient on P_y (global shape "
+                    f"{src.global_shape}) is not balanced; pass the gradient with the layout "
+                    "of the forward output"
+                )
+            if last is not None and last.global_shape == src.global_shape:
+                dst = GridLayout(src.dtype, last.global_shape, last.boxes)
+            else:
+                dst = GridLayout.balanced(self.P_x, src.dtype, src.global_shape)
+            out = None
+            if self.P_x.active:
+                out = np.empty(box_shape(dst.boxes[self.P_x.rank]), dtype=src.dtype)
+            return _Plan(self._exchange_for(src, self.P_y, dst, self.P_x), dst, out)
+
+        layout_key = b"" if last is None else repr(last.boxes).encode()
+        plan = self._adjoint_plans.get(key + layout_key, build)
+        out = plan.out if plan.out is not None else np.empty(0, dtype=dy.dtype)
+        plan.exchange.gather(dy, out)
+        self.bytes_sent += plan.exchange.bytes_gather
+        return plan.out if plan.out is not None else self._zero(dy)
+
+    __call__ = forward
