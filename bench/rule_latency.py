@@ -37,25 +37,73 @@ class Case:
 
 
 CASES = (
-    Case("matmul x[4,1024,512] dm[0,-1,1] @ y[512,2048] dm[1,-1]", "matmul", "forward",
-         (([4, 1024, 512], [0, -1, 1]), ([512, 2048], [1, -1])), (False, False), 9.9),
-    Case("add x[8,128,1024] dm[0,-1,1] + y[1024]", "add", "forward",
-         (([8, 128, 1024], [0, -1, 1]), ([1024], [-1])), (), 7.6),
-    Case("reshape [8,128,1024] dm[0,-1,1] -> [8,128,16,64]", "reshape", "forward",
-         (([8, 128, 1024], [0, -1, 1]),), ([8, 128, 16, 64],), 7.0),
-    Case("layer_norm x[8,128,1024] dm[0,1,-1] + scale, bias; bna=2", "layer_norm", "forward",
-         (([8, 128, 1024], [0, 1, -1]), ([1024], [-1]), ([1024], [-1])), (1e-5, 2), 12.0),
-    Case("softmax x[8,16,128,128] dm[0,1,-1,-1], axis=-1", "softmax", "forward",
-         (([8, 16, 128, 128], [0, 1, -1, -1]),), (-1,), 6.3),
-    Case("concat 4 x [8,256,64] dm[0,-1,1], axis=1", "concat", "forward",
-         ([([8, 256, 64], [0, -1, 1])] * 4,), (1,), 28.5),
-    Case("embedding ids[8,512] dm[0,-1], weight[32000,1024] dm[-1,1]", "embedding", "forward",
-         (([8, 512], [0, -1]), ([32000, 1024], [-1, 1])), (-1, False), 7.6),
-    Case("matmul reverse from out[4,1024,2048] dm[0,-1,1]", "matmul", "reverse",
-         (([4, 1024, 512], [-1, -1, -1]), ([512, 2048], [-1, -1]), ([4, 1024, 2048], [0, -1, 1])),
-         (False, False), 8.7),
-    Case("relu x[8,128,1024] dm[0,-1,1]", "relu", "forward",
-         (([8, 128, 1024], [0, -1, 1]),), (), 6.2),
+    Case(
+        "matmul x[4,1024,512] dm[0,-1,1] @ y[512,2048] dm[1,-1]",
+        "matmul",
+        "forward",
+        (([4, 1024, 512], [0, -1, 1]), ([512, 2048], [1, -1])),
+        (False, False),
+        9.9,
+    ),
+    Case(
+        "add x[8,128,1024] dm[0,-1,1] + y[1024]",
+        "add",
+        "forward",
+        (([8, 128, 1024], [0, -1, 1]), ([1024], [-1])),
+        (),
+        7.6,
+    ),
+    Case(
+        "reshape [8,128,1024] dm[0,-1,1] -> [8,128,16,64]",
+        "reshape",
+        "forward",
+        (([8, 128, 1024], [0, -1, 1]),),
+        ([8, 128, 16, 64],),
+        7.0,
+    ),
+    Case(
+        "layer_norm x[8,128,1024] dm[0,1,-1] + scale, bias; bna=2",
+        "layer_norm",
+        "forward",
+        (([8, 128, 1024], [0, 1, -1]), ([1024], [-1]), ([1024], [-1])),
+        (1e-5, 2),
+        12.0,
+    ),
+    Case(
+        "softmax x[8,16,128,128] dm[0,1,-1,-1], axis=-1",
+        "softmax",
+        "forward",
+        (([8, 16, 128, 128], [0, 1, -1, -1]),),
+        (-1,),
+        6.3,
+    ),
+    Case(
+        "concat 4 x [8,256,64] dm[0,-1,1], axis=1",
+        "concat",
+        "forward",
+        ([([8, 256, 64], [0, -1, 1])] * 4,),
+        (1,),
+        28.5,
+    ),
+    Case(
+        "embedding ids[8,512] dm[0,-1], weight[32000,1024] dm[-1,1]",
+        "embedding",
+        "forward",
+        (([8, 512], [0, -1]), ([32000, 1024], [-1, 1])),
+        (-1, False),
+        7.6,
+    ),
+    Case(
+        "matmul reverse from out[4,1024,2048] dm[0,-1,1]",
+        "matmul",
+        "reverse",
+        (([4, 1024, 512], [-1, -1, -1]), ([512, 2048], [-1, -1]), ([4, 1024, 2048], [0, -1, 1])),
+        (False, False),
+        8.7,
+    ),
+    Case(
+        "relu x[8,128,1024] dm[0,-1,1]", "relu", "forward", (([8, 128, 1024], [0, -1, 1]),), (), 6.2
+    ),
 )
 
 
@@ -133,8 +181,10 @@ print(json.dumps(out))
 
 def time_paddle(python: str | None) -> list[float] | None:
     payload = json.dumps(
-        [{"op": c.op, "direction": c.direction, "tensors": c.tensors, "attrs": c.attrs}
-         for c in CASES]
+        [
+            {"op": c.op, "direction": c.direction, "tensors": c.tensors, "attrs": c.attrs}
+            for c in CASES
+        ]
     )
     if python is None:
         try:
@@ -143,8 +193,12 @@ def time_paddle(python: str | None) -> list[float] | None:
             return None
         python = sys.executable
     res = subprocess.run(
-        [python, "-c", _PADDLE_SNIPPET], input=payload, capture_output=True, text=True,
-        timeout=900, check=False,
+        [python, "-c", _PADDLE_SNIPPET],
+        input=payload,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
     )
     if res.returncode != 0:
         print(f"paddle timing failed:\n{res.stderr[-2000:]}", file=sys.stderr)
@@ -163,9 +217,17 @@ def main() -> int:
     for i, case in enumerate(CASES):
         first, repeat = time_ours(case)
         ref = paddle[i] if paddle else case.paddle_us
-        rows.append({"case": case.label, "paddle_us": round(ref, 2), "measured": bool(paddle),
-                     "first_us": round(first, 2), "repeat_us": round(repeat, 2),
-                     "first_ratio": round(first / ref, 3), "repeat_ratio": round(repeat / ref, 3)})
+        rows.append(
+            {
+                "case": case.label,
+                "paddle_us": round(ref, 2),
+                "measured": bool(paddle),
+                "first_us": round(first, 2),
+                "repeat_us": round(repeat, 2),
+                "first_ratio": round(first / ref, 3),
+                "repeat_ratio": round(repeat / ref, 3),
+            }
+        )
     if ns.json:
         print(json.dumps(rows, indent=1))
         return 0
@@ -175,8 +237,10 @@ def main() -> int:
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r['case']:58s} {r['paddle_us']:9.2f} {r['first_us']:9.2f} {r['first_ratio']:6.2f} "
-              f"{r['repeat_us']:9.2f} {r['repeat_ratio']:6.2f}")
+        print(
+            f"{r['case']:58s} {r['paddle_us']:9.2f} {r['first_us']:9.2f} {r['first_ratio']:6.2f} "
+            f"{r['repeat_us']:9.2f} {r['repeat_ratio']:6.2f}"
+        )
     return 0
 
 

@@ -43,17 +43,18 @@ def _join(piece: MultiDims, axis: int, keeps_axis: bool) -> MultiDims:
 
 
 # ---- Paddle's alignment of the pieces of concat / stack ------------------------------------------
-_Placement = tuple[str, object]  # ("S", tensor dim) | ("P", reduce type) | ("R", None)
-_REPLICATE: _Placement = ("R", None)
+# A mesh dim's placement for one tensor: the tensor dim it shards, the reduce type of its pending
+# partial, or None (replicated).
+_Placement = int | str | None
 
 
 def _placements(a: DistAttr) -> list[_Placement]:
-    out: list[_Placement] = [_REPLICATE] * a.mesh.ndim
+    out: list[_Placement] = [None] * a.mesh.ndim
     for tdim, dims in enumerate(a.multi_dims_mapping):
         for md in dims:
-            out[md] = ("S", tdim)
+            out[md] = tdim
     for md, rt in a.partial_items:
-        out[md] = ("P", rt)
+        out[md] = rt
     return out
 
 
@@ -71,37 +72,42 @@ def _local_numel(t: TensorSpec) -> int:
 
 
 def _align(pieces: Sequence[TensorSpec], aligned: Sequence[int]) -> tuple[MultiDims, PartialItems]:
-    """One mapping for every piece (same rank) and the sum/avg partials they all share."""
-    nonempty = [t for t in pieces if not _is_empty(t.shape)]
-    ref = nonempty[0] if nonempty else pieces[0]
-    first = ref.attr
+    """One mapping for every piece (same rank) and the sum/avg partials they all share.
+
+    A mesh dim on which every non-empty piece agrees keeps its shard (of an aligned axis) or its
+    sum/avg partial. A mesh dim on which they disagree goes to the aligned axis that is cheapest
+    to reshard to (the fewest elements moved; ties: the lowest axis), or to none.
+    """
+    nonempty = [t for t in pieces if not _is_empty(t.shape)] or [pieces[0]]
+    first = nonempty[0].attr
     if all(t.attr == first for t in nonempty):  # already aligned: nothing to choose
-        mdm = tuple(d if i in aligned else () for i, d in enumerate(first.multi_dims_mapping))
-        part = tuple(p for p in first.partial_items if p[1] in _LINEAR_REDUCE)
-        return mdm, part
+        return (
+            tuple(d if i in aligned else () for i, d in enumerate(first.multi_dims_mapping)),
+            tuple(p for p in first.partial_items if p[1] in _LINEAR_REDUCE),
+        )
     mesh_shape = first.mesh.shape
     places = [_placements(t.attr) for t in nonempty]
-    ref_places = places[0]
-    mismatched = [any(p[md] != ref_places[md] for p in places) for md in range(len(mesh_shape))]
+    ref = places[0]
+    agreed = [all(p[md] == ref[md] for p in places) for md in range(len(mesh_shape))]
     owner: dict[int, int] = {}  # mesh dim -> tensor dim
     partial: list[tuple[int, str]] = []
-    for md, bad in enumerate(mismatched):
-        kind, what = ref_places[md]
-        if bad:
+    for md, ok in enumerate(agreed):
+        where = ref[md]
+        if not ok:
             continue
-        if kind == "S" and what in aligned:
-            owner[md] = what  # type: ignore[assignment]
-        elif kind == "P" and what in _LINEAR_REDUCE:
-            partial.append((md, what))  # type: ignore[arg-type]
+        if isinstance(where, int) and where in aligned:
+            owner[md] = where
+        elif isinstance(where, str) and where in _LINEAR_REDUCE:
+            partial.append((md, where))
+    # Agreed co-shards keep their order (it is the data layout); a chosen axis was unsharded.
+    mdm = [tuple(md for md in dims if md in owner) for dims in first.multi_dims_mapping]
     costs = [_local_numel(t) for t in nonempty]
-    for md, bad in enumerate(mismatched):
-        if bad:
+    for md, ok in enumerate(agreed):
+        if not ok:
             tdim = _cheapest_axis(nonempty, costs, aligned, set(owner.values()), mesh_shape[md])
             if tdim is not None:
                 owner[md] = tdim
-    mdm: list[tuple[int, ...]] = [() for _ in first.multi_dims_mapping]
-    for md in sorted(owner):
-        mdm[owner[md]] += (md,)
+                mdm[tdim] = (md,)
     return tuple(mdm), tuple(partial)
 
 
@@ -182,20 +188,18 @@ def _concat_axis(x: Sequence[TensorSpec], axis: int) -> int:
 def concat_forward(x: tuple[TensorSpec, ...], axis: int) -> SpmdInfo:
     a = _concat_axis(x, axis)
     aligned = [d for d in range(x[0].ndim) if d != a]
-    mdm, part = _align(x, aligned)
-    ins = tuple(attr(t, mdm, part) for t in x)
-    # Deviation ConcatPartialOutput: the concat of partial pieces is partial; Paddle drops it here.
-    return SpmdInfo([ins], [attr(x[0], mdm, part)])
+    piece = attr(x[0], *_align(x, aligned))
+    # Deviation PartialPiecesKept: the concat of partial pieces is partial; Paddle drops it here.
+    return SpmdInfo([(piece,) * len(x)], [piece])
 
 
 def concat_reverse(x: tuple[TensorSpec, ...], out: TensorSpec, axis: int) -> SpmdInfo:
     a = _concat_axis(x, axis)
     whole = (*x[0].shape[:a], sum(t.shape[a] for t in x), *x[0].shape[a + 1 :])
     _check_whole("out", out, whole)
-    mdm = _cut(out.attr.multi_dims_mapping, a, keeps_axis=True)
-    ins = tuple(attr(t, mdm) for t in x)
-    # Deviation JoinReverseOutput: the out is what the local concat yields (Paddle echoes `out`).
-    return SpmdInfo([ins], [attr(out, mdm)])
+    piece = attr(out, _cut(out.attr.multi_dims_mapping, a, keeps_axis=True))
+    # Deviation JoinReverseEchoesOut: the out the local concat yields (Paddle echoes `out`).
+    return SpmdInfo([(piece,) * len(x)], [piece])
 
 
 # ---- stack ---------------------------------------------------------------------------------------
@@ -210,17 +214,16 @@ def _stack_axis(x: Sequence[TensorSpec], axis: int) -> int:
 def stack_forward(x: tuple[TensorSpec, ...], axis: int) -> SpmdInfo:
     a = _stack_axis(x, axis)
     mdm, part = _align(x, range(x[0].ndim))
-    ins = tuple(attr(t, mdm, part) for t in x)
-    return SpmdInfo([ins], [attr(x[0], _join(mdm, a, keeps_axis=False), part)])
+    piece = attr(x[0], mdm, part)
+    return SpmdInfo([(piece,) * len(x)], [attr(x[0], _join(mdm, a, keeps_axis=False), part)])
 
 
 def stack_reverse(x: tuple[TensorSpec, ...], out: TensorSpec, axis: int) -> SpmdInfo:
     a = _stack_axis(x, axis)
     _check_whole("out", out, (*x[0].shape[:a], len(x), *x[0].shape[a:]))
     mdm = _cut(out.attr.multi_dims_mapping, a, keeps_axis=False)
-    ins = tuple(attr(t, mdm) for t in x)
-    # Deviation JoinReverseOutput: the out is what the local stack yields (Paddle echoes `out`).
-    return SpmdInfo([ins], [attr(out, _join(mdm, a, keeps_axis=False))])
+    # Deviation JoinReverseEchoesOut: the out the local stack yields (Paddle echoes `out`).
+    return SpmdInfo([(attr(out, mdm),) * len(x)], [attr(out, _join(mdm, a, keeps_axis=False))])
 
 
 # ---- split / split_with_num / unbind: cut the whole `x` into `outs` ------------------------------
@@ -319,7 +322,7 @@ def _num_sizes(x: TensorSpec, num: int, axis: int) -> tuple[int, tuple[int, ...]
 
 
 def split_with_num_forward(x: TensorSpec, num: int, axis: int) -> SpmdInfo:
-    a, sizes = _num_sizes(x, num, axis)
+    a, _ = _num_sizes(x, num, axis)
     return _cut_forward(x, a, num, keeps_axis=True, keep_partial=False)
 
 
@@ -364,8 +367,8 @@ def add_n_forward(inputs: tuple[TensorSpec, ...]) -> SpmdInfo:
         rt not in _LINEAR_REDUCE for _, rt in part
     ):
         part = ()
-    ins = tuple(attr(t, mdm, part) for t in inputs)
-    return SpmdInfo([ins], [attr(first, mdm, part)])
+    piece = attr(first, mdm, part)
+    return SpmdInfo([(piece,) * len(inputs)], [piece])
 
 
 # ---- registration --------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ class ShapeOp:
     #: (x shape, out shape, *attrs) -> transformation out -> x
     reverse: Callable[..., Transformation]
     forward_keeps_partial: bool
-    #: reverse: the input keeps its own partial (reshape) or loses it
-    reverse_keeps_x_partial: bool
+    #: reverse: x and out keep their own partials (reshape) or lose them
+    reverse_keeps_partial: bool
 
 
 def _forward(op: ShapeOp, x: TensorSpec, *attrs: Any) -> SpmdInfo:
@@ -51,9 +51,14 @@ def _reverse(op: ShapeOp, x: TensorSpec, out: TensorSpec, *attrs: Any) -> SpmdIn
         )
     trans = op.reverse(x.shape, out.shape, *attrs)
     a = out.attr
-    out_m, in_m = dim_trans.infer(trans, out.shape, a.multi_dims_mapping, a.mesh.shape)
-    part = x.attr.partial_items if op.reverse_keeps_x_partial else ()
-    return SpmdInfo([attr(x, in_m, part)], [attr(out, out_m)])
+    out_m, in_m = dim_trans.infer(
+        trans, out.shape, a.multi_dims_mapping, a.mesh.shape, checked=False
+    )
+    if op.reverse_keeps_partial:
+        return SpmdInfo(
+            [attr(x, in_m, x.attr.partial_items)], [attr(out, out_m, a.partial_items)]
+        )
+    return SpmdInfo([attr(x, in_m)], [attr(out, out_m)])
 
 
 # ---- reshape ------------------------------------------------------------------------------------
@@ -152,20 +157,17 @@ SQUEEZE = ShapeOp(_squeeze_forward, _squeeze_reverse, False, False)
 
 # ---- unsqueeze: size-1 dims appear at the output positions in axis ------------------------------
 def _inserted(x_ndim: int, axis: tuple[int, ...] | None) -> frozenset[int]:
+    """The output positions of the new dims, inserted one after another as paddle.unsqueeze does
+    (a negative axis counts from the end of the rank reached so far)."""
     axes = _required("axis", axis)
-    n_out = x_ndim + len(axes)
-    seen: set[int] = set()
+    rank = x_ndim
+    new: list[int] = []
     for a in axes:
-        # Paddle counts negative axes from the end of the input's rank + 1
-        p = normalise_axis("unsqueeze", "x", a, x_ndim, allow_end=True)
-        if p >= n_out:
-            raise RuleArgumentError(f"axis {a} is out of range for the rank-{n_out} output")
-        if p in seen:
-            raise RuleArgumentError(
-                f"axis {a} inserts output dim {p} twice; give each new dim position once"
-            )
-        seen.add(p)
-    return frozenset(seen)
+        p = normalise_axis("unsqueeze", "x", a, rank, allow_end=True)
+        new = [q + 1 if q >= p else q for q in new]
+        new.append(p)
+        rank += 1
+    return frozenset(new)
 
 
 def _unsqueeze_forward(x_shape: Shape, axis: tuple[int, ...] | None) -> tuple[Transformation, Shape]:

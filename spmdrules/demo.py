@@ -43,10 +43,15 @@ def run(batch: int = 8, seq: int = 128, hidden: int = 256) -> list[tuple[str, st
         "w2": TensorSpec([ffn, hidden], DistAttr(mesh, ["mp", None])),
         "b2": TensorSpec([hidden], DistAttr(mesh, [None])),
     }
-    rows = [(name, str(list(s.shape)), s.attr.mapping_str(), "annotated") for name, s in specs.items()]
+    rows = [
+        (name, str(list(s.shape)), s.attr.mapping_str(), "annotated") for name, s in specs.items()
+    ]
     shapes = {
-        "h1": [batch, seq, ffn], "h1b": [batch, seq, ffn], "a": [batch, seq, ffn],
-        "h2": [batch, seq, hidden], "y": [batch, seq, hidden],
+        "h1": [batch, seq, ffn],
+        "h1b": [batch, seq, ffn],
+        "a": [batch, seq, ffn],
+        "h2": [batch, seq, hidden],
+        "y": [batch, seq, hidden],
     }
     for step in mlp_steps():
         info = get_rule(step.op).infer_forward(*(specs[n] for n in step.inputs), *step.attrs)
@@ -66,7 +71,9 @@ def main() -> int:
     rows = run()
     elapsed = time.perf_counter() - t0
     print("Megatron-style MLP on mesh [[0,1],[2,3]] (dp, mp): y = gelu(x @ W1 + b1) @ W2 + b2")
-    print("dims_mapping: tensor dim -> mesh dim (0 = dp, 1 = mp, -1 = replicated); P{d:sum} = pending")
+    print(
+        "dims_mapping: tensor dim -> mesh dim (0 = dp, 1 = mp, -1 = replicated); P{d:sum} = pending"
+    )
     print()
     head = ("tensor", "shape", "attribute", "source")
     widths = [max(len(r[i]) for r in (*rows, head)) for i in range(4)]
@@ -75,7 +82,9 @@ def main() -> int:
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
     print()
-    print(f"inferred {sum(1 for r in rows if r[3].endswith('output'))} tensors in {elapsed * 1e3:.1f} ms")
+    print(
+        f"inferred {sum(1 for r in rows if r[3].endswith('output'))} tensors in {elapsed * 1e3:.1f} ms"
+    )
     return 0
 
 

@@ -160,13 +160,29 @@ def make_reshape_trans(src_shape: tuple[int, ...], tgt_shape: tuple[int, ...]) -
                 pieces.append(tgt[j])
                 j += 1
         if pieces:
-            merged = flatten([InputDim(d) for d in src_dims if src_shape[d] > 1])
+            # a lone size-1 source dim stays itself (Paddle keeps its sharding); in a merge it
+            # contributes nothing
+            merged = (
+                InputDim(src_dims[0])
+                if len(src_dims) == 1
+                else flatten([InputDim(d) for d in src_dims if src_shape[d] > 1])
+            )
             shape = tuple(pieces)
             out.extend(split(merged, shape, k) for k in range(len(shape)))
     return tuple(out)
 
 
 # ---- inference ----------------------------------------------------------------------------------
+#
+# Paddle 3.3.1 infers the two directions differently, and we follow it:
+#
+# * forward (input -> output, ``checked=True``): a merged dim keeps its major input dim's sharding
+#   only if that dim's size divides evenly, then co-shards the following sharded dims while the
+#   major dim's size still divides by the growing product; a split gives its first piece the
+#   longest prefix of those mesh dims that divides the piece.
+# * reverse (output -> input, ``checked=False``): a merged dim co-shards all leading sharded dims
+#   without checking sizes; a split takes only the major dim's mesh dims, cut to the prefix that
+#   divides the first piece.
 def _size(mesh_shape: tuple[int, ...], dims: tuple[int, ...]) -> int:
     n = 1
     for d in dims:
@@ -174,53 +190,73 @@ def _size(mesh_shape: tuple[int, ...], dims: tuple[int, ...]) -> int:
     return n
 
 
+def _divisible_prefix(size: int, dims: tuple[int, ...], mesh_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The longest prefix of ``dims`` whose shard count divides ``size``."""
+    n = 1
+    for k, d in enumerate(dims):
+        n *= mesh_shape[d]
+        if size % n:
+            return dims[:k]
+    return dims
+
+
+def _merged(
+    t: Flatten, shape: tuple[int, ...], mdm: MultiDims, mesh_shape: tuple[int, ...], checked: bool
+) -> tuple[int, tuple[int, ...]] | None:
+    lead = t.dims[0]
+    if type(lead) is not InputDim or not mdm[lead.dim]:
+        return None
+    dims: tuple[int, ...] = ()
+    for d in t.dims:
+        if type(d) is not InputDim or not mdm[d.dim]:
+            break
+        dims += mdm[d.dim]
+    if checked:
+        dims = _divisible_prefix(shape[lead.dim], dims, mesh_shape)
+        if len(dims) < len(mdm[lead.dim]):
+            return None
+    return (lead.dim, dims) if dims else None
+
+
 def _source(
-    t: DimTrans,
-    shape: tuple[int, ...],
-    mdm: MultiDims,
-    mesh_shape: tuple[int, ...],
+    t: DimTrans, shape: tuple[int, ...], mdm: MultiDims, mesh_shape: tuple[int, ...], checked: bool
 ) -> tuple[int, tuple[int, ...]] | None:
     """The input dim whose sharding output dim ``t`` takes, with the mesh dims it gets."""
-    if type(t) is InputDim:
-        dims = mdm[t.dim]
-        return (t.dim, dims) if dims else None
-    if type(t) is Flatten:
-        lead = t.dims[0]
-        if type(lead) is not InputDim:
-            return None
-        dims = mdm[lead.dim]
-        if not dims or shape[lead.dim] % _size(mesh_shape, dims):
-            return None
-        for d in t.dims[1:]:
-            if type(d) is not InputDim or not mdm[d.dim]:
-                break
-            dims = dims + mdm[d.dim]
-        return lead.dim, dims
-    if type(t) is Split:
-        if t.index != 0:
-            return None
-        src = _source(t.dim, shape, mdm, mesh_shape)
+    tt = type(t)
+    if tt is InputDim:
+        d = t.dim  # type: ignore[union-attr]
+        return (d, mdm[d]) if mdm[d] else None
+    if tt is Flatten:
+        return _merged(t, shape, mdm, mesh_shape, checked)  # type: ignore[arg-type]
+    if tt is Split and t.index == 0:  # type: ignore[union-attr]
+        inner = t.dim  # type: ignore[union-attr]
+        if type(inner) is Flatten and not checked:
+            inner = inner.dims[0]
+        src = _source(inner, shape, mdm, mesh_shape, checked)
         if src is None:
             return None
-        d, dims = src
-        if t.shape[0] % _size(mesh_shape, dims):
-            return None
-        return d, dims
+        dims = _divisible_prefix(t.shape[0], src[1], mesh_shape)  # type: ignore[union-attr]
+        return (src[0], dims) if dims else None
     return None
 
 
 def infer(
-    trans: Transformation, shape: tuple[int, ...], mdm: MultiDims, mesh_shape: tuple[int, ...]
+    trans: Transformation,
+    shape: tuple[int, ...],
+    mdm: MultiDims,
+    mesh_shape: tuple[int, ...],
+    *,
+    checked: bool = True,
 ) -> tuple[MultiDims, MultiDims]:
     """(input mapping, output mapping) for an input of ``shape`` sharded as ``mdm``.
 
-    Every input dim keeps exactly the mesh dims its output dim carries, so the pair is consistent.
+    Every input dim keeps exactly the mesh dims its output dim carries (the other dims of a merge
+    are replicated), so the returned pair is consistent.
     """
-    n = len(shape)
-    kept: list[tuple[int, ...]] = [()] * n
+    kept: list[tuple[int, ...]] = [()] * len(shape)
     out: list[tuple[int, ...]] = []
     for t in trans:
-        src = _source(t, shape, mdm, mesh_shape)
+        src = _source(t, shape, mdm, mesh_shape, checked)
         if src is None:
             out.append(())
         else:

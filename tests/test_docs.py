@@ -15,9 +15,10 @@ import spmdrules
 ROOT = Path(__file__).resolve().parents[1]
 # Docs whose examples need MPI or another layer's fixtures are executed by that layer's tests.
 OWN_TESTS = {"runtime.md", "graph.md"}
-DOCS = [ROOT / "README.md"] + sorted(
-    p for p in (ROOT / "docs").glob("*.md") if p.name not in OWN_TESTS
-)
+DOCS = [
+    ROOT / "README.md",
+    *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name not in OWN_TESTS),
+]
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
 
@@ -32,7 +33,9 @@ def test_markdown_examples_run(path: Path) -> None:
             raise AssertionError(f"{path.name} block {i} failed: {type(e).__name__}: {e}") from e
     # ```pycon blocks are doctests: their printed results are checked.
     result = doctest.testfile(
-        str(path), module_relative=False, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+        str(path),
+        module_relative=False,
+        optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
     )
     assert result.failed == 0, f"{path.name}: {result.failed} doctest example(s) failed"
 

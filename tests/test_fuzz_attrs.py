@@ -42,8 +42,11 @@ mapping_entry = st.one_of(st.integers(-2, 4), st.none(), st.sampled_from(["dp", 
     st.one_of(st.lists(mapping_entry, max_size=4), junk),
     st.one_of(
         st.none(),
-        st.dictionaries(st.one_of(st.integers(-1, 4), st.text(max_size=2)), st.one_of(
-            st.sampled_from([*sr.REDUCE_TYPES, "mean"]), junk), max_size=3),
+        st.dictionaries(
+            st.one_of(st.integers(-1, 4), st.text(max_size=2)),
+            st.one_of(st.sampled_from([*sr.REDUCE_TYPES, "mean"]), junk),
+            max_size=3,
+        ),
         st.lists(st.integers(-1, 4), max_size=3),
         junk,
     ),

@@ -13,6 +13,8 @@ from spmdrules.conformance.runner import (
     CaseResult,
     OpTally,
     default_case_paths,
+    deviation_summary,
+    deviation_table,
     iter_cases,
     run_case,
 )
@@ -95,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="also list up to N unexplained disagreements and crashes",
     )
+    ap.add_argument(
+        "--deviations",
+        action="store_true",
+        help="print the markdown table of deviation classes (as in docs/deviations.md)",
+    )
     ns = ap.parse_args(argv)
     try:
         paths = ns.paths or default_case_paths()
@@ -122,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             "agree": sum(t.agree for t in tallies.values()),
         }
         print(json.dumps(out))
+    elif ns.deviations:
+        print(deviation_table(deviation_summary(misses)))
     else:
         print(_table(tallies))
         shown = [m for m in misses if m.deviation is None][: ns.show]

@@ -22,6 +22,7 @@ from spmdrules.runtime.windows import (
     avg_pool_adjoint,
     max_pool,
     max_pool_adjoint,
+    max_pool_select,
 )
 
 Array = np.ndarray[Any, Any]
@@ -99,6 +100,15 @@ class _DistributedMaxPool(_DistributedPool):
 
     def _local_adjoint(self, dy: Array, geo: LocalWindows) -> Array:
         return max_pool_adjoint(dy, self._arg, geo, self._slab_shape)
+
+    def jacobian(self, v: Array) -> Array:
+        """Apply the linearisation at the last forward input (whose adjoint is ``adjoint``)."""
+        v = np.asarray(v)
+        if not self.P_x.active:
+            return v.copy()
+        if self._geo is None:
+            raise RuntimeSetupError(f"{type(self).__name__}.jacobian: call forward first")
+        return max_pool_select(self.halo(v), self._arg, self._geo)
 
 
 class _DistributedAvgPool(_DistributedPool):

@@ -197,6 +197,18 @@ def max_pool_adjoint(dy: Array, arg: Array, geo: LocalWindows, slab_shape: Seque
     return _crop(buf, spans, geo.in_spans, slab_shape)
 
 
+def max_pool_select(slab: Array, arg: Array, geo: LocalWindows) -> Array:
+    """The linearisation of max pooling at recorded maxima ``arg``, applied to ``slab``."""
+    lead = slab.ndim - len(geo.windows)
+    out = np.zeros(arg.shape, dtype=slab.dtype)
+    if 0 in geo.counts:
+        return out
+    buf = _padded(slab, geo.in_spans, geo.buffer_spans(), 0)
+    for flat, offs in enumerate(geo.offsets()):
+        np.copyto(out, buf[_offset_slices(geo.windows, offs, geo.counts, lead)], where=arg == flat)
+    return out
+
+
 def avg_pool(slab: Array, geo: LocalWindows, include_pad: bool) -> Array:
     """Mean over each window with PyTorch's divisor (count_include_pad)."""
     lead = slab.ndim - len(geo.windows)
