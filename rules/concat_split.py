@@ -35,10 +35,11 @@ def _cut(whole: MultiDims, axis: int, keeps_axis: bool) -> MultiDims:
     return (*whole[:axis], *whole[axis + 1 :])
 
 
-def _join(piece: MultiDims, axis: int, keeps_axis: bool) -> MultiDims:
-    """The whole's mapping read off a piece's: the op axis replicated."""
-    if keeps_axis:
-        return (*piece[:axis], (), *piece[axis + 1 :])
+def _join(piece: MultiDims, axis: int) -> MultiDims:
+    """The whole's mapping read off a piece that lost the op axis (stack): the axis replicated.
+
+    (A piece that keeps the axis reads the same as the whole, the axis replicated: ``_cut``.)
+    """
     return (*piece[:axis], (), *piece[axis:])
 
 
@@ -133,6 +134,14 @@ def _cheapest_axis(
     return best
 
 
+def _letters(ndim: int) -> str:
+    if ndim > len(einsum.ALPHABET):
+        raise RuleArgumentError(
+            f"rank {ndim} exceeds the {len(einsum.ALPHABET)} axes this rule can name"
+        )
+    return einsum.ALPHABET[:ndim]
+
+
 # ---- shape checks --------------------------------------------------------------------------------
 def _need_pieces(name: str, pieces: Sequence[TensorSpec]) -> None:
     if not pieces:
@@ -215,7 +224,7 @@ def stack_forward(x: tuple[TensorSpec, ...], axis: int) -> SpmdInfo:
     a = _stack_axis(x, axis)
     mdm, part = _align(x, range(x[0].ndim))
     piece = attr(x[0], mdm, part)
-    return SpmdInfo([(piece,) * len(x)], [attr(x[0], _join(mdm, a, keeps_axis=False), part)])
+    return SpmdInfo([(piece,) * len(x)], [attr(x[0], _join(mdm, a), part)])
 
 
 def stack_reverse(x: tuple[TensorSpec, ...], out: TensorSpec, axis: int) -> SpmdInfo:
@@ -223,7 +232,7 @@ def stack_reverse(x: tuple[TensorSpec, ...], out: TensorSpec, axis: int) -> Spmd
     _check_whole("out", out, (*x[0].shape[:a], len(x), *x[0].shape[a:]))
     mdm = _cut(out.attr.multi_dims_mapping, a, keeps_axis=False)
     # Deviation JoinReverseEchoesOut: the out the local stack yields (Paddle echoes `out`).
-    return SpmdInfo([(attr(out, mdm),) * len(x)], [attr(out, _join(mdm, a, keeps_axis=False))])
+    return SpmdInfo([(attr(out, mdm),) * len(x)], [attr(out, _join(mdm, a))])
 
 
 # ---- split / split_with_num / unbind: cut the whole `x` into `outs` ------------------------------
@@ -237,15 +246,14 @@ def _cut_forward(x: TensorSpec, a: int, n: int, keeps_axis: bool, keep_partial: 
 def _cut_reverse(
     x: TensorSpec, outs: tuple[TensorSpec, ...], a: int, keeps_axis: bool
 ) -> SpmdInfo:
-    letters = einsum.ALPHABET[: x.ndim]
+    letters = _letters(x.ndim)
     piece_letters = letters if keeps_axis else letters[:a] + letters[a + 1 :]
     merged = einsum.merge(
         ((piece_letters, o.attr.multi_dims_mapping) for o in outs),
         names=[f"outs[{i}]" for i in range(len(outs))],
     )
     merged = einsum.resolve_mesh_conflicts(merged)
-    whole = einsum.mapping_for(letters, merged)
-    whole = _cut(whole, a, keeps_axis=True) if keeps_axis else whole
+    whole = _cut(einsum.mapping_for(letters, merged), a, keeps_axis=True)
     piece = attr(x, _cut(whole, a, keeps_axis))
     return SpmdInfo([attr(x, whole)], [piece] * len(outs))
 
@@ -355,12 +363,15 @@ def add_n_forward(inputs: tuple[TensorSpec, ...]) -> SpmdInfo:
     first = inputs[0]
     _same_rank("inputs", inputs, first.ndim)
     _same_shape_except("inputs", inputs, None, first.shape, "'inputs[0]'")
-    letters = einsum.ALPHABET[: first.ndim]
-    merged = einsum.merge(
-        ((letters, t.attr.multi_dims_mapping) for t in inputs),
-        names=[f"inputs[{i}]" for i in range(len(inputs))],
-    )
-    mdm = einsum.mapping_for(letters, einsum.resolve_mesh_conflicts(merged))
+    if all(t.attr == first.attr for t in inputs):
+        mdm = first.attr.multi_dims_mapping
+    else:
+        letters = _letters(first.ndim)
+        merged = einsum.merge(
+            ((letters, t.attr.multi_dims_mapping) for t in inputs),
+            names=[f"inputs[{i}]" for i in range(len(inputs))],
+        )
+        mdm = einsum.mapping_for(letters, einsum.resolve_mesh_conflicts(merged))
     part = first.attr.partial_items
     # A sum of pieces partial the same way is partial that way, for linear reductions only.
     if not part or any(t.attr.partial_items != part for t in inputs) or any(
@@ -446,7 +457,9 @@ def _join_reverse_echoes_out(case: dict[str, Any], got: SpmdInfo | BaseException
     ndim = len(ours_mdm)
     axis = case["attrs"].get("axis", 0)
     axis = axis + ndim if axis < 0 else axis
-    return not ours_part and all(i == axis and not ours_mdm[i] for i in changed)
+    return (bool(changed) or bool(given[1])) and not ours_part and all(
+        i == axis and not ours_mdm[i] for i in changed
+    )
 
 
 def _concat_1d_unshared_partial(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:

@@ -18,19 +18,22 @@ Paddle's merge policy for matrix products (``ShardingMergeForTensorsMatmul``):
 from __future__ import annotations
 
 import functools
-from typing import Final
+from typing import Any, Final, TypeVar
 
 from spmdrules import einsum
 from spmdrules.attr import MultiDims, PartialItems
-from spmdrules.errors import RuleArgumentError
+from spmdrules.deviations import register_deviation
+from spmdrules.errors import RuleArgumentError, ShardingConflictError
 from spmdrules.registry import A, T, register_rule
-from spmdrules.rulekit import attr
+from spmdrules.rulekit import attr, shard_product
 from spmdrules.spec import SpmdInfo, TensorSpec
 
 MATMUL_OPS: Final = ("matmul", "matmul_v2")
 _FREE: Final = frozenset("mn")
+_NON_BATCH: Final = frozenset("mnk")
 
 LetterDims = dict[str, tuple[int, ...]]
+_E = TypeVar("_E")
 Notation3 = tuple[str, str, str]
 
 
@@ -61,20 +64,18 @@ def notation(x_ndim: int, y_ndim: int) -> Notation3:
     return xb + "mk", yb + "kn", (xb if x_ndim > y_ndim else yb) + "mn"
 
 
-def _swap_last2(t: tuple[int, ...] | MultiDims, flag: bool) -> tuple:  # type: ignore[type-arg]
+def _swap_last2(t: tuple[_E, ...], flag: bool) -> tuple[_E, ...]:
     if not flag:
         return t
     return (*t[:-2], t[-1], t[-2])
 
 
-def _oriented(t: TensorSpec, trans: bool, name: str) -> tuple[tuple[int, ...], MultiDims]:
-    """Shape and mapping of an operand as the product sees it (last two dims swapped if trans)."""
-    if trans and len(t.shape) < 2:
+def _check_trans(ndim: int, trans: bool, name: str) -> None:
+    if trans and ndim < 2:
         raise RuleArgumentError(
-            f"trans_{name}=True needs {name!r} of rank >= 2, got rank {len(t.shape)}; pass "
+            f"trans_{name}=True needs {name!r} of rank >= 2, got rank {ndim}; pass "
             f"trans_{name}=False for a vector"
         )
-    return _swap_last2(t.shape, trans), _swap_last2(t.attr.multi_dims_mapping, trans)
 
 
 def _check_shapes(xl: str, xs: tuple[int, ...], yl: str, ys: tuple[int, ...]) -> dict[str, int]:
@@ -102,49 +103,72 @@ def _check_shapes(xl: str, xs: tuple[int, ...], yl: str, ys: tuple[int, ...]) ->
 
 
 # ---- the merge -----------------------------------------------------------------------------------
-def _claims(pairs: tuple[tuple[str, MultiDims], ...]) -> dict[str, list[int]]:
-    """Per letter, the mesh dims the operands shard it by, in the order met."""
-    claims: dict[str, list[int]] = {}
-    for letters, mdm in pairs:
-        for ch, dims in zip(letters, mdm, strict=True):
-            if dims:
-                lst = claims.setdefault(ch, [])
-                for d in dims:
-                    if d not in lst:
-                        lst.append(d)
-    return claims
+def _claims(letters: str, mdm: MultiDims) -> dict[str, tuple[int, ...]]:
+    return {ch: dims for ch, dims in zip(letters, mdm, strict=True) if dims}
 
 
 def _merge(
-    claims: dict[str, list[int]], sizes: dict[str, int], mesh_shape: tuple[int, ...]
+    xl: str, xm: MultiDims, yl: str, ym: MultiDims, sizes: dict[str, int],
+    mesh_shape: tuple[int, ...],
 ) -> LetterDims:
-    """Paddle's matmul merge: co-shard, divisibility of batch/k letters, mesh-dim priorities."""
-    kept: dict[str, list[int]] = {}
-    for ch, dims in claims.items():
-        if ch not in _FREE:
-            n = 1
-            for d in dims:
-                n *= mesh_shape[d]
-            if sizes[ch] % n:
-                continue
-            if len(dims) > 1:
-                dims = sorted(dims, key=lambda d: -mesh_shape[d])
-        kept[ch] = dims
+    """Paddle's matmul merge (see the module doc): per letter, the mesh dims it keeps."""
+    xc = _claims(xl, xm)
+    yc = _claims(yl, ym)
+    contested = [ch for ch, dims in xc.items() if yc.get(ch, dims) != dims]
     owner: dict[int, str] = {}
     out: LetterDims = {}
-    for ch in _priority(kept, sizes):
-        dims = tuple(d for d in kept[ch] if owner.setdefault(d, ch) == ch)
+    for ch in _priority(xl, yl, xc, yc, contested, sizes):
+        if ch in contested:
+            dims = _coshard(
+                [d for d in xc[ch] if d not in owner], [d for d in yc[ch] if d not in owner],
+                sizes[ch], mesh_shape,
+            )
+        else:
+            dims = tuple(d for d in xc.get(ch) or yc[ch] if d not in owner)
+            if ch not in _FREE and sizes[ch] % shard_product(mesh_shape, dims):
+                continue
         if dims:
             out[ch] = dims
+            for d in dims:
+                owner[d] = ch
     return out
 
 
-def _priority(kept: dict[str, list[int]], sizes: dict[str, int]) -> list[str]:
-    batch = [ch for ch in kept if ch not in _FREE and ch != "k"]
-    free = [ch for ch in "mn" if ch in kept]
-    if len(free) == 2 and sizes["n"] > sizes["m"]:
-        free = ["n", "m"]
-    return batch + free + (["k"] if "k" in kept else [])
+def _coshard(
+    xd: list[int], yd: list[int], size: int, mesh_shape: tuple[int, ...]
+) -> tuple[int, ...]:
+    """x's and y's mesh dims for one letter: all of them (largest mesh dims first) if they divide
+    ``size``, else the operand's claim that splits it more, if that divides it."""
+    if set(xd) <= set(yd) or set(yd) <= set(xd):
+        union = yd if len(yd) > len(xd) else xd  # one operand's co-shard holds the other's
+    else:
+        union = xd + [d for d in yd if d not in xd]
+        union.sort(key=lambda d: -mesh_shape[d])
+    if size % shard_product(mesh_shape, union) == 0:
+        return tuple(union)
+    best = yd if shard_product(mesh_shape, yd) > shard_product(mesh_shape, xd) else xd
+    return tuple(best) if size % shard_product(mesh_shape, best) == 0 else ()
+
+
+def _priority(
+    xl: str, yl: str, xc: dict[str, tuple[int, ...]], yc: dict[str, tuple[int, ...]],
+    contested: list[str], sizes: dict[str, int],
+) -> list[str]:
+    """Batch letters first (the higher-rank operand's, then co-sharded ones), then m/n, then k."""
+    first, second = (yc, xc) if len(yl) > len(xl) else (xc, yc)
+    order = [ch for ch in first if ch not in _NON_BATCH and ch not in contested]
+    order += [ch for ch in second if ch not in _NON_BATCH and ch not in contested and ch not in order]
+    order += [ch for ch in contested if ch != "k"]
+    if "m" in xc:
+        order.append("m")
+    if "n" in yc:
+        if "m" in xc and sizes["n"] > sizes["m"]:
+            order.insert(len(order) - 1, "n")
+        else:
+            order.append("n")
+    if "k" in xc or "k" in yc:
+        order.append("k")
+    return order
 
 
 # ---- attributes ----------------------------------------------------------------------------------
@@ -159,30 +183,54 @@ def _mapping(letters: str, dims: LetterDims, shape: tuple[int, ...] | None) -> M
 def _input_mapping(
     letters: str, dims: LetterDims, shape: tuple[int, ...], trans: bool
 ) -> MultiDims:
-    return _swap_last2(_mapping(letters, dims, shape), trans)  # type: ignore[no-any-return]
+    return _swap_last2(_mapping(letters, dims, shape), trans)
 
 
 def _k_partial(dims: LetterDims) -> PartialItems:
     return tuple((d, "sum") for d in sorted(dims.get("k", ())))
 
 
-def matmul_forward(x: TensorSpec, y: TensorSpec, trans_x: bool, trans_y: bool) -> SpmdInfo:
-    xs, xm = _oriented(x, trans_x, "x")
-    ys, ym = _oriented(y, trans_y, "y")
+Inferred = tuple[MultiDims, MultiDims, MultiDims, PartialItems]
+
+
+def _infer(
+    x_shape: tuple[int, ...], x_mdm: MultiDims, y_shape: tuple[int, ...], y_mdm: MultiDims,
+    trans_x: bool, trans_y: bool, mesh_shape: tuple[int, ...],
+) -> Inferred:
+    """Forward inference on raw shapes and mappings: (x, y, out) mappings and out's partial."""
+    if trans_x or trans_y:
+        _check_trans(len(x_shape), trans_x, "x")
+        _check_trans(len(y_shape), trans_y, "y")
+        xs, xm = _swap_last2(x_shape, trans_x), _swap_last2(x_mdm, trans_x)
+        ys, ym = _swap_last2(y_shape, trans_y), _swap_last2(y_mdm, trans_y)
+    else:
+        xs, xm, ys, ym = x_shape, x_mdm, y_shape, y_mdm
     xl, yl, ol = notation(len(xs), len(ys))
     sizes = _check_shapes(xl, xs, yl, ys)
-    dims = _merge(_claims(((xl, xm), (yl, ym))), sizes, x.attr.mesh.shape)
-    return SpmdInfo(
-        [attr(x, _input_mapping(xl, dims, xs, trans_x)), attr(y, _input_mapping(yl, dims, ys, trans_y))],
-        [attr(x, _mapping(ol, dims, None), _k_partial(dims))],
+    dims = _merge(xl, xm, yl, ym, sizes, mesh_shape)
+    return (
+        _input_mapping(xl, dims, xs, trans_x),
+        _input_mapping(yl, dims, ys, trans_y),
+        _mapping(ol, dims, None),
+        _k_partial(dims),
     )
+
+
+def matmul_forward(x: TensorSpec, y: TensorSpec, trans_x: bool, trans_y: bool) -> SpmdInfo:
+    xm, ym, om, part = _infer(
+        x.shape, x.attr.multi_dims_mapping, y.shape, y.attr.multi_dims_mapping, trans_x, trans_y,
+        x.attr.mesh.shape,
+    )
+    return SpmdInfo([attr(x, xm), attr(y, ym)], [attr(x, om, part)])
 
 
 def matmul_reverse(
     x: TensorSpec, y: TensorSpec, out: TensorSpec, trans_x: bool, trans_y: bool
 ) -> SpmdInfo:
-    xs = _oriented(x, trans_x, "x")[0]
-    ys = _oriented(y, trans_y, "y")[0]
+    _check_trans(len(x.shape), trans_x, "x")
+    _check_trans(len(y.shape), trans_y, "y")
+    xs = _swap_last2(x.shape, trans_x)
+    ys = _swap_last2(y.shape, trans_y)
     if len(out.shape) != max(len(xs), len(ys)):
         raise RuleArgumentError(
             f"'out' has rank {len(out.shape)} but the reverse rule needs rank "
@@ -205,10 +253,80 @@ def matmul_reverse(
                 p *= mesh_shape[d]
             if n % p == 0:
                 dims[ch] = md
+    # Paddle tests for size-1 dims on the operands' stored (untransposed) shapes here.
     return SpmdInfo(
-        [attr(x, _input_mapping(xl, dims, xs, trans_x)), attr(y, _input_mapping(yl, dims, ys, trans_y))],
+        [
+            attr(x, _input_mapping(xl, dims, x.shape, trans_x)),
+            attr(y, _input_mapping(yl, dims, y.shape, trans_y)),
+        ],
         [out.attr],
     )
+
+
+# ---- bmm and its gradient rule -------------------------------------------------------------------
+def _check_bmm(**tensors: TensorSpec) -> None:
+    for name, t in tensors.items():
+        if len(t.shape) != 3:
+            raise RuleArgumentError(
+                f"{name!r} must be a 3-D [batch, rows, cols] tensor, got rank {len(t.shape)}"
+            )
+    x, y = tensors["x"], tensors["y"]
+    if x.shape[0] != y.shape[0]:
+        raise RuleArgumentError(
+            f"'x' has batch size {x.shape[0]} but 'y' has {y.shape[0]}; bmm does not broadcast"
+        )
+    if x.shape[2] != y.shape[1]:
+        raise RuleArgumentError(
+            f"'x' dim 2 (size {x.shape[2]}) must equal 'y' dim 1 (size {y.shape[1]})"
+        )
+    g = tensors.get("out_grad")
+    if g is not None and g.shape != (x.shape[0], x.shape[1], y.shape[2]):
+        raise RuleArgumentError(
+            f"'out_grad' has shape {list(g.shape)} but x @ y has shape "
+            f"{[x.shape[0], x.shape[1], y.shape[2]]}"
+        )
+
+
+def bmm_forward(x: TensorSpec, y: TensorSpec) -> SpmdInfo:
+    _check_bmm(x=x, y=y)
+    return matmul_forward(x, y, False, False)
+
+
+def bmm_grad(x: TensorSpec, y: TensorSpec, out_grad: TensorSpec) -> SpmdInfo:
+    """BmmGradInferSpmd: dx = g @ y^T and dy = x^T @ g, each inferred forward.
+
+    x and y first take the layout forward inference gives them (input partials dropped); the two
+    products must then agree on every operand they share, else Paddle refuses (``verify error``):
+    there is no single layout of g that serves both products.
+    """
+    _check_bmm(x=x, y=y, out_grad=out_grad)
+    mesh = x.attr.mesh.shape
+    gm = out_grad.attr.multi_dims_mapping
+    xm, ym, _, _ = _infer(x.shape, x.attr.multi_dims_mapping, y.shape, y.attr.multi_dims_mapping,
+                          False, False, mesh)
+    dx_g, dx_y, dx_m, dx_p = _infer(out_grad.shape, gm, y.shape, ym, False, True, mesh)
+    dy_x, dy_g, dy_m, dy_p = _infer(x.shape, xm, out_grad.shape, gm, True, False, mesh)
+    for what, got, want in (
+        ("'y' as dx = out_grad @ y^T needs it", dx_y, ym),
+        ("'x' as dy = x^T @ out_grad needs it", dy_x, xm),
+        ("'out_grad' as dy = x^T @ out_grad needs it", dy_g, dx_g),
+    ):
+        if got != want:
+            raise ShardingConflictError(
+                f"the gradient products disagree on the layout of {what} "
+                f"{_fmt(got)}, but {_fmt(want)} elsewhere; reshard out_grad (or x, y) so that "
+                "both products can use one layout"
+            )
+    return SpmdInfo(
+        [attr(x, dy_x), attr(y, dx_y), attr(x, dx_g)],
+        [attr(x, dx_m, dx_p), attr(x, dy_m, dy_p)],
+    )
+
+
+def _fmt(m: MultiDims) -> str:
+    return "[" + ",".join(
+        "-1" if not d else str(d[0]) if len(d) == 1 else str(list(d)) for d in m
+    ) + "]"
 
 
 # ---- registration --------------------------------------------------------------------------------
@@ -220,3 +338,28 @@ for _name in MATMUL_OPS:
         outputs=[T("out")], attrs=_MATMUL_ATTRS, family="matmul",
         doc="MatmulInferSpmd / MatmulInferSpmdReverse: batch letters + 'mk,kn->mn'.",
     )
+
+register_rule(
+    "bmm", forward=bmm_forward, inputs=[T("x"), T("y")], outputs=[T("out")], family="matmul",
+    doc="BmmInferSpmd: rank-3 matmul without transposes or broadcasting.",
+)
+register_rule(
+    "bmm_grad", forward=bmm_grad, inputs=[T("x"), T("y"), T("out_grad")],
+    outputs=[T("x_grad"), T("y_grad")], family="matmul",
+    doc="BmmGradInferSpmd: dx = g @ y^T, dy = x^T @ g, each inferred by the matmul rule.",
+)
+
+
+# ---- deliberate deviations (docs/deviations/matmul.md) -------------------------------------------
+def _paddle_length_error(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    """Paddle threw std::length_error from inside the rule; we answered."""
+    return isinstance(got, SpmdInfo) and "_M_fill_insert" in case["expected"].get("error", "")
+
+
+register_deviation(
+    "matmul-internal-length-error", set(MATMUL_OPS),
+    "Some products of a rank-3 and a rank-4 operand whose lower-rank operand shards a batch dim "
+    "make Paddle's rule throw a C++ std::length_error (vector::_M_fill_insert); we return the "
+    "ordinary merge, which executes correctly.",
+    _paddle_length_error,
+)

@@ -3,17 +3,20 @@
 One description serves the family: a reduction is the notation ``abcd->ac`` (kept letters) or
 ``abcd->a1c1`` with ``keep_dim``, plus the reduce type that combines the per-shard results of a
 sharded reduced letter. Forward keeps the kept letters' shardings and turns the reduced letters'
-mesh dims into a pending partial of that type; reverse reads x's kept letters off the output and
-replicates the reduced ones.
+mesh dims into a pending partial of that type; reverse reads x's kept letters off the output,
+replicates the reduced ones, and returns the output that this x produces.
 
 Where Paddle differs (see docs/deviations/reduction.md): Paddle reports every reduction's pending
 partial as *sum*. We report the type the op needs (max, min, product, any, all), and where no
-reduce type combines the local results (frobenius_norm, logsumexp, p_norm with 1 < p < inf, the
-mean of unequal blocks) we replicate the sharded reduced dims of x instead of leaving a partial.
+reduce type combines the local results (frobenius_norm, logsumexp, p_norm with p not in 0, 1, inf,
+the mean of unequal blocks) we replicate the sharded reduced dims of x instead of leaving a
+partial. Paddle's reverse echoes the given output (partial, sharded size-1 dims) although its x
+cannot produce it; ours returns the output x produces.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any, Final
@@ -44,9 +47,13 @@ REDUCE_BASE_TYPES: Final = ("sum", "max", "min", "product", "avg", "any", "all")
 
 
 # ---- the notation: which dims of x are reduced ---------------------------------------------------
-def _reduced_mask(x: TensorSpec, axis: Sequence[int]) -> tuple[bool, ...]:
+def _reduced_mask(x: TensorSpec, axis: tuple[int, ...]) -> tuple[bool, ...]:
     """Per dim of x: is it reduced? ``axis=[]`` reduces every dim; negative axes count from the end."""
-    nd = len(x.shape)
+    return _mask(len(x.shape), axis)
+
+
+@functools.lru_cache(maxsize=1024)
+def _mask(nd: int, axis: tuple[int, ...]) -> tuple[bool, ...]:
     if not axis:
         return (True,) * nd
     mask = [False] * nd
@@ -84,38 +91,44 @@ def reduce_forward(
     the kept dims' and is partial, with ``combine``, on the reduced dims' mesh dims."""
     a = x.attr
     mdm = a.multi_dims_mapping
-    x_m: MultiDims = mdm
+    x_m = mdm
     out_m: list[tuple[int, ...]] = []
     pending: list[int] = []
-    for i, dims in enumerate(mdm):
-        if not reduced[i]:
+    for i, (dims, r) in enumerate(zip(mdm, reduced, strict=True)):
+        if not r:
             out_m.append(dims)
-            continue
-        if keep_dim:
-            out_m.append(())
-        if not dims:
-            continue
-        if _stays_partial(combine, x.shape[i], dims, a.mesh.shape):
-            pending.extend(dims)
         else:
-            x_m = (*x_m[:i], (), *x_m[i + 1 :])
+            if keep_dim:
+                out_m.append(())
+            if dims:
+                if _stays_partial(combine, x.shape[i], dims, a.mesh.shape):
+                    pending += dims
+                else:
+                    x_m = (*x_m[:i], (), *x_m[i + 1 :])
     partial: PartialItems = ()
-    if pending:
-        assert combine is not None
-        partial = tuple((d, combine) for d in sorted(pending))
-    return SpmdInfo([attr(x, x_m)], [attr(x, tuple(out_m), partial)])
+    if pending and combine is not None:
+        pending.sort()
+        partial = tuple([(d, combine) for d in pending])
+    x_attr = a if x_m is mdm and not a.partial_items else attr(a, x_m)
+    return SpmdInfo((x_attr,), (attr(a, tuple(out_m), partial),))
 
 
 def reduce_reverse(
     x: TensorSpec, out: TensorSpec, reduced: tuple[bool, ...], keep_dim: bool
 ) -> SpmdInfo:
-    """x takes the output's kept dims' shardings; its reduced dims are replicated."""
+    """x takes the output's kept dims' shardings; its reduced dims are replicated.
+
+    The output keeps its mapping, as in Paddle: a size-1 reduced dim that stays sharded is a free
+    local slice of what every process computes. Its kept size-1 dims act as one broadcast letter,
+    so two of them on different mesh dims conflict. A pending partial on the output is dropped: x
+    has no partial, so nothing would be pending (Paddle echoes it).
+    """
     _check_out_shape(x, out, reduced, keep_dim)
     out_mdm = out.attr.multi_dims_mapping
     x_m: list[tuple[int, ...]] = []
+    ones: tuple[int, ...] = ()
     j = 0
-    ones: tuple[int, ...] | None = None
-    for r in reduced:
+    for i, r in enumerate(reduced):
         if not r:
             x_m.append(out_mdm[j])
             j += 1
@@ -123,17 +136,15 @@ def reduce_reverse(
         x_m.append(())
         if keep_dim:
             dims = out_mdm[j]
-            # The kept size-1 dims are one shared letter, as in Paddle: two of them on different
-            # mesh dims conflict.
-            if dims:
-                if ones is not None and ones != dims:
-                    raise ShardingConflictError(
-                        f"'out' keeps reduced dims of size 1 sharded on mesh dims {list(ones)} "
-                        f"and {list(dims)} (dim {j}); replicate all but one of them"
-                    )
-                ones = dims
+            if dims and ones and dims != ones:
+                raise ShardingConflictError(
+                    f"'out' dims of the reduced axes are size 1 and act as one broadcast axis, "
+                    f"but dim {j} is sharded by mesh dims {list(dims)} and another by "
+                    f"{list(ones)}; shard at most one way (or replicate them). 'x' dim {i}"
+                )
+            ones = ones or dims
             j += 1
-    return SpmdInfo([attr(x, tuple(x_m))], [out.attr])
+    return SpmdInfo([attr(x, tuple(x_m))], [attr(out, out_mdm)])
 
 
 def _check_out_shape(
@@ -240,8 +251,8 @@ def _arg_axis(x: TensorSpec, axis: int) -> int:
 def arg_forward(x: TensorSpec, axis: int, keepdims: bool, flatten: bool) -> SpmdInfo:
     nd = len(x.shape)
     if flatten:
-        rep = replicated_like(x)
-        return SpmdInfo([rep], [attr(x, ((),) * (nd if keepdims else 1))])
+        # The index into the flattened x is a 0-d tensor (Paddle's rule says rank 1).
+        return SpmdInfo([replicated_like(x)], [attr(x, ((),) * nd if keepdims else ())])
     if nd == 0:
         _arg_axis(x, axis)
         return SpmdInfo([replicated_like(x)], [replicated_like(x)])
@@ -255,22 +266,31 @@ def arg_forward(x: TensorSpec, axis: int, keepdims: bool, flatten: bool) -> Spmd
 def arg_reverse(
     x: TensorSpec, out: TensorSpec, axis: int, keepdims: bool, flatten: bool
 ) -> SpmdInfo:
+    """x follows out except along the axis, which is whole (replicated) in x and in out."""
     nd = len(x.shape)
     out_mdm = out.attr.multi_dims_mapping
     if flatten:
-        out_m: MultiDims = ((),) * nd if keepdims else (*out_mdm, ())
-        return SpmdInfo([replicated_like(x)], [attr(out, out_m)])
-    i = _arg_axis(x, axis) if nd else 0
-    want = nd if keepdims else max(nd - 1, 0)
-    if len(out_mdm) != want:
+        ok = (nd,) if keepdims else (0, 1)  # rank 1: the [1]-shaped index of older Paddle
+        if len(out_mdm) not in ok:
+            raise RuleArgumentError(
+                f"'out' has rank {len(out_mdm)} but the index into the flattened 'x' has rank "
+                f"{ok[0]} (keepdims={keepdims}); pass an 'out' of that rank"
+            )
+        return SpmdInfo([replicated_like(x)], [replicated_like(out)])
+    i = _arg_axis(x, axis)
+    want = x.shape if nd == 0 else (
+        (*x.shape[:i], 1, *x.shape[i + 1 :]) if keepdims else (*x.shape[:i], *x.shape[i + 1 :]))
+    if out.shape != want:
         raise RuleArgumentError(
-            f"'out' has rank {len(out_mdm)} but the index of 'x' (rank {nd}) along axis {axis} "
-            f"with keepdims={keepdims} has rank {want}"
+            f"'out' has shape {list(out.shape)} but the index of 'x' (shape {list(x.shape)}) along "
+            f"axis {axis} with keepdims={keepdims} has shape {list(want)}"
         )
     if nd == 0:
-        return SpmdInfo([replicated_like(x)], [out.attr.without_partial()])
-    x_m = out_mdm if keepdims else (*out_mdm[:i], (), *out_mdm[i:])
-    return SpmdInfo([attr(x, x_m)], [attr(out, out_mdm)])
+        return SpmdInfo([replicated_like(x)], [replicated_like(out)])
+    if keepdims:
+        out_m = (*out_mdm[:i], (), *out_mdm[i + 1 :])
+        return SpmdInfo([attr(x, out_m)], [attr(out, out_m)])
+    return SpmdInfo([attr(x, (*out_mdm[:i], (), *out_mdm[i:]))], [attr(out, out_mdm)])
 
 
 # ---- deliberate deviations from Paddle (docs/deviations/reduction.md) ---------------------------
@@ -391,6 +411,69 @@ def _is_reduce_all_out_shape(case: dict[str, Any], got: SpmdInfo | BaseException
     return bool(case["outputs"][0]["shape"] == full and by_axis != full)
 
 
+def _case_reduced(case: dict[str, Any]) -> tuple[bool, ...] | None:
+    """The reduced-dims mask of a case's x, or None if its attributes are not a valid reduction."""
+    x = case["inputs"][0]
+    at = case["attrs"]
+    if case["op"] == "p_norm":
+        axis: Sequence[int] = () if at.get("asvector") else (at.get("axis", -1),)
+    else:
+        axis = at.get("axis", ())
+    try:
+        return _mask(len(x["shape"]), tuple(axis))
+    except (RuleArgumentError, TypeError):
+        return None
+
+
+def _is_reverse_partial_dropped(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    """Reverse: the given out is partial; Paddle echoes the partial though its x carries none, we
+    drop it. Everything else is the same."""
+    if case["direction"] != "reverse" or not isinstance(got, SpmdInfo) or "error" in case["expected"]:
+        return False
+    given = _expected(case["outputs"][0])
+    ox, oo = _ours(got.inputs[0]), _ours(got.outputs[0])
+    if ox is None or oo is None or not given[1]:
+        return False
+    exp = case["expected"]
+    return (
+        _expected(exp["inputs"][0]) == ox
+        and _expected(exp["outputs"][0]) == given
+        and oo == (given[0], ())
+    )
+
+
+def _is_arg_reverse_axis(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    """argmax/argmin reverse with keepdims: Paddle shards x's axis like out's size-1 axis dim."""
+    at = case["attrs"]
+    if case["direction"] != "reverse" or not at.get("keepdims") or at.get("flatten"):
+        return False
+    if not isinstance(got, SpmdInfo) or "error" in case["expected"]:
+        return False
+    ox, oo = _ours(got.inputs[0]), _ours(got.outputs[0])
+    px, po = _expected(case["expected"]["inputs"][0]), _expected(case["expected"]["outputs"][0])
+    nd = len(case["inputs"][0]["shape"])
+    if ox is None or oo is None or not nd:
+        return False
+    i = at["axis"] % nd
+    def cleared(m: _Norm) -> MultiDims:
+        return (*m[0][:i], (), *m[0][i + 1 :])
+    return bool(px[0][i]) and ox == (cleared(px), px[1]) and oo == (cleared(po), po[1])
+
+
+def _is_arg_flatten_rank(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    """argmax/argmin flatten without keepdims: the index is 0-d; Paddle maps it as rank 1 (more)."""
+    at = case["attrs"]
+    if not at.get("flatten") or at.get("keepdims") or not isinstance(got, SpmdInfo):
+        return False
+    if "error" in case["expected"]:
+        return False
+    ox, oo = _ours(got.inputs[0]), _ours(got.outputs[0])
+    px, po = _expected(case["expected"]["inputs"][0]), _expected(case["expected"]["outputs"][0])
+    if ox is None or oo is None or ox != px or oo[1] or po[1]:
+        return False
+    return len(po[0]) == len(oo[0]) + 1 and not any(oo[0]) and not any(po[0])
+
+
 _TYPED_OPS = {n for n, c in AXIS_OPS.items() if c not in (None, "sum")} | {"p_norm"}
 register_deviation(
     "reduce-type", _TYPED_OPS,
@@ -415,6 +498,24 @@ register_deviation(
     "reduce_all=True does not change what logsumexp reduces (Paddle's kernel reads only axis), so "
     "an 'out' shaped like a reduction of every dim is not its output: we raise, Paddle answers.",
     _is_reduce_all_out_shape,
+)
+register_deviation(
+    "reduce-reverse-partial", {*AXIS_OPS, "reduce_base", "logsumexp", "p_norm"},
+    "Reverse from a partial output: x gets no partial, so the output x produces is not pending "
+    "either; Paddle echoes the given out's partial next to a non-partial x.",
+    _is_reverse_partial_dropped,
+)
+register_deviation(
+    "arg-reverse-axis", {"argmax", "argmin"},
+    "argmax/argmin reverse with keepdims replicates the axis in x and out; Paddle shards x's axis "
+    "like out's size-1 axis dim, and a sharded axis gives local indices.",
+    _is_arg_reverse_axis,
+)
+register_deviation(
+    "arg-flatten-rank", {"argmax", "argmin"},
+    "argmax/argmin with flatten and not keepdims return a 0-d index; Paddle maps it with rank 1 "
+    "(forward) or rank(out) + 1 (reverse).",
+    _is_arg_flatten_rank,
 )
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spmdrules import dim_trans
+from spmdrules.deviations import register_deviation
 from spmdrules.dim_trans import SINGLETON, DimTrans, InputDim, Transformation
 from spmdrules.errors import RuleArgumentError
 from spmdrules.registry import A, T, register_rule
@@ -29,20 +30,36 @@ class ShapeOp:
     forward: Callable[..., tuple[Transformation, Shape]]
     #: (x shape, out shape, *attrs) -> transformation out -> x
     reverse: Callable[..., Transformation]
-    forward_keeps_partial: bool
-    #: reverse: x and out keep their own partials (reshape) or lose them
-    reverse_keeps_partial: bool
+    #: a pending partial passes through the forward rule (reshape, flatten); otherwise partials
+    #: are dropped (replicate first), as Paddle does
+    forward_partial: bool
+    #: the reverse rule keeps out's partial (reshape) or drops both (the others, as Paddle)
+    reverse_partial: bool
 
 
 def _forward(op: ShapeOp, x: TensorSpec, *attrs: Any) -> SpmdInfo:
     trans, _ = op.forward(x.shape, *attrs)
     a = x.attr
     in_m, out_m = dim_trans.infer(trans, x.shape, a.multi_dims_mapping, a.mesh.shape)
-    part = a.partial_items if op.forward_keeps_partial else ()
+    part = a.partial_items if op.forward_partial else ()
     return SpmdInfo([attr(x, in_m, part)], [attr(x, out_m, part)])
 
 
 def _reverse(op: ShapeOp, x: TensorSpec, out: TensorSpec, *attrs: Any) -> SpmdInfo:
+    return _reverse_variant(op, x, out, attrs, checked=True, x_own_partial=False)
+
+
+def _reverse_variant(
+    op: ShapeOp,
+    x: TensorSpec,
+    out: TensorSpec,
+    attrs: tuple[Any, ...],
+    *,
+    checked: bool,
+    x_own_partial: bool,
+) -> SpmdInfo:
+    """Reverse inference; ``checked=False, x_own_partial=True`` is Paddle 3.3.1's reshape reverse
+    (kept to recognise its answers), ``True, False`` ours."""
     _, out_shape = op.forward(x.shape, *attrs)
     if out.shape != out_shape:
         raise RuleArgumentError(
@@ -52,13 +69,14 @@ def _reverse(op: ShapeOp, x: TensorSpec, out: TensorSpec, *attrs: Any) -> SpmdIn
     trans = op.reverse(x.shape, out.shape, *attrs)
     a = out.attr
     out_m, in_m = dim_trans.infer(
-        trans, out.shape, a.multi_dims_mapping, a.mesh.shape, checked=False
+        trans, out.shape, a.multi_dims_mapping, a.mesh.shape, checked=checked,
+        coshard_splits=False,
     )
-    if op.reverse_keeps_partial:
-        return SpmdInfo(
-            [attr(x, in_m, x.attr.partial_items)], [attr(out, out_m, a.partial_items)]
-        )
-    return SpmdInfo([attr(x, in_m)], [attr(out, out_m)])
+    if not op.reverse_partial:
+        return SpmdInfo([attr(x, in_m)], [attr(out, out_m)])
+    # x pending the same reduction as out is what a local reshape turns into out
+    x_part = x.attr.partial_items if x_own_partial else a.partial_items
+    return SpmdInfo([attr(x, in_m, x_part)], [attr(out, out_m, a.partial_items)])
 
 
 # ---- reshape ------------------------------------------------------------------------------------
@@ -69,8 +87,7 @@ def _required(name: str, value: tuple[int, ...] | None) -> tuple[int, ...]:
 
 
 def _reshape_forward(x_shape: Shape, shape: tuple[int, ...] | None) -> tuple[Transformation, Shape]:
-    tgt = _required("shape", shape)
-    return dim_trans.make_reshape_trans(x_shape, tgt), dim_trans.resolve_shape(x_shape, tgt)
+    return dim_trans.reshape_plan(x_shape, _required("shape", shape))
 
 
 def _reshape_reverse(x_shape: Shape, out_shape: Shape, shape: tuple[int, ...] | None) -> Transformation:
@@ -197,6 +214,73 @@ def _unsqueeze_reverse(x_shape: Shape, out_shape: Shape, axis: tuple[int, ...] |
 
 
 UNSQUEEZE = ShapeOp(_unsqueeze_forward, _unsqueeze_reverse, False, False)
+
+
+# ---- deviation: Paddle's rule places unsorted, negative or repeated axes wrongly ---------------
+def paddle_unsqueeze_positions(x_ndim: int, axis: tuple[int, ...]) -> frozenset[int]:
+    """Where Paddle 3.3.1's rule puts the new dims: every axis against the input rank + 1, as a
+    set (paddle.unsqueeze itself inserts them one after another)."""
+    return frozenset(a + x_ndim + 1 if a < 0 else a for a in axis)
+
+
+def _unsqueeze_axes_differ(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    from spmdrules.conformance.runner import build_call
+
+    if not isinstance(got, SpmdInfo):
+        return False
+    x_ndim = len(case["inputs"][0]["shape"])
+    axis = tuple(case["attrs"]["axis"])
+    if _inserted(x_ndim, axis) == paddle_unsqueeze_positions(x_ndim, axis):
+        return False
+    _, direction, args, _ = build_call(case)
+    ours = (_forward if direction == "forward" else _reverse)(UNSQUEEZE, *args, axis)
+    return got == ours
+
+
+register_deviation(
+    "unsqueeze_sequential_axes",
+    {"unsqueeze", "unsqueeze2"},
+    "paddle.unsqueeze inserts the axes one after another (a negative axis counts from the rank "
+    "reached so far); Paddle's rule reads them as one set of positions against the input rank, "
+    "which moves shards onto the new size-1 dims when the axes are unsorted, negative or "
+    "repeated. We follow the op.",
+    _unsqueeze_axes_differ,
+)
+
+
+# ---- deviations of Paddle's reverse reshape --------------------------------------------------------
+def _reverse_variants(
+    case: dict[str, Any], got: SpmdInfo | BaseException, checked: bool, x_own_partial: bool
+) -> bool:
+    """Our answer is the rule's, and Paddle's record is the variant that differs from ours in
+    exactly one of the two respects (divisibility checks, x's partial)."""
+    from spmdrules.conformance.runner import agrees, build_call
+
+    if not isinstance(got, SpmdInfo) or case["direction"] != "reverse":
+        return False
+    _, _, args, attrs = build_call(case)
+    x, out = args
+    shape = (tuple(attrs["shape"]),)
+    ours = _reverse_variant(RESHAPE, x, out, shape, checked=True, x_own_partial=False)
+    variant = _reverse_variant(RESHAPE, x, out, shape, checked=checked, x_own_partial=x_own_partial)
+    return got == ours and variant != ours and agrees(case, variant)
+
+
+register_deviation(
+    "reshape_reverse_unchecked_divisibility",
+    {"reshape", "reshape2"},
+    "Paddle's reverse reshape co-shards a merged dim and keeps a split's shard without checking "
+    "that the sizes divide, so its x and out attributes cut the data differently; we apply the "
+    "forward's checks in both directions.",
+    lambda case, got: _reverse_variants(case, got, checked=False, x_own_partial=False),
+)
+register_deviation(
+    "reshape_reverse_partial_from_out",
+    {"reshape", "reshape2"},
+    "Paddle's reverse reshape returns x with its own partial status next to out's, though a "
+    "local reshape turns a partial x into an equally partial out; we give x out's partial.",
+    lambda case, got: _reverse_variants(case, got, checked=True, x_own_partial=True),
+)
 
 
 # ---- registration -------------------------------------------------------------------------------

@@ -125,6 +125,14 @@ def resolve_shape(src_shape: tuple[int, ...], tgt_shape: tuple[int, ...]) -> tup
 
 
 @functools.lru_cache(maxsize=4096)
+def reshape_plan(
+    src_shape: tuple[int, ...], tgt_shape: tuple[int, ...]
+) -> tuple[Transformation, tuple[int, ...]]:
+    """(transformation, resolved target shape) of ``reshape(src_shape -> tgt_shape)``, memoised."""
+    return make_reshape_trans(src_shape, tgt_shape), resolve_shape(src_shape, tgt_shape)
+
+
+@functools.lru_cache(maxsize=4096)
 def make_reshape_trans(src_shape: tuple[int, ...], tgt_shape: tuple[int, ...]) -> Transformation:
     """The transformation of ``reshape(src_shape -> tgt_shape)``; the target may hold 0 and -1.
 
@@ -174,15 +182,18 @@ def make_reshape_trans(src_shape: tuple[int, ...], tgt_shape: tuple[int, ...]) -
 
 # ---- inference ----------------------------------------------------------------------------------
 #
-# Paddle 3.3.1 infers the two directions differently, and we follow it:
+# Two switches describe Paddle 3.3.1's two directions:
 #
-# * forward (input -> output, ``checked=True``): a merged dim keeps its major input dim's sharding
-#   only if that dim's size divides evenly, then co-shards the following sharded dims while the
-#   major dim's size still divides by the growing product; a split gives its first piece the
-#   longest prefix of those mesh dims that divides the piece.
-# * reverse (output -> input, ``checked=False``): a merged dim co-shards all leading sharded dims
-#   without checking sizes; a split takes only the major dim's mesh dims, cut to the prefix that
-#   divides the first piece.
+# * ``checked``: a merged dim keeps its major input dim's sharding only if that dim's size divides
+#   by its shard count, and co-shards the following sharded dims only while the major dim's size
+#   still divides by the growing product, so every shard of the merged dim is one contiguous
+#   block. Paddle checks in its forward rule only; ours check in both directions.
+# * ``coshard_splits``: a split of a merged dim may carry the co-shard of several input dims
+#   (Paddle's forward) or only the major dim's mesh dims (Paddle's reverse, which we follow).
+#
+# A split then gives its first piece the longest prefix of those mesh dims that divides the
+# piece. ``checked=False`` reproduces Paddle's reverse answers, which can cut x and out
+# differently (docs/deviations/shape.md); it is kept to recognise them.
 def _size(mesh_shape: tuple[int, ...], dims: tuple[int, ...]) -> int:
     n = 1
     for d in dims:
@@ -201,14 +212,19 @@ def _divisible_prefix(size: int, dims: tuple[int, ...], mesh_shape: tuple[int, .
 
 
 def _merged(
-    t: Flatten, shape: tuple[int, ...], mdm: MultiDims, mesh_shape: tuple[int, ...], checked: bool
+    t: Flatten,
+    shape: tuple[int, ...],
+    mdm: MultiDims,
+    mesh_shape: tuple[int, ...],
+    checked: bool,
+    coshard: bool,
 ) -> tuple[int, tuple[int, ...]] | None:
     lead = t.dims[0]
-    if type(lead) is not InputDim or not mdm[lead.dim]:
+    if not isinstance(lead, InputDim) or not mdm[lead.dim]:
         return None
     dims: tuple[int, ...] = ()
-    for d in t.dims:
-        if type(d) is not InputDim or not mdm[d.dim]:
+    for d in t.dims if coshard else t.dims[:1]:
+        if not isinstance(d, InputDim) or not mdm[d.dim]:
             break
         dims += mdm[d.dim]
     if checked:
@@ -219,23 +235,27 @@ def _merged(
 
 
 def _source(
-    t: DimTrans, shape: tuple[int, ...], mdm: MultiDims, mesh_shape: tuple[int, ...], checked: bool
+    t: DimTrans,
+    shape: tuple[int, ...],
+    mdm: MultiDims,
+    mesh_shape: tuple[int, ...],
+    checked: bool,
+    coshard_splits: bool,
 ) -> tuple[int, tuple[int, ...]] | None:
     """The input dim whose sharding output dim ``t`` takes, with the mesh dims it gets."""
-    tt = type(t)
-    if tt is InputDim:
-        d = t.dim  # type: ignore[union-attr]
-        return (d, mdm[d]) if mdm[d] else None
-    if tt is Flatten:
-        return _merged(t, shape, mdm, mesh_shape, checked)  # type: ignore[arg-type]
-    if tt is Split and t.index == 0:  # type: ignore[union-attr]
-        inner = t.dim  # type: ignore[union-attr]
-        if type(inner) is Flatten and not checked:
-            inner = inner.dims[0]
-        src = _source(inner, shape, mdm, mesh_shape, checked)
+    if isinstance(t, InputDim):
+        return (t.dim, mdm[t.dim]) if mdm[t.dim] else None
+    if isinstance(t, Flatten):
+        return _merged(t, shape, mdm, mesh_shape, checked, True)
+    if isinstance(t, Split) and t.index == 0:
+        inner = t.dim
+        if isinstance(inner, Flatten):
+            src = _merged(inner, shape, mdm, mesh_shape, checked, coshard_splits)
+        else:
+            src = _source(inner, shape, mdm, mesh_shape, checked, coshard_splits)
         if src is None:
             return None
-        dims = _divisible_prefix(t.shape[0], src[1], mesh_shape)  # type: ignore[union-attr]
+        dims = _divisible_prefix(t.shape[0], src[1], mesh_shape)
         return (src[0], dims) if dims else None
     return None
 
@@ -247,6 +267,7 @@ def infer(
     mesh_shape: tuple[int, ...],
     *,
     checked: bool = True,
+    coshard_splits: bool = True,
 ) -> tuple[MultiDims, MultiDims]:
     """(input mapping, output mapping) for an input of ``shape`` sharded as ``mdm``.
 
@@ -256,7 +277,7 @@ def infer(
     kept: list[tuple[int, ...]] = [()] * len(shape)
     out: list[tuple[int, ...]] = []
     for t in trans:
-        src = _source(t, shape, mdm, mesh_shape, checked)
+        src = _source(t, shape, mdm, mesh_shape, checked, coshard_splits)
         if src is None:
             out.append(())
         else:

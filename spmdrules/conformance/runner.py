@@ -107,10 +107,11 @@ def build_call(case: dict[str, Any]) -> tuple[str, str, list[Any], dict[str, Any
     """(rule name, 'forward' | 'reverse', positional tensor args, attrs) for a case record."""
     m = case["mesh"]
     mesh = ProcessMesh.from_shape(m["shape"], m["process_ids"])
-    args = [_arg(mesh, a) for a in case["inputs"]]
+    # Call order is always inputs then outputs; forward records carry outputs only for the
+    # generic rules, whose forward takes (ins, outs).
+    args = [_arg(mesh, a) for a in (*case["inputs"], *case.get("outputs", []))]
     if case["direction"] == "forward":
         return case["op"], "forward", args, dict(case["attrs"])
-    args += [_arg(mesh, a) for a in case.get("outputs", [])]
     if case.get("reverse_kind") == "grad":
         return case["op"] + "_grad", "forward", args, dict(case["attrs"])
     return case["op"], "reverse", args, dict(case["attrs"])

@@ -277,7 +277,8 @@ def conv_adjoint(
         sl = _offset_slices(geo.windows, offs, geo.counts, 2)
         w = weight[(slice(None), slice(None), *offs)]
         dbuf[sl] += np.einsum("no...,oc->nc...", dy, w)
-        dweight[(slice(None), slice(None), *offs)] = np.einsum("no...,nc...->oc", dy, buf[sl])
+        summed = [0, *range(2, dy.ndim)]
+        dweight[(slice(None), slice(None), *offs)] = np.tensordot(dy, buf[sl], (summed, summed))
     return _crop(dbuf, spans, geo.in_spans, slab.shape), dweight, dbias
 
 

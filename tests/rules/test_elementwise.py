@@ -349,3 +349,27 @@ def test_execution_catches_a_wrong_answer() -> None:
     except (ShardMismatch, ValueError):
         return
     assert not np.allclose(got, x + x)
+
+
+def test_swiglu_deviation_predicate_is_narrow() -> None:
+    from spmdrules.deviations import classify
+
+    mesh = sr.ProcessMesh([[0, 1], [2, 3], [4, 5], [6, 7]])
+
+    def case(x_dm: list[int], out_dm: list[int], absent: str = "shape0") -> dict[str, Any]:
+        return {
+            "op": "swiglu",
+            "inputs": [{"name": "x", "shape": [8, 6], "dims_mapping": [0, 1]},
+                       {"name": "y", "shape": [0], "dims_mapping": [], "absent": absent}],
+            "expected": {"inputs": [{"dims_mapping": x_dm}, {"dims_mapping": []}],
+                         "outputs": [{"dims_mapping": out_dm}]},
+        }
+
+    ours = fwd("swiglu", spec([8, 6], [0, 1], mesh=mesh), None)
+    assert classify(case([0, 1], [0, 1]), ours) == "swiglu_halves_replicated"
+    # any other difference is not this class
+    assert classify(case([-1, 1], [-1, 1]), ours) is None
+    assert classify(case([0, -1], [0, -1]), ours) is None
+    wrong = SpmdInfo([DistAttr(mesh, [-1, -1]), None], [DistAttr(mesh, [-1, -1])])
+    assert classify(case([0, 1], [0, 1]), wrong) is None
+    assert classify(case([0, 1], [0, 1]), sr.ShardingConflictError("x")) is None

@@ -48,7 +48,7 @@ def test_quirk18_vocab_parallel_output_is_partial_sum() -> None:
 
 @pytest.mark.parametrize(("padding_idx", "sparse"), [(7, False), (-1, True)])
 def test_quirk18_vocab_parallel_refuses_padding_and_sparse(padding_idx: int, sparse: bool) -> None:
-    with pytest.raises(UnsupportedError, match="embedding: 'weight' dim 0 .*replicate weight dim 0"):
+    with pytest.raises(UnsupportedError, match=r"embedding: 'weight' dim 0 .*replicate weight dim 0"):
         get_rule("embedding").infer_forward(spec([12], [-1]), spec([9, 9], [0, -1]), padding_idx, sparse)
 
 
@@ -60,7 +60,9 @@ def test_quirk_a4_one_mesh_dim_on_two_axes_is_an_error() -> None:
 
 
 def test_partial_ids_are_dropped() -> None:
-    info = get_rule("embedding").infer_forward(spec([4, 9], [-1, -1], {0: "sum"}), spec([64, 7], [-1, -1]), -1, True)
+    info = get_rule("embedding").infer_forward(
+        spec([4, 9], [-1, -1], {0: "sum"}), spec([64, 7], [-1, -1]), -1, True
+    )
     assert not info.inputs[0].is_partial() and not info.outputs[0].is_partial()  # type: ignore[union-attr]
 
 
@@ -102,7 +104,9 @@ def test_deviation_reverse_out_partial_paddle_wrong_ours_right() -> None:
     rng = np.random.default_rng(1)
     ids, table = rng.integers(0, 8, size=(5, 4)), rng.standard_normal((8, 3))
     out_spec = spec([5, 4, 3], [-1, -1, -1], {1: "sum"})
-    info = get_rule("embedding").infer_reverse(spec([5, 4], [-1, -1]), spec([8, 3], [-1, -1]), out_spec, -1, False)
+    info = get_rule("embedding").infer_reverse(
+        spec([5, 4], [-1, -1]), spec([8, 3], [-1, -1]), out_spec, -1, False
+    )
     blocks = run_local(lambda x, w: w[x], [(ids, info.inputs[0]), (table, info.inputs[1])])  # type: ignore[list-item]
     # Paddle: inputs as ours, out still P{1}: the complete lookups get summed twice.
     assert not np.allclose(gather(blocks, (5, 4, 3), out_spec.attr), table[ids])

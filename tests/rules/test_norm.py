@@ -178,7 +178,7 @@ def test_deviation_reverse_keeps_partial_paddle_wrong_ours_right() -> None:
     np.testing.assert_allclose(gather(blocks, x.shape, info.outputs[0]), want)  # type: ignore[arg-type]
 
 
-def test_deviation_absent_params_are_none_and_execute_right() -> None:
+def test_absent_params_are_none_and_execute_right() -> None:
     x = np.random.default_rng(1).standard_normal((8, 3, 5))
     info = get_rule("layer_norm").infer_forward(spec([8, 3, 5], [0, 1, -1]), None, None, 1e-5, 2)
     assert info.inputs[1] is None and info.inputs[2] is None  # Paddle: mesh-less [-1]

@@ -132,25 +132,32 @@ def test_argmax_replicates_the_axis_and_flatten_replicates_all() -> None:
     x = spec(MESH22, [16, 8, 4], [0, 1, -1])
     assert fwd("argmax", x, 1, False, False) == (["[0,-1,-1]"], ["[0,-1]"])
     assert fwd("argmin", x, -3, True, False) == (["[-1,1,-1]"], ["[-1,1,-1]"])
-    assert fwd("argmax", x, 0, False, True) == (["[-1,-1,-1]"], ["[-1]"])
+    assert fwd("argmax", x, 0, False, True) == (["[-1,-1,-1]"], ["[]"])
     assert fwd("argmax", x, 0, True, True) == (["[-1,-1,-1]"], ["[-1,-1,-1]"])
 
 
 # ---- reverse ---------------------------------------------------------------------------------------
 def test_reverse_reads_kept_dims_off_out_and_replicates_reduced_dims() -> None:
     x = spec(MESH22, [8, 6, 4], [-1, -1, -1])
-    out = spec(MESH22, [8, 4], [1, -1], {0: "sum"})
-    # out is returned as given (Paddle echoes it, partial included: all/reverse/70)
-    assert rev("max", x, out, [1], False) == (["[1,-1,-1]"], ["[1,-1] P{0:sum}"])
-    out_k = spec(MESH22, [1, 6, 1], [-1, 0, 1])
-    assert rev("sum", x, out_k, [0, 2], True) == (["[-1,0,-1]"], ["[-1,0,1]"])
+    out = spec(MESH22, [8, 4], [1, -1])
+    assert rev("max", x, out, [1], False) == (["[1,-1,-1]"], ["[1,-1]"])
+    out_k = spec(MESH22, [1, 6, 4], [-1, 0, 1])
+    assert rev("sum", x, out_k, [0], True) == (["[-1,0,1]"], ["[-1,0,1]"])
 
 
-def test_reverse_two_kept_size1_dims_on_different_mesh_dims_conflict() -> None:
-    # all/reverse/61: out [1,1] dm[1,0] with keep_dim: Paddle raises, so do we.
-    x = spec(MESH22, [6, 16], [1, 0])
-    with pytest.raises(ShardingConflictError, match="'out' keeps reduced dims"):
-        get_rule("all").infer_reverse(x, spec(MESH22, [1, 1], [1, 0]), [-2, 1], True)
+def test_reverse_returns_the_out_its_x_produces() -> None:
+    # all/reverse/70: out P{0:sum}; x's reduced dim is replicated, so out is exact, not partial.
+    mesh = MESH4
+    x = spec(mesh, [12, 4, 8, 12], [-1, -1, 0, -1])
+    out = spec(mesh, [12, 4, 12], [-1, -1, -1], {0: "sum"})
+    assert rev("all", x, out, [2], False) == (["[-1,-1,-1,-1]"], ["[-1,-1,-1]"])
+    # all/reverse/61: kept size-1 dims act as one broadcast axis: two different mesh dims on them
+    # conflict, as in Paddle; one of them keeps its (free, local-slice) sharding.
+    x2 = spec(MESH22, [6, 16], [1, 0])
+    with pytest.raises(ShardingConflictError, match="act as one broadcast axis"):
+        rev("all", x2, spec(MESH22, [1, 1], [1, 0]), [-2, 1], True)
+    assert rev("all", x2, spec(MESH22, [1, 1], [-1, 0]), [-2, 1], True) == (
+        ["[-1,-1]"], ["[-1,0]"])
 
 
 def test_reverse_variants_of_the_signatures() -> None:
@@ -161,7 +168,9 @@ def test_reverse_variants_of_the_signatures() -> None:
     assert rev("p_norm", x, spec(MESH22, [6], [0]), 2.0, 0, 1e-12, False, False) == (
         ["[-1,0]"], ["[0]"])
     assert rev("argmax", x, spec(MESH22, [8], [1]), 1, False, False) == (["[1,-1]"], ["[1]"])
-    assert rev("argmax", x, spec(MESH22, [], []), 1, False, True) == (["[-1,-1]"], ["[-1]"])
+    assert rev("argmax", x, spec(MESH22, [], []), 1, False, True) == (["[-1,-1]"], ["[]"])
+    assert rev("argmin", x, spec(MESH22, [8, 1], [0, 1]), 1, True, False) == (
+        ["[0,-1]"], ["[0,-1]"])
 
 
 # ---- errors: typed, naming the tensor, the dim and the fix -------------------------------------------
@@ -183,7 +192,7 @@ def test_bad_reduce_type_and_bad_out_shape_are_typed_errors() -> None:
     with pytest.raises(RuleArgumentError, match=r"'out' has shape \[4\] but reducing 'x'"):
         get_rule("sum").infer_reverse(
             spec(MESH22, [8, 4], [0, -1]), spec(MESH22, [4], [-1]), [1], False)
-    with pytest.raises(RuleArgumentError, match="'out' has rank 2"):
+    with pytest.raises(RuleArgumentError, match=r"'out' has shape \[8, 4\] but the index"):
         get_rule("argmin").infer_reverse(
             spec(MESH22, [8, 4], [0, -1]), spec(MESH22, [8, 4], [-1, -1]), 1, False, False)
 
@@ -227,7 +236,8 @@ def ours(op: str, *args: Any) -> tuple[DistAttr, DistAttr]:
 
 RNG = np.random.default_rng(7)
 X10 = RNG.standard_normal((10, 10))
-XB = RNG.standard_normal((10, 10)) > -1.0  # mostly True: all() differs between shards
+XB = np.ones((10, 10), dtype=bool)
+XB[0, 3] = False  # all() is False on the first shard only: a sum of the shards' results says True
 
 
 def _kernel(fn: Callable[..., Array], axes: tuple[int, ...], keep: bool, **kw: Any) -> Kernel:
@@ -383,6 +393,54 @@ def test_proof_logsumexp_reduce_all_out() -> None:
         get_rule("logsumexp").infer_reverse(
             spec(MESH22, [2, 2, 2], [-1, 1, 0]), spec(MESH22, [1, 1, 1], [-1, 1, 0]),
             [0, 2], True, True)
+
+
+def test_proof_reduce_reverse_partial() -> None:
+    # all/reverse/70 as a sum (same attrs, sum is linear): x[12,4,8,12]dm[-1,-1,0,-1] on mesh [4],
+    # out[12,4,12] P{0:sum}, axis=[2]. Both answers replicate x's reduced dim; Paddle keeps out's
+    # P{0:sum}, which adds the 4 replicas of an exact result.
+    x = RNG.standard_normal((12, 4, 8, 12))
+
+    def s2(b: Array) -> Array:
+        return np.asarray(np.sum(b, axis=2))
+
+    info = get_rule("sum").infer_reverse(spec(MESH4, [12, 4, 8, 12], [-1, -1, 0, -1]),
+                                         spec(MESH4, [12, 4, 12], [-1, -1, -1], {0: "sum"}), [2],
+                                         False)
+    x_attr, out_attr = info.inputs[0], info.outputs[0]
+    assert isinstance(x_attr, DistAttr) and isinstance(out_attr, DistAttr)
+    assert wrong(s2, x, x_attr, da(MESH4, [-1, -1, -1], {0: "sum"}), s2(x))
+    check(s2, x, x_attr, out_attr, s2(x))
+
+
+def test_proof_arg_reverse_axis() -> None:
+    # argmax/reverse/40: out[2,1]dm[0,1], axis=1, keepdims on mesh [2,2] (x [2,8]): Paddle x [0,1].
+    x = RNG.standard_normal((2, 8))
+
+    def am(b: Array) -> Array:
+        return np.asarray(np.argmax(b, axis=1, keepdims=True))
+
+    info = get_rule("argmax").infer_reverse(spec(MESH22, [2, 8], [-1, -1]),
+                                            spec(MESH22, [2, 1], [0, 1]), 1, True, False)
+    x_attr, out_attr = info.inputs[0], info.outputs[0]
+    assert isinstance(x_attr, DistAttr) and isinstance(out_attr, DistAttr)
+    assert (x_attr, out_attr) == (da(MESH22, [0, -1]), da(MESH22, [0, -1]))
+    assert wrong(am, x, da(MESH22, [0, 1]), da(MESH22, [0, 1]), am(x))
+    check(am, x, x_attr, out_attr, am(x))
+
+
+def test_proof_arg_flatten_rank() -> None:
+    # argmax/forward with flatten and not keepdims: the index is 0-d (paddle.argmax(x).shape == []).
+    x = RNG.standard_normal((8, 4))
+
+    def am(b: Array) -> Array:
+        return np.asarray(np.argmax(b))
+
+    x_attr, out_attr = ours("argmax", spec(MESH22, [8, 4], [0, 1]), 0, False, True)
+    assert (x_attr, out_attr) == (da(MESH22, [-1, -1]), da(MESH22, []))
+    with pytest.raises(simulate.ShardMismatch):
+        execute(am, x, x_attr, da(MESH22, [-1]), am(x).shape)
+    check(am, x, x_attr, out_attr, am(x))
 
 
 def test_predicates_are_narrow() -> None:

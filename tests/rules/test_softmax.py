@@ -37,7 +37,7 @@ def test_forward_replicates_the_normalised_axis(op: str) -> None:
 def test_forward_negative_axis_and_partial_dropped() -> None:
     info = get_rule("softmax").infer_forward(spec([8, 16], [-1, 1], {0: "sum"}), -2)
     assert dm(info.outputs[0]) == [-1, 1]
-    assert not info.inputs[0].is_partial() and not info.outputs[0].is_partial()
+    assert not info.inputs[0].is_partial() and not info.outputs[0].is_partial()  # type: ignore[union-attr]
 
 
 def test_quirk9_uneven_dim_replicated_on_both_sides() -> None:

@@ -1,0 +1,198 @@
+"""Benchmark the partition runtime's primitives against the plain MPI collectives.
+
+Run:  mpiexec -n 4 python bench/runtime.py      (and with -n 2)
+
+Each primitive runs in the same job as the plain mpi4py collective that moves the same data,
+with the two interleaved call by call:
+
+    Broadcast      (1 worker -> all)            vs  Bcast
+    SumReduce      (all -> 1 worker)            vs  Reduce(SUM)
+    AllSumReduce   (all workers)                vs  Allreduce(SUM)
+    Repartition    ([k, 1] -> [1, k] grid)      vs  Alltoallv
+
+at 8 KiB, 1 MiB and 16 MiB of float64 per worker.  A call's time is the slowest rank's
+(barrier, then time, then max over ranks); the table reports medians, the throughput ratio
+(collective time / primitive time: >= 1 means the primitive is at least as fast), the bytes
+the primitive handed to MPI per call (summed over ranks) against the minimum the data movement
+needs, and the bytes Python allocated per steady-state call (tracemalloc; numpy reports its
+buffers to it).  Targets: ratio >= 0.9 at 1 MiB and above, SumReduce >= 1.0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mpi4py import MPI  # noqa: E402
+
+from spmdrules.runtime import (  # noqa: E402
+    AllSumReduce,
+    Broadcast,
+    MPIPartition,
+    Repartition,
+    SumReduce,
+    zero_volume_tensor,
+)
+
+SIZES = {"8KiB": 8 * 1024, "1MiB": 1024 * 1024, "16MiB": 16 * 1024 * 1024}
+REPEATS = {"8KiB": 300, "1MiB": 40, "16MiB": 10}
+WARMUP = 3
+
+
+def timed(comm: Any, fn: Callable[[], object]) -> float:
+    comm.Barrier()
+    t0 = time.perf_counter()
+    fn()
+    dt = time.perf_counter() - t0
+    return float(comm.allreduce(dt, op=MPI.MAX))
+
+
+def allocated_per_call(fn: Callable[[], object], calls: int = 5) -> int:
+    """Peak bytes allocated (tracemalloc) during steady-state calls, per call."""
+    fn()
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    for _ in range(calls):
+        fn()
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    return max(0, peak)
+
+
+class Case:
+    """One primitive and its baseline collective, sized for ``nbytes`` per worker."""
+
+    def __init__(self, name: str, comm: Any, nbytes: int) -> None:
+        self.name = name
+        self.comm = comm
+        k, me = comm.size, comm.rank
+        n = nbytes // 8
+        P_world = MPIPartition(comm)
+        P_all = P_world.create_cartesian_topology_partition([k])
+        P_root = P_world.create_partition_inclusive([0]).create_cartesian_topology_partition([1])
+        rng = np.random.default_rng(me)
+        self.minimum = 0
+        if name == "Broadcast":
+            layer = Broadcast(P_root, P_all)
+            x = rng.random(n) if me == 0 else zero_volume_tensor()
+            buf = rng.random(n)
+            self.primitive: Callable[[], object] = lambda: layer(x)
+            self.baseline: Callable[[], object] = lambda: comm.Bcast(buf, root=0)
+            self.minimum = (k - 1) * nbytes
+        elif name == "SumReduce":
+            layer = SumReduce(P_all, P_root)
+            x = rng.random(n)
+            out = np.empty(n)
+            self.primitive = lambda: layer(x)
+            self.baseline = lambda: comm.Reduce(x, out if me == 0 else None, MPI.SUM, root=0)
+            self.minimum = (k - 1) * nbytes
+        elif name == "AllSumReduce":
+            layer = AllSumReduce(P_all)
+            x = rng.random(n)
+            out = np.empty(n)
+            self.primitive = lambda: layer(x)
+            self.baseline = lambda: comm.Allreduce(x, out, MPI.SUM)
+            self.minimum = 2 * (k - 1) * nbytes  # reduce-scatter + allgather lower bound
+        elif name == "Repartition":
+            rows = k * max(1, int(round(np.sqrt(n / k))))
+            cols = max(k, (n // (rows // k)) // k * k)
+            local = (rows // k, cols)
+            P_x = P_world.create_cartesian_topology_partition([k, 1])
+            P_y = P_world.create_cartesian_topology_partition([1, k])
+            layer = Repartition(P_x, P_y)
+            x = rng.random(local)
+            send = rng.random(x.size)
+            recv = np.empty(x.size)
+            piece = x.size // k
+            counts = [piece] * k
+            displs = [i * piece for i in range(k)]
+            self.primitive = lambda: layer(x)
+            self.baseline = lambda: comm.Alltoallv(
+                [send, counts, displs, MPI.DOUBLE], [recv, counts, displs, MPI.DOUBLE]
+            )
+            self.minimum = k * (k - 1) * piece * 8
+            nbytes = x.nbytes
+        else:  # pragma: no cover
+            raise ValueError(name)
+        self.layer = layer
+        self.nbytes = nbytes
+
+    def run(self, repeats: int) -> dict[str, float]:
+        comm = self.comm
+        for _ in range(WARMUP):
+            self.primitive()
+            self.baseline()
+        before = self.layer.bytes_sent
+        first = self.primitive()
+        sent = comm.allreduce(self.layer.bytes_sent - before)
+        same_buffer = all(comm.allgather(self.primitive() is first))
+        prim, base = [], []
+        for _ in range(repeats):
+            prim.append(timed(comm, self.primitive))
+            base.append(timed(comm, self.baseline))
+        alloc = comm.allreduce(allocated_per_call(self.primitive), op=MPI.MAX)
+        tp, tb = statistics.median(prim), statistics.median(base)
+        return {
+            "t_prim": tp,
+            "t_base": tb,
+            "ratio": tb / tp,
+            "sent": float(sent),
+            "min": float(self.minimum),
+            "alloc": float(alloc),
+            "reused": float(same_buffer),
+        }
+
+
+BASELINE = {
+    "Broadcast": "Bcast",
+    "SumReduce": "Reduce",
+    "AllSumReduce": "Allreduce",
+    "Repartition": "Alltoallv",
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="few repeats (smoke test)")
+    args = parser.parse_args()
+    comm = MPI.COMM_WORLD
+    rows = []
+    for name in BASELINE:
+        for label, nbytes in SIZES.items():
+            case = Case(name, comm, nbytes)
+            repeats = 3 if args.quick else REPEATS[label]
+            rows.append((name, label, case.nbytes, case.run(repeats)))
+    if comm.rank == 0:
+        print(f"partition runtime vs plain MPI collectives, {comm.size} ranks, "
+              f"{MPI.Get_library_version().splitlines()[0]}")
+        head = (f"{'primitive':<13}{'size':>7}{'median':>11}{'baseline':>21}{'ratio':>7}"
+                f"{'GB/s':>7}{'sent/call':>13}{'minimum':>13}{'x min':>7}{'alloc/call':>12}"
+                f"{'reuse':>6}")
+        print(head)
+        print("-" * len(head))
+        for name, label, nbytes, r in rows:
+            ok = "" if label == "8KiB" or r["ratio"] >= (1.0 if name == "SumReduce" else 0.9) \
+                else " (below target)"
+            print(
+                f"{name:<13}{label:>7}{r['t_prim'] * 1e3:>9.3f}ms"
+                f"{BASELINE[name]:>10} {r['t_base'] * 1e3:>7.3f}ms{r['ratio']:>7.2f}"
+                f"{nbytes / r['t_prim'] / 1e9:>7.2f}{int(r['sent']):>13}{int(r['min']):>13}"
+                f"{r['sent'] / r['min'] if r['min'] else 0:>7.2f}{int(r['alloc']):>12}"
+                f"{'yes' if r['reused'] else 'no':>6}{ok}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""einsum and its gradient rule, straight on the Einsum engine.
+
+The equation is the notation. Forward inference merges the operands' mesh dims per letter (a letter
+sharded by two different mesh dims is an error, as in Paddle), gives a mesh dim wanted by two letters
+to the one met first, and marks the output partial (sum) on the mesh dims of contracted letters.
+
+Paddle's own choices kept here: input partials are dropped; sizes are not checked for divisibility;
+size-1 dims are not special; a co-sharded input dim is read as its first (major) mesh dim only, as
+Paddle's einsum rule reads the flat ``dims_mapping``; at most two operands.
+
+Where Paddle is wrong we are not (docs/deviations/matmul.md, class ``einsum_grad_partial_on_shard``):
+the gradient of an operand is partial on the mesh dims of the letters it lacks *after* mesh-dim
+conflicts are resolved; Paddle reads them before and then fails to mark a sharded mesh dim partial.
+A letter repeated within one operand (a diagonal, ``ii->i``) cannot be computed on shards of it, so
+it is replicated everywhere and contributes no partial.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any, Final
+
+from spmdrules import einsum
+from spmdrules.attr import DistAttr, MultiDims
+from spmdrules.deviations import register_deviation
+from spmdrules.errors import RuleArgumentError, UnsupportedError
+from spmdrules.registry import A, T, Vec, register_rule
+from spmdrules.rulekit import attr
+from spmdrules.spec import SpmdInfo, TensorSpec
+
+MAX_OPERANDS: Final = 2
+
+
+@functools.lru_cache(maxsize=256)
+def _notation(equation: str, n_operands: int) -> tuple[einsum.Notation, frozenset[str]]:
+    """The parsed equation and its diagonal letters (repeated within one operand)."""
+    nota = einsum.parse(equation)
+    if len(nota.outputs) != 1:
+        raise RuleArgumentError(
+            f"einsum equation {equation!r} has {len(nota.outputs)} outputs; write exactly one"
+        )
+    if len(nota.inputs) != n_operands:
+        raise RuleArgumentError(
+            f"einsum equation {equation!r} names {len(nota.inputs)} operands but "
+            f"{n_operands} tensors were given in 'inputs'"
+        )
+    if n_operands > MAX_OPERANDS:
+        raise UnsupportedError(
+            f"einsum takes at most {MAX_OPERANDS} operands (as Paddle's rule); contract "
+            "pairwise first (e.g. with opt_einsum)"
+        )
+    if "1" in equation:
+        raise RuleArgumentError(f"einsum equation {equation!r}: '1' is not a letter")
+    diag = frozenset(ch for ops in nota.inputs for ch in set(ops) if ops.count(ch) > 1)
+    return nota, diag
+
+
+def _sizes(nota: einsum.Notation, tensors: Sequence[TensorSpec], names: Sequence[str]) -> None:
+    """Each operand's rank matches its letters and a letter has one size everywhere."""
+    sizes: dict[str, tuple[int, str, int]] = {}
+    for letters, t, name in zip(nota.inputs, tensors, names, strict=True):
+        if len(letters) != len(t.shape):
+            raise RuleArgumentError(
+                f"{name!r} has rank {len(t.shape)} but the equation gives it {len(letters)} "
+                f"letters {letters!r}"
+            )
+        for i, (ch, n) in enumerate(zip(letters, t.shape, strict=True)):
+            prev = sizes.setdefault(ch, (n, name, i))
+            if prev[0] != n:
+                raise RuleArgumentError(
+                    f"letter {ch!r} is {name!r} dim {i} of size {n} but {prev[1]!r} dim "
+                    f"{prev[2]} of size {prev[0]}; a letter has one size"
+                )
+
+
+def _flat(m: MultiDims, letters: str, diag: frozenset[str]) -> MultiDims:
+    """Paddle's view of an input mapping: the major mesh dim of each dim; diagonals unsharded."""
+    return tuple(
+        () if not dims or ch in diag else dims[:1] for ch, dims in zip(letters, m, strict=True)
+    )
+
+
+def _merge(
+    nota: einsum.Notation, tensors: Sequence[TensorSpec], names: Sequence[str],
+    diag: frozenset[str],
+) -> einsum.LetterMap:
+    operands = [
+        (letters, _flat(t.attr.multi_dims_mapping, letters, diag))
+        for letters, t in zip(nota.inputs, tensors, strict=True)
+    ]
+    return einsum.resolve_mesh_conflicts(einsum.merge(operands, names=names))
+
+
+def _operand_names(n: int) -> list[str]:
+    return [f"inputs[{i}]" for i in range(n)]
+
+
+def einsum_forward(inputs: tuple[TensorSpec, ...], equation: str) -> SpmdInfo:
+    if not inputs:
+        raise RuleArgumentError("einsum needs at least one tensor in 'inputs'")
+    nota, diag = _notation(equation, len(inputs))
+    names = _operand_names(len(inputs))
+    _sizes(nota, inputs, names)
+    letters = _merge(nota, inputs, names, diag)
+    out = nota.outputs[0]
+    return SpmdInfo(
+        [
+            tuple(
+                attr(t, einsum.mapping_for(ls, letters))
+                for ls, t in zip(nota.inputs, inputs, strict=True)
+            )
+        ],
+        [attr(inputs[0], einsum.mapping_for(out, letters), einsum.contracted_partial(letters, out))],
+    )
+
+
+def einsum_grad(
+    inputs: tuple[TensorSpec, ...],
+    inner_cache: tuple[TensorSpec, ...],
+    out_grad: TensorSpec,
+    equation: str,
+) -> SpmdInfo:
+    """EinsumGradInferSpmd: the operands take their forward layout, out_grad the forward output's
+    (without partial), and the gradient of each operand is partial on the mesh dims of the letters
+    it lacks (they are summed over in its backward product)."""
+    if not inputs:
+        raise RuleArgumentError("einsum_grad needs at least one tensor in 'inputs'")
+    nota, diag = _notation(equation, len(inputs))
+    names = _operand_names(len(inputs))
+    _sizes(nota, inputs, names)
+    out = nota.outputs[0]
+    _check_out_grad(nota, inputs, out_grad)
+    if len(inputs) == 1:
+        return _unary_grad(nota, inputs[0], out_grad, diag)
+    letters = _merge(nota, inputs, names, diag)
+    ins = tuple(
+        attr(t, einsum.mapping_for(ls, letters)) for ls, t in zip(nota.inputs, inputs, strict=True)
+    )
+    grads: tuple[DistAttr, ...] = tuple(
+        attr(a, a.multi_dims_mapping, einsum.contracted_partial(letters, ls))
+        for a, ls in zip(ins, nota.inputs, strict=True)
+    )
+    return SpmdInfo([ins, attr(out_grad, einsum.mapping_for(out, letters))], [grads])
+
+
+def _unary_grad(
+    nota: einsum.Notation, x: TensorSpec, out_grad: TensorSpec, diag: frozenset[str]
+) -> SpmdInfo:
+    """One operand: x_grad is out_grad transposed/broadcast back, so x and out_grad are merged
+    (x first) and x_grad takes x's layout; out_grad keeps its own attribute."""
+    xl, out = nota.inputs[0], nota.outputs[0]
+    operands = [
+        (xl, _flat(x.attr.multi_dims_mapping, xl, diag)),
+        (out, _flat(out_grad.attr.multi_dims_mapping, out, diag)),
+    ]
+    letters = einsum.resolve_mesh_conflicts(einsum.merge(operands, names=("inputs[0]", "out_grad")))
+    xa = attr(x, einsum.mapping_for(xl, letters))
+    og = attr(out_grad, einsum.mapping_for(out, letters), out_grad.attr.partial_items)
+    return SpmdInfo([(xa,), og], [(xa,)])
+
+
+def _check_out_grad(
+    nota: einsum.Notation, inputs: Sequence[TensorSpec], out_grad: TensorSpec
+) -> None:
+    out = nota.outputs[0]
+    size = {
+        ch: n
+        for ls, t in zip(nota.inputs, inputs, strict=True)
+        for ch, n in zip(ls, t.shape, strict=True)
+    }
+    want = [size[ch] for ch in out]
+    if list(out_grad.shape) != want:
+        raise RuleArgumentError(
+            f"'out_grad' has shape {list(out_grad.shape)} but the equation's output {out!r} has "
+            f"shape {want}"
+        )
+
+
+register_rule(
+    "einsum", forward=einsum_forward, inputs=[Vec("inputs")], outputs=[T("out")],
+    attrs=[A("equation", "str", "")], family="einsum",
+    doc="EinsumInferSpmd: the equation is the notation; contracted sharded letters give partials.",
+)
+register_rule(
+    "einsum_grad", forward=einsum_grad,
+    inputs=[Vec("inputs"), Vec("inner_cache"), T("out_grad")], outputs=[Vec("x_grad")],
+    attrs=[A("equation", "str", "")], family="einsum",
+    doc="EinsumGradInferSpmd: operands and out_grad take the forward layout; each operand's "
+    "gradient is partial on the mesh dims of the letters it lacks.",
+)
+
+
+# ---- deliberate deviations (docs/deviations/matmul.md) -------------------------------------------
+def _paddle_partial_on_shard(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    """Paddle marked a gradient partial on a mesh dim that also shards it; we resolved first."""
+    return (
+        isinstance(got, SpmdInfo)
+        and case.get("reverse_kind") == "grad"
+        and "as Partial which is a Sharding dim" in case["expected"].get("error", "")
+    )
+
+
+register_deviation(
+    "einsum-grad-partial-on-shard", {"einsum"},
+    "When two letters of different operands want one mesh dim, Paddle's einsum gradient rule "
+    "takes an operand's partial mesh dims from the merge before that conflict is resolved and "
+    "raises 'Trying to Set dim N as Partial which is a Sharding dim'; we resolve first (the "
+    "forward rule's choice) and return the gradients that layout computes.",
+    _paddle_partial_on_shard,
+)

@@ -1,0 +1,273 @@
+"""The DimTrans family (reshape, reshape2, flatten, squeeze, unsqueeze, unsqueeze2): hand-written
+cases, Paddle's quirks, typed errors, and execution proofs of the deviation classes in
+docs/deviations/shape.md."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule, simulate
+from spmdrules.conformance.runner import call_engine, default_case_paths, iter_cases
+from spmdrules.deviations import classify
+from spmdrules.errors import RuleArgumentError
+
+Array = np.ndarray[Any, Any]
+
+MESH22 = ProcessMesh.from_shape([2, 2], list(range(4)))
+MESH24 = ProcessMesh.from_shape([2, 4], list(range(8)))
+MESH124 = ProcessMesh.from_shape([1, 2, 4], list(range(8)))
+
+
+def spec(mesh: ProcessMesh, shape: Sequence[int], dm: Sequence[Any], partial: Any = None
+         ) -> TensorSpec:
+    if any(isinstance(d, list) for d in dm):
+        attr = DistAttr(mesh, multi_dims_mapping=[d if isinstance(d, list) else ([] if d == -1
+                        else [d]) for d in dm], partial=partial)
+    else:
+        attr = DistAttr(mesh, list(dm), partial)
+    return TensorSpec(list(shape), attr)
+
+
+def maps(info: SpmdInfo) -> tuple[list[str], list[str]]:
+    return (
+        [a.mapping_str() for a in info.inputs if isinstance(a, DistAttr)],
+        [a.mapping_str() for a in info.outputs if isinstance(a, DistAttr)],
+    )
+
+
+def fwd(op: str, *args: Any) -> tuple[list[str], list[str]]:
+    return maps(get_rule(op).infer_forward(*args))
+
+
+def rev(op: str, *args: Any) -> tuple[list[str], list[str]]:
+    return maps(get_rule(op).infer_reverse(*args))
+
+
+# ---- reshape ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("op", ["reshape", "reshape2"])
+def test_reshape_benchmark_case_keeps_both_shards(op: str) -> None:
+    x = spec(MESH24, [8, 128, 1024], [0, -1, 1])
+    assert fwd(op, x, [8, 128, 16, 64]) == (["[0,-1,1]"], ["[0,-1,1,-1]"])
+
+
+def test_reshape_quirk10_and_co_shard() -> None:
+    assert fwd("reshape", spec(MESH22, [7, 5], [0, 1]), [-1]) == (["[-1,-1]"], ["[-1]"])
+    assert fwd("reshape", spec(MESH22, [6], [0]), [3, 2]) == (["[-1]"], ["[-1,-1]"])
+    assert fwd("reshape", spec(MESH22, [32], [0]), [8, 4]) == (["[0]"], ["[0,-1]"])
+    assert fwd("reshape", spec(MESH22, [8, 4], [0, 1]), [32]) == (["[[0,1],-1]"], ["[[0,1]]"])
+    assert fwd("reshape", spec(MESH22, [8, 4], [-1, 1]), [32]) == (["[-1,-1]"], ["[-1]"])
+
+
+def test_reshape_partial_passes_through_forward_and_each_side_keeps_its_own_in_reverse() -> None:
+    x = spec(MESH22, [8, 6], [0, -1], {1: "sum"})
+    assert fwd("reshape", x, [8, 2, 3]) == (["[0,-1] P{1:sum}"], ["[0,-1,-1] P{1:sum}"])
+    out = spec(MESH22, [8, 2, 3], [0, -1, -1], {1: "sum"})
+    assert rev("reshape", spec(MESH22, [8, 6], [-1, -1]), out, [8, 2, 3]) == (
+        ["[0,-1]"], ["[0,-1,-1] P{1:sum}"]
+    )
+
+
+def test_reshape_reverse_reads_the_input_off_the_output() -> None:
+    x = spec(MESH22, [8, 8, 8], [-1, -1, -1])
+    out = spec(MESH22, [64, 8], [[0, 1], -1])
+    assert rev("reshape", x, out, [64, 0]) == (["[[0,1],-1,-1]"], ["[[0,1],-1]"])
+
+
+def test_reshape_errors_name_the_problem() -> None:
+    x = spec(MESH22, [4, 6], [0, -1])
+    with pytest.raises(RuleArgumentError, match=r"^reshape: .*only one size can be inferred"):
+        get_rule("reshape").infer_forward(x, [-1, -1])
+    with pytest.raises(RuleArgumentError, match=r"'out' has shape \[6, 4\]"):
+        get_rule("reshape").infer_reverse(x, spec(MESH22, [6, 4], [-1, -1]), [24])
+    with pytest.raises(RuleArgumentError, match="shape"):
+        get_rule("reshape").infer_forward(x)
+
+
+# ---- flatten ------------------------------------------------------------------------------------
+def test_flatten_forward_is_a_reshape_and_keeps_partial() -> None:
+    x = spec(MESH22, [4, 6, 8], [0, 1, -1])
+    assert fwd("flatten", x, 0, 1) == (["[[0,1],-1,-1]"], ["[[0,1],-1]"])
+    assert fwd("flatten", x, 1, -1) == (["[0,1,-1]"], ["[0,1]"])
+    xp = spec(MESH22, [4, 6], [-1, -1], {0: "sum"})
+    assert fwd("flatten", xp, 0, -1) == (["[-1,-1] P{0:sum}"], ["[-1] P{0:sum}"])
+
+
+def test_flatten_reverse_splits_the_merged_dim_and_drops_partials() -> None:
+    x = spec(MESH22, [4, 6, 8], [-1, -1, -1], {0: "sum"})
+    out = spec(MESH22, [24, 8], [0, 1])
+    assert rev("flatten", x, out, 0, 1) == (["[0,-1,1]"], ["[0,1]"])
+
+
+def test_flatten_bad_axes() -> None:
+    x = spec(MESH22, [4, 6], [0, -1])
+    with pytest.raises(RuleArgumentError, match="start_axis 1 comes after stop_axis 0"):
+        get_rule("flatten").infer_forward(x, 1, 0)
+    with pytest.raises(RuleArgumentError, match="axis 2 is out of range for 'x'"):
+        get_rule("flatten").infer_forward(x, 0, 2)
+
+
+# ---- squeeze / unsqueeze ------------------------------------------------------------------------
+def test_squeeze_ignores_non_unit_axes_and_drops_unit_dim_shards() -> None:
+    # squeeze/forward/0: the named axis has size 32 and stays; the sharded size-1 dim is replicated
+    x = spec(MESH22, [4, 1, 32, 10], [0, 1, -1, -1])
+    assert fwd("squeeze", x, [2]) == (["[0,-1,-1,-1]"], ["[0,-1,-1,-1]"])
+    assert fwd("squeeze", x, []) == (["[0,-1,-1,-1]"], ["[0,-1,-1]"])
+    assert fwd("squeeze", x, [-3]) == (["[0,-1,-1,-1]"], ["[0,-1,-1]"])
+    out = spec(MESH22, [4, 32, 10], [-1, 1, 0])
+    assert rev("squeeze", spec(MESH22, [4, 1, 32, 10], [-1, -1, -1, -1]), out, [1]) == (
+        ["[-1,-1,1,0]"], ["[-1,1,0]"]
+    )
+
+
+def test_unsqueeze_inserts_axes_one_after_another_like_paddle_unsqueeze() -> None:
+    x = spec(MESH22, [3, 5], [0, 1], {})
+    assert fwd("unsqueeze", x, [1]) == (["[0,1]"], ["[0,-1,1]"])
+    # [-1, 0]: -1 appends (rank 2 -> 3), then 0 prepends: out shape [1, 3, 5, 1]
+    assert fwd("unsqueeze", x, [-1, 0]) == (["[0,1]"], ["[-1,0,1,-1]"])
+    # [1, 1]: two new dims at 1 and 2, like paddle.unsqueeze -> [3, 1, 1, 5]
+    assert fwd("unsqueeze2", x, [1, 1]) == (["[0,1]"], ["[0,-1,-1,1]"])
+
+
+def test_unsqueeze_reverse_handles_negative_and_repeated_axes_quirk_e() -> None:
+    # Paddle crashes (SIGSEGV) on these; we read the positions exactly as forward does
+    x = spec(MESH22, [3, 5], [-1, -1])
+    # [0, -2]: 0 prepends (rank 3), then -2 counts from rank 3 + 1: out shape [1, 3, 1, 5]
+    out = spec(MESH22, [1, 3, 1, 5], [-1, 0, -1, 1])
+    assert rev("unsqueeze", x, out, [0, -2]) == (["[0,1]"], ["[-1,0,-1,1]"])
+    out2 = spec(MESH22, [3, 1, 1, 5], [0, -1, -1, 1])
+    assert rev("unsqueeze", x, out2, [1, 1]) == (["[0,1]"], ["[0,-1,-1,1]"])
+    with pytest.raises(RuleArgumentError, match="'out' has shape"):
+        get_rule("unsqueeze").infer_reverse(x, out2, [0, -2])
+
+
+def test_unsqueeze_and_squeeze_drop_partials() -> None:
+    x = spec(MESH22, [3, 5], [0, -1], {1: "sum"})
+    assert fwd("unsqueeze", x, [0]) == (["[0,-1]"], ["[-1,0,-1]"])
+    assert fwd("squeeze", spec(MESH22, [3, 1], [0, -1], {1: "sum"}), []) == (["[0,-1]"], ["[0]"])
+
+
+def test_unsqueeze_bad_axis() -> None:
+    x = spec(MESH22, [3, 5], [0, -1])
+    with pytest.raises(RuleArgumentError, match=r"^unsqueeze: axis 5 is out of range"):
+        get_rule("unsqueeze").infer_forward(x, [5])
+    with pytest.raises(RuleArgumentError, match="axis"):
+        get_rule("unsqueeze").infer_forward(x)
+
+
+def test_zero_d_input() -> None:
+    x0 = spec(MESH22, [], [])
+    assert fwd("reshape", x0, [1, 1]) == (["[]"], ["[-1,-1]"])
+    assert fwd("flatten", x0, 0, -1) == (["[]"], ["[-1]"])
+    assert fwd("unsqueeze", x0, [0]) == (["[]"], ["[-1]"])
+    assert fwd("squeeze", x0, []) == (["[]"], ["[]"])
+    # nothing of a 0-d x can carry the size-1 output dim's shard
+    assert rev("flatten", x0, spec(MESH22, [1], [0]), 0, -1) == (["[]"], ["[-1]"])
+
+
+# ---- execution proofs ---------------------------------------------------------------------------
+def consistent(kernel: Callable[[Array], Array], x: Array, x_attr: DistAttr, out_attr: DistAttr
+               ) -> bool:
+    """Running ``kernel`` on every device's block of x (under x_attr) gives out under out_attr."""
+    expect = kernel(x)
+    blocks = {}
+    for c, b in simulate.scatter(x, x_attr).items():
+        want = tuple(s.stop - s.start for s in simulate.block_slices(expect.shape, out_attr, c))
+        if b.size != math.prod(want):
+            return False
+        blocks[c] = b.reshape(want)
+    try:
+        got = simulate.gather(blocks, expect.shape, out_attr)
+    except simulate.ShardMismatch:
+        return False
+    return bool(np.array_equal(got, expect))
+
+
+def case(case_id: str) -> dict[str, Any]:
+    op = case_id.split("/")[0]
+    return next(c for c in iter_cases(default_case_paths(), [op]) if c["case_id"] == case_id)
+
+
+def da(mesh: ProcessMesh, mdm: Sequence[Sequence[int]]) -> DistAttr:
+    return DistAttr(mesh, multi_dims_mapping=mdm)
+
+
+def unsqueeze_seq(axes: Sequence[int]) -> Callable[[Array], Array]:
+    def kernel(b: Array) -> Array:
+        for a in axes:  # paddle.unsqueeze's own order
+            b = np.expand_dims(b, a if a >= 0 else a + b.ndim + 1)
+        return b
+
+    return kernel
+
+
+def test_proof_unsqueeze_sequential_axes() -> None:
+    # unsqueeze/forward/23: x[16,12,8] dm[0,1,-1] on mesh [2,2], axis=[2,1]; the op gives
+    # [16,1,12,1,8]. Paddle's out [0,-1,-1,1,-1] shards a size-1 dim and replicates the 12.
+    x = np.arange(16 * 12 * 8).reshape(16, 12, 8)
+    x_attr = da(MESH22, [[0], [1], []])
+    kernel = unsqueeze_seq([2, 1])
+    paddle_out = da(MESH22, [[0], [], [], [1], []])
+    assert not consistent(kernel, x, x_attr, paddle_out)
+    info = get_rule("unsqueeze").infer_forward(spec(MESH22, [16, 12, 8], [0, 1, -1]), [2, 1])
+    ours = info.outputs[0]
+    assert isinstance(ours, DistAttr) and ours.mapping_str() == "[0,-1,1,-1,-1]"
+    assert consistent(kernel, x, x_attr, ours)
+    assert classify(case("unsqueeze/forward/23"), info) == "unsqueeze_sequential_axes"
+
+
+def test_proof_unsqueeze_reverse_sequential_axes() -> None:
+    # unsqueeze/reverse/19: out[12,8,1,4,1] dm[-1,-1,1,0,2] on mesh [2,2,2], axis=[3,2].
+    # Paddle replicates everything; reading the axes in order keeps the 4-dim's shard on mesh 0.
+    mesh = ProcessMesh.from_shape([2, 2, 2], list(range(8)))
+    x = spec(mesh, [12, 8, 4], [1, 0, 2])
+    out = spec(mesh, [12, 8, 1, 4, 1], [-1, -1, 1, 0, 2])
+    info = get_rule("unsqueeze").infer_reverse(x, out, [3, 2])
+    assert maps(info) == (["[-1,-1,0]"], ["[-1,-1,-1,0,-1]"])
+    xa, oa = info.inputs[0], info.outputs[0]
+    assert isinstance(xa, DistAttr) and isinstance(oa, DistAttr)
+    assert consistent(unsqueeze_seq([3, 2]), np.arange(12 * 8 * 4).reshape(12, 8, 4), xa, oa)
+    assert classify(case("unsqueeze/reverse/19"), info) == "unsqueeze_sequential_axes"
+
+
+@pytest.mark.parametrize(
+    ("case_id", "mesh", "x_shape", "out_shape", "out_dm", "paddle_x", "paddle_out"),
+    [
+        # out [2,3] co-sharded over 4 devices: rows 1,1,0,0 = elements 3,3,0,0; x [6] gets 2,2,1,1
+        ("reshape/reverse/68", MESH22, [6], [2, 3], [0, 1], [[0, 1]], [[0, 1], []]),
+        # out dim 0 (size 2) on a mesh dim of size 3; x dim 0 (size 6) on the same mesh dim
+        ("reshape/reverse/50", ProcessMesh.from_shape([3], [0, 1, 2]), [6, 4, 5, 8],
+         [2, 12, 5, 8], [0, -1, -1, -1], [[0], [], [], []], [[0], [], [], []]),
+    ],
+)
+def test_proof_reshape_reverse_unchecked_divisibility(
+    case_id: str, mesh: ProcessMesh, x_shape: list[int], out_shape: list[int], out_dm: list[int],
+    paddle_x: list[list[int]], paddle_out: list[list[int]],
+) -> None:
+    x = np.arange(math.prod(x_shape)).reshape(x_shape)
+
+    def kernel(b: Array) -> Array:
+        return b.reshape(out_shape)
+
+    assert not consistent(kernel, x, da(mesh, paddle_x), da(mesh, paddle_out))
+    info = get_rule("reshape").infer_reverse(
+        spec(mesh, x_shape, [-1] * len(x_shape)), spec(mesh, out_shape, out_dm), out_shape
+    )
+    xa, oa = info.inputs[0], info.outputs[0]
+    assert isinstance(xa, DistAttr) and isinstance(oa, DistAttr)
+    assert consistent(kernel, x, xa, oa)
+    c = case(case_id)
+    assert classify(c, call_engine(c)) == "reshape_reverse_unchecked_divisibility"
+
+
+def test_deviation_predicates_are_narrow() -> None:
+    # an agreeing case is not claimed by any class, even against a made-up answer
+    c = case("reshape/reverse/2")
+    bogus = SpmdInfo([DistAttr(ProcessMesh.from_shape([2], [0, 1]), [-1])],
+                     [DistAttr(ProcessMesh.from_shape([2], [0, 1]), [-1])])
+    assert classify(c, bogus) is None
+    assert classify(case("unsqueeze/forward/1"), bogus) is None
