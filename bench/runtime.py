@@ -5,7 +5,8 @@ Run:  mpiexec -n 4 python bench/runtime.py      (and with -n 2)
 Each primitive runs in the same job as the plain mpi4py collective that moves the same data,
 with the two interleaved call by call:
 
-    Broadcast      (1 worker -> all)            vs  Bcast
+    Broadcast      (root -> the k - 1 others)   vs  Bcast
+    Broadcast+self (root -> all k, root copies) vs  Bcast
     SumReduce      (all -> 1 worker)            vs  Reduce(SUM)
     AllSumReduce   (all workers)                vs  Allreduce(SUM)
     Repartition    ([k, 1] -> [1, k] grid)      vs  Alltoallv
@@ -84,13 +85,24 @@ class Case:
         rng = np.random.default_rng(me)
         self.minimum = 0
         if name == "Broadcast":
+            # the root sends, the other k - 1 workers receive: Bcast's data movement
+            P_rest = P_world.create_partition_inclusive(np.arange(1, k))
+            P_rest = P_rest.create_cartesian_topology_partition([k - 1])
+            layer = Broadcast(P_root, P_rest)
+            x = rng.random(n) if me == 0 else zero_volume_tensor()
+            buf = rng.random(n)
+            self.primitive = lambda: layer(x)
+            self.baseline = lambda: comm.Bcast(buf, root=0)
+            self.minimum = (k - 1) * nbytes
+        elif name == "Broadcast+self":
+            # the root is also a destination, so it returns a copy as well (never in place)
             layer = Broadcast(P_root, P_all)
             x = rng.random(n) if me == 0 else zero_volume_tensor()
             buf = rng.random(n)
             self.primitive: Callable[[], object] = lambda: layer(x)
             self.baseline: Callable[[], object] = lambda: comm.Bcast(buf, root=0)
             self.minimum = (k - 1) * nbytes
-        elif name == "SumReduce":
+        elif name == "SumReduce":  # every worker contributes, the root receives the sum
             layer = SumReduce(P_all, P_root)
             x = rng.random(n)
             out = np.empty(n)
@@ -136,7 +148,8 @@ class Case:
         before = self.layer.bytes_sent
         first = self.primitive()
         sent = comm.allreduce(self.layer.bytes_sent - before)
-        same_buffer = all(comm.allgather(self.primitive() is first))
+        again = self.primitive()
+        same_buffer = all(comm.allgather(again is first or getattr(again, "size", 1) == 0))
         prim, base = [], []
         for _ in range(repeats):
             prim.append(timed(comm, self.primitive))
@@ -156,6 +169,7 @@ class Case:
 
 BASELINE = {
     "Broadcast": "Bcast",
+    "Broadcast+self": "Bcast",
     "SumReduce": "Reduce",
     "AllSumReduce": "Allreduce",
     "Repartition": "Alltoallv",
@@ -176,7 +190,7 @@ def main() -> int:
     if comm.rank == 0:
         print(f"partition runtime vs plain MPI collectives, {comm.size} ranks, "
               f"{MPI.Get_library_version().splitlines()[0]}")
-        head = (f"{'primitive':<13}{'size':>7}{'median':>11}{'baseline':>21}{'ratio':>7}"
+        head = (f"{'primitive':<15}{'size':>7}{'median':>11}{'baseline':>21}{'ratio':>7}"
                 f"{'GB/s':>7}{'sent/call':>13}{'minimum':>13}{'x min':>7}{'alloc/call':>12}"
                 f"{'reuse':>6}")
         print(head)
@@ -185,7 +199,7 @@ def main() -> int:
             ok = "" if label == "8KiB" or r["ratio"] >= (1.0 if name == "SumReduce" else 0.9) \
                 else " (below target)"
             print(
-                f"{name:<13}{label:>7}{r['t_prim'] * 1e3:>9.3f}ms"
+                f"{name:<15}{label:>7}{r['t_prim'] * 1e3:>9.3f}ms"
                 f"{BASELINE[name]:>10} {r['t_base'] * 1e3:>7.3f}ms{r['ratio']:>7.2f}"
                 f"{nbytes / r['t_prim'] / 1e9:>7.2f}{int(r['sent']):>13}{int(r['min']):>13}"
                 f"{r['sent'] / r['min'] if r['min'] else 0:>7.2f}{int(r['alloc']):>12}"

@@ -148,16 +148,20 @@ def _unary_grad(
     nota: einsum.Notation, x: TensorSpec, out_grad: TensorSpec, diag: frozenset[str]
 ) -> SpmdInfo:
     """One operand: x_grad is out_grad transposed/broadcast back, so x and out_grad are merged
-    (x first) and x_grad takes x's layout; out_grad keeps its own attribute."""
+    (x first) and x_grad takes x's layout."""
     xl, out = nota.inputs[0], nota.outputs[0]
     operands = [
         (xl, _flat(x.attr.multi_dims_mapping, xl, diag)),
         (out, _flat(out_grad.attr.multi_dims_mapping, out, diag)),
     ]
     letters = einsum.resolve_mesh_conflicts(einsum.merge(operands, names=("inputs[0]", "out_grad")))
-    xa = attr(x, einsum.mapping_for(xl, letters))
-    og = attr(out_grad, einsum.mapping_for(out, letters), out_grad.attr.partial_items)
-    return SpmdInfo([(xa,), og], [(xa,)])
+    xm = einsum.mapping_for(xl, letters)
+    # x_grad is a linear image of out_grad: a pending sum on out_grad stays pending on x_grad
+    # (deviation einsum-unary-grad-partial), except on mesh dims that now shard x (reduce first).
+    busy = {d for dims in xm for d in dims}
+    pending = tuple(p for p in out_grad.attr.partial_items if p[0] not in busy)
+    og = attr(out_grad, einsum.mapping_for(out, letters), pending)
+    return SpmdInfo([(attr(x, xm),), og], [(attr(x, xm, pending),)])
 
 
 def _check_out_grad(
@@ -208,4 +212,30 @@ register_deviation(
     "raises 'Trying to Set dim N as Partial which is a Sharding dim'; we resolve first (the "
     "forward rule's choice) and return the gradients that layout computes.",
     _paddle_partial_on_shard,
+)
+
+
+def _unary_grad_keeps_partial(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    """One-operand gradient of a partial out_grad: ours stays partial where Paddle's does not."""
+    if not isinstance(got, SpmdInfo) or case.get("reverse_kind") != "grad":
+        return False
+    exp = case["expected"]
+    if "error" in exp or len(case["inputs"][0]) != 1 or not case["outputs"][0].get("partial"):
+        return False
+    grads = got.outputs[0]
+    if not isinstance(grads, tuple) or not isinstance(grads[0], DistAttr):
+        return False
+    paddle = exp["outputs"][0][0]
+    same_map = [() if d < 0 else (d,) for d in paddle["dims_mapping"]] == list(
+        grads[0].multi_dims_mapping
+    )
+    return same_map and not paddle.get("partial") and bool(grads[0].partial_items)
+
+
+register_deviation(
+    "einsum-unary-grad-partial", {"einsum"},
+    "The gradient of a one-operand einsum is a transpose/broadcast of out_grad, so a pending sum "
+    "on out_grad stays pending on x_grad; Paddle keeps out_grad partial but returns x_grad "
+    "without the partial, whose replicas then disagree.",
+    _unary_grad_keeps_partial,
 )

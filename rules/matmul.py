@@ -21,7 +21,7 @@ import functools
 from typing import Any, Final, TypeVar
 
 from spmdrules import einsum
-from spmdrules.attr import MultiDims, PartialItems
+from spmdrules.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.deviations import register_deviation
 from spmdrules.errors import RuleArgumentError, ShardingConflictError
 from spmdrules.registry import A, T, register_rule
@@ -172,9 +172,9 @@ def _priority(
 
 
 # ---- attributes ----------------------------------------------------------------------------------
-def _mapping(letters: str, dims: LetterDims, shape: tuple[int, ...] | None) -> MultiDims:
-    if shape is None:
-        return tuple(dims.get(ch, ()) for ch in letters)
+def _mapping(letters: str, dims: LetterDims, shape: tuple[int, ...]) -> MultiDims:
+    """Size-1 dims are replicated: a one-element dim has nothing to split (deviation
+    ``matmul-size-one-output-shard`` for outputs, Paddle's own rule for inputs)."""
     return tuple(
         dims.get(ch, ()) if n != 1 else () for ch, n in zip(letters, shape, strict=True)
     )
@@ -211,7 +211,7 @@ def _infer(
     return (
         _input_mapping(xl, dims, xs, trans_x),
         _input_mapping(yl, dims, ys, trans_y),
-        _mapping(ol, dims, None),
+        _mapping(ol, dims, tuple(sizes[ch] for ch in ol)),
         _k_partial(dims),
     )
 
@@ -362,4 +362,59 @@ register_deviation(
     "make Paddle's rule throw a C++ std::length_error (vector::_M_fill_insert); we return the "
     "ordinary merge, which executes correctly.",
     _paddle_length_error,
+)
+
+
+def _size_one_output_shard(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    """Paddle's outputs shard a size-1 dim that ours replicate; everything else agrees."""
+    exp = case["expected"]
+    if not isinstance(got, SpmdInfo) or "error" in exp or len(exp["outputs"]) != len(got.outputs):
+        return False
+    if [_norm(e) for e in exp["inputs"]] != [_norm_ours(a) for a in got.inputs]:
+        return False
+    if case["direction"] == "forward":
+        shapes = [_product_shape(case)]
+    else:  # bmm's gradient rule: x_grad, y_grad
+        shapes = [tuple(t["shape"]) for t in case["inputs"][:2]]
+    differs = False
+    for e, a, shape in zip(exp["outputs"], got.outputs, shapes, strict=True):
+        em, ep = _norm(e)
+        om, op = _norm_ours(a)
+        if ep != op or len(em) != len(om) or len(shape) != len(om):
+            return False
+        for ed, od, n in zip(em, om, shape, strict=True):
+            if ed != od:
+                if od or n != 1:
+                    return False
+                differs = True
+    return differs
+
+
+def _norm(e: dict[str, Any]) -> tuple[MultiDims, PartialItems]:
+    mdm = e.get("multi_dims_mapping")
+    m = tuple(tuple(d) for d in mdm) if mdm else tuple(() if d < 0 else (d,) for d in e["dims_mapping"])
+    return m, tuple(sorted((int(k), v) for k, v in e.get("partial", {}).items()))
+
+
+def _norm_ours(a: object) -> tuple[MultiDims, PartialItems]:
+    if not isinstance(a, DistAttr):
+        return (), ()
+    return a.multi_dims_mapping, a.partial_items
+
+
+def _product_shape(case: dict[str, Any]) -> tuple[int, ...]:
+    x, y = (tuple(t["shape"]) for t in case["inputs"][:2])
+    tx, ty = case["attrs"].get("trans_x", False), case["attrs"].get("trans_y", False)
+    xs, ys = _swap_last2(x, tx and len(x) > 1), _swap_last2(y, ty and len(y) > 1)
+    xl, yl, ol = notation(len(xs), len(ys))
+    sizes = _check_shapes(xl, xs, yl, ys)
+    return tuple(sizes[ch] for ch in ol)
+
+
+register_deviation(
+    "matmul-size-one-output-shard", {*MATMUL_OPS, "bmm"},
+    "A size-1 dim of the product (or of bmm's gradients) is replicated in the output, as Paddle "
+    "already does for the inputs; Paddle keeps the letter's mesh dim on the output, which the "
+    "local products (computed from replicated operands) do not produce.",
+    _size_one_output_shard,
 )

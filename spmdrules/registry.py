@@ -108,6 +108,15 @@ def _is_np_int(v: Any) -> bool:
     return isinstance(v, np.integer)
 
 
+_EXACT_TYPES: Final[dict[str, type | str]] = {
+    "bool": bool, "int": int, "float": float, "str": str, "ints": "ints",
+}
+
+
+def _int_tuple(v: Any) -> bool:
+    return type(v) is tuple and all(type(e) is int for e in v)
+
+
 def _check_tensor(op: str, p: TensorParam, v: Any) -> Any:
     if p.kind == "list":
         if isinstance(v, list | tuple):
@@ -129,7 +138,10 @@ def _check_tensor(op: str, p: TensorParam, v: Any) -> Any:
 class _Binding:
     """One calling convention: tensor params then attrs; binds, checks and memoises."""
 
-    __slots__ = ("attrs", "cached", "fn", "n_full", "n_tensors", "names", "op", "params")
+    __slots__ = (
+        "attr_types", "attrs", "cached", "fn", "kinds", "n_full", "n_tensors", "names", "op",
+        "params",
+    )
 
     def __init__(
         self, op: str, fn: RuleFn, tensors: Sequence[TensorParam], attrs: Sequence[AttrParam]
@@ -142,6 +154,10 @@ class _Binding:
         self.n_full = self.n_tensors + len(self.attrs)
         all_names = [p.name for p in self.params] + [a.name for a in self.attrs]
         self.names = {n: i for i, n in enumerate(all_names)}
+        self.kinds = tuple(p.kind for p in self.params)
+        self.attr_types: tuple[type | str | None, ...] = tuple(
+            _EXACT_TYPES.get(a.type) for a in self.attrs
+        )
         self.cached = functools.lru_cache(maxsize=CACHE_SIZE)(self._run)
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -188,7 +204,41 @@ class _Binding:
                     raise
         return self.cached(self.bind(args, kwargs))
 
+    def _already_valid(self, full: tuple[Any, ...]) -> bool:
+        """The common case, checked cheaply: exact types, every tensor on one mesh."""
+        mesh = None
+        for kind, v in zip(self.kinds, full, strict=False):
+            if type(v) is TensorSpec:
+                group: tuple[Any, ...] = (v,)
+            elif v is None and kind == "optional":
+                continue
+            elif kind == "list" and type(v) is tuple:
+                group = v
+            else:
+                return False
+            for t in group:
+                if type(t) is not TensorSpec:
+                    return False
+                m = t.attr.mesh
+                if mesh is None:
+                    mesh = m
+                elif m is not mesh and m != mesh:
+                    return False
+        for want, v in zip(self.attr_types, full[self.n_tensors :], strict=True):
+            if want is None or (type(v) is not want and not (want == "ints" and _int_tuple(v))):
+                return False
+        return True
+
     def _run(self, full: tuple[Any, ...]) -> SpmdInfo:
+        checked = full if self._already_valid(full) else self._checked(full)
+        try:
+            return self.fn(*checked)
+        except SpmdError as e:
+            if str(e).startswith(f"{self.op}:") or isinstance(e, UnknownOpError):
+                raise
+            raise type(e)(f"{self.op}: {e}") from e
+
+    def _checked(self, full: tuple[Any, ...]) -> tuple[Any, ...]:
         checked = self.bind(full, {})
         mesh = None
         for v in checked[: self.n_tensors]:
@@ -202,12 +252,7 @@ class _Binding:
                         f"{self.op}: all tensors of one call must be on the same ProcessMesh; "
                         f"got {mesh!r} and {t.attr.mesh!r}. Reshard them onto one mesh first"
                     )
-        try:
-            return self.fn(*checked)
-        except SpmdError as e:
-            if str(e).startswith(f"{self.op}:") or isinstance(e, UnknownOpError):
-                raise
-            raise type(e)(f"{self.op}: {e}") from e
+        return checked
 
     def signature(self) -> str:
         parts = []

@@ -86,6 +86,12 @@ class BoxExchange:
                 types.append(self._base)
                 continue
             sl = relative(piece, outer)
+            offset = _contiguous_offset(piece, outer)
+            if offset is not None:  # one run of memory: a plain count, no derived type
+                counts.append(box_volume(piece))
+                displs.append(offset * self.dtype.itemsize)
+                types.append(self._base)
+                continue
             t = self._base.Create_subarray(
                 list(box_shape(outer)),
                 list(box_shape(piece)),
@@ -146,6 +152,16 @@ def _meet(a: Box | None, b: Box | None) -> Box | None:
     if a is None or b is None:
         return None
     return intersect(a, b)
+
+
+def _contiguous_offset(piece: Box, outer: Box) -> int | None:
+    """Element offset of ``piece`` in a C-ordered array of ``outer`` if it is one run."""
+    inner, full = box_shape(piece), box_shape(outer)
+    axis = next((d for d, n in enumerate(inner) if n != 1), len(inner))
+    if any(inner[d] != full[d] for d in range(axis + 1, len(inner))):
+        return None
+    start = tuple(a - o for (a, _), (o, _) in zip(piece, outer, strict=True))
+    return int(np.ravel_multi_index(start, full))
 
 
 def _disjoint(boxes: Sequence[Box | None]) -> bool:

@@ -131,12 +131,17 @@ class ReduceBroadcast:
             )
         self._reduce_plans: PlanCache[list[_GroupPlan]] = PlanCache()
         self._bcast_plans: PlanCache[list[_GroupPlan]] = PlanCache()
+        self._zeros: dict[tuple[int | None, str], Array] = {}
         self.bytes_sent = 0  # payload bytes this worker handed to MPI (headers excluded)
 
     # -- helpers -----------------------------------------------------------------------
     def _zero(self, like: Array) -> Array:
         batch = like.shape[0] if self.preserve_batch and like.ndim > 0 else None
-        return zero_volume_tensor(batch, dtype=like.dtype)
+        key = (batch, like.dtype.str)
+        zero = self._zeros.get(key)
+        if zero is None:
+            zero = self._zeros[key] = zero_volume_tensor(batch, dtype=like.dtype)
+        return zero
 
     def _exchange(self, local: Array | None) -> tuple[bytes, list[LocalStructure]]:
         assert self._structure is not None

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule, simulate
-from spmdrules.conformance.runner import call_engine, default_case_paths, iter_cases
+from spmdrules.conformance.runner import agrees, call_engine, default_case_paths, iter_cases
 from spmdrules.deviations import classify
-from spmdrules.errors import RuleArgumentError
+from spmdrules.errors import RuleArgumentError, SpmdError
 
 Array = np.ndarray[Any, Any]
 
@@ -63,12 +63,13 @@ def test_reshape_quirk10_and_co_shard() -> None:
     assert fwd("reshape", spec(MESH22, [8, 4], [-1, 1]), [32]) == (["[-1,-1]"], ["[-1]"])
 
 
-def test_reshape_partial_passes_through_forward_and_each_side_keeps_its_own_in_reverse() -> None:
+def test_reshape_partial_passes_through_both_directions() -> None:
     x = spec(MESH22, [8, 6], [0, -1], {1: "sum"})
     assert fwd("reshape", x, [8, 2, 3]) == (["[0,-1] P{1:sum}"], ["[0,-1,-1] P{1:sum}"])
     out = spec(MESH22, [8, 2, 3], [0, -1, -1], {1: "sum"})
+    # x pends the same reduction as out (Paddle keeps x's own status: a deviation)
     assert rev("reshape", spec(MESH22, [8, 6], [-1, -1]), out, [8, 2, 3]) == (
-        ["[0,-1]"], ["[0,-1,-1] P{1:sum}"]
+        ["[0,-1] P{1:sum}"], ["[0,-1,-1] P{1:sum}"]
     )
 
 
@@ -184,7 +185,7 @@ def consistent(kernel: Callable[[Array], Array], x: Array, x_attr: DistAttr, out
         got = simulate.gather(blocks, expect.shape, out_attr)
     except simulate.ShardMismatch:
         return False
-    return bool(np.array_equal(got, expect))
+    return bool(np.allclose(got, expect))
 
 
 def case(case_id: str) -> dict[str, Any]:
@@ -264,6 +265,30 @@ def test_proof_reshape_reverse_unchecked_divisibility(
     assert classify(c, call_engine(c)) == "reshape_reverse_unchecked_divisibility"
 
 
+def test_proof_reshape_reverse_partial_from_out() -> None:
+    # reshape/reverse/51: x[9,9], out[3,9,3] P{1: sum} on mesh [2,4]. Paddle returns x without a
+    # partial next to the partial out: each device's reshaped block is then the whole tensor, not
+    # a piece of a sum, and the gathered sum counts it four times.
+    mesh = MESH24
+    x = np.arange(81.0).reshape(9, 9)
+
+    def kernel(b: Array) -> Array:
+        return b.reshape(3, 9, 3)
+
+    paddle_x = DistAttr(mesh, [-1, -1])
+    out_attr = DistAttr(mesh, [-1, -1, -1], {1: "sum"})
+    assert not consistent(kernel, x, paddle_x, out_attr)
+    info = get_rule("reshape").infer_reverse(
+        spec(mesh, [9, 9], [-1, -1]), spec(mesh, [3, 9, 3], [-1, -1, -1], {1: "sum"}), [3, 9, 3]
+    )
+    assert maps(info) == (["[-1,-1] P{1:sum}"], ["[-1,-1,-1] P{1:sum}"])
+    xa, oa = info.inputs[0], info.outputs[0]
+    assert isinstance(xa, DistAttr) and isinstance(oa, DistAttr)
+    assert consistent(kernel, x, xa, oa)
+    c = case("reshape/reverse/51")
+    assert classify(c, call_engine(c)) == "reshape_reverse_partial_from_out"
+
+
 def test_deviation_predicates_are_narrow() -> None:
     # an agreeing case is not claimed by any class, even against a made-up answer
     c = case("reshape/reverse/2")
@@ -271,3 +296,49 @@ def test_deviation_predicates_are_narrow() -> None:
                      [DistAttr(ProcessMesh.from_shape([2], [0, 1]), [-1])])
     assert classify(c, bogus) is None
     assert classify(case("unsqueeze/forward/1"), bogus) is None
+
+
+# ---- every filed case: Paddle's record fails by execution, ours passes ----------------------------
+def _attr(mesh: ProcessMesh, e: dict[str, Any]) -> DistAttr:
+    mdm = e.get("multi_dims_mapping") or [[] if d == -1 else [d] for d in e["dims_mapping"]]
+    return DistAttr(mesh, multi_dims_mapping=mdm, partial={int(k): v for k, v in e["partial"].items()})
+
+
+def _kernel(c: dict[str, Any]) -> Callable[[Array], Array]:
+    if c["op"].startswith("unsqueeze"):
+        return unsqueeze_seq(c["attrs"]["axis"])
+    out_shape = c["outputs"][0]["shape"]  # the reshape classes hold reverse cases only
+    return lambda b: b.reshape(out_shape)
+
+
+FILED = ("reshape_reverse_unchecked_divisibility", "reshape_reverse_partial_from_out",
+         "unsqueeze_sequential_axes")
+
+
+@pytest.mark.parametrize("op", ["reshape", "reshape2", "unsqueeze", "unsqueeze2"])
+def test_every_filed_case_paddle_fails_and_ours_passes_by_execution(op: str) -> None:
+    filed = 0
+    for c in iter_cases(default_case_paths(), [op]):
+        got = call_engine(c)
+        if agrees(c, got):
+            continue
+        dev = classify(c, got)
+        assert dev in FILED
+        filed += 1
+        mesh = ProcessMesh.from_shape(c["mesh"]["shape"], c["mesh"]["process_ids"])
+        x = np.arange(1.0, 1.0 + math.prod(c["inputs"][0]["shape"])).reshape(c["inputs"][0]["shape"])
+        kernel = _kernel(c)
+        xa, oa = got.inputs[0], got.outputs[0]
+        assert isinstance(xa, DistAttr) and isinstance(oa, DistAttr)
+        assert consistent(kernel, x, xa, oa), c["case_id"]
+        try:
+            px, po = _attr(mesh, c["expected"]["inputs"][0]), _attr(mesh, c["expected"]["outputs"][0])
+        except SpmdError:
+            continue  # Paddle's attribute is not even valid (partial on a sharding mesh dim)
+        if all(mesh.shape[d] == 1 for d in px.sharded_mesh_dims | po.sharded_mesh_dims):
+            continue  # one device per shard: any placement executes alike (2 unsqueeze cases)
+        if consistent(kernel, x, px, po):
+            # reverse unsqueeze: Paddle takes a real dim of out for a new one and drops its shard
+            assert c["op"].startswith("unsqueeze") and c["direction"] == "reverse", c["case_id"]
+            assert po.sharded_mesh_dims < oa.sharded_mesh_dims, c["case_id"]
+    assert filed > 0

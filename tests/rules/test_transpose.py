@@ -115,3 +115,28 @@ def test_deviation_class_files_paddles_cases() -> None:
         n = len(c["inputs"][0]["shape"])
         bogus = SpmdInfo([DistAttr.replicated(mesh, n)], [DistAttr.replicated(mesh, n)])
         assert classify(c, bogus) is None
+
+
+def _attr(mesh: ProcessMesh, e: dict[str, Any]) -> DistAttr:
+    return DistAttr(mesh, list(e["dims_mapping"]), {int(k): v for k, v in e["partial"].items()})
+
+
+@pytest.mark.parametrize("op", ["transpose", "transpose2"])
+def test_every_filed_case_paddle_fails_and_ours_passes_by_execution(op: str) -> None:
+    filed = 0
+    for c in iter_cases(default_case_paths(), [op]):
+        got = call_engine(c)
+        if classify(c, got) != "transpose_keeps_nondivisible_shard":
+            continue
+        filed += 1
+        mesh = ProcessMesh.from_shape(c["mesh"]["shape"], c["mesh"]["process_ids"])
+        shape = c["inputs"][0]["shape"]
+        perm = [p % len(shape) for p in c["attrs"]["perm"]]
+        x = np.arange(1.0, 1.0 + np.prod(shape)).reshape(shape)
+        xa, oa = got.inputs[0], got.outputs[0]
+        assert isinstance(xa, DistAttr) and isinstance(oa, DistAttr)
+        ex, eo = _attr(mesh, c["expected"]["inputs"][0]), _attr(mesh, c["expected"]["outputs"][0])
+        np.testing.assert_allclose(execute(x, perm, xa, oa), np.transpose(x, perm))
+        with pytest.raises(simulate.ShardMismatch):
+            execute(x, perm, ex, eo)
+    assert filed > 0
