@@ -198,7 +198,7 @@ def concat_forward(x: tuple[TensorSpec, ...], axis: int) -> SpmdInfo:
     a = _concat_axis(x, axis)
     aligned = [d for d in range(x[0].ndim) if d != a]
     piece = attr(x[0], *_align(x, aligned))
-    # Deviation PartialPiecesKept: the concat of partial pieces is partial; Paddle drops it here.
+    # Deviation partial-pieces-kept: the concat of partial pieces is partial; Paddle drops it here.
     return SpmdInfo([(piece,) * len(x)], [piece])
 
 
@@ -207,7 +207,7 @@ def concat_reverse(x: tuple[TensorSpec, ...], out: TensorSpec, axis: int) -> Spm
     whole = (*x[0].shape[:a], sum(t.shape[a] for t in x), *x[0].shape[a + 1 :])
     _check_whole("out", out, whole)
     piece = attr(out, _cut(out.attr.multi_dims_mapping, a, keeps_axis=True))
-    # Deviation JoinReverseEchoesOut: the out the local concat yields (Paddle echoes `out`).
+    # Deviation join-reverse-echoes-out: the out the local concat yields (Paddle echoes `out`).
     return SpmdInfo([(piece,) * len(x)], [piece])
 
 
@@ -231,7 +231,7 @@ def stack_reverse(x: tuple[TensorSpec, ...], out: TensorSpec, axis: int) -> Spmd
     a = _stack_axis(x, axis)
     _check_whole("out", out, (*x[0].shape[:a], len(x), *x[0].shape[a:]))
     mdm = _cut(out.attr.multi_dims_mapping, a, keeps_axis=False)
-    # Deviation JoinReverseEchoesOut: the out the local stack yields (Paddle echoes `out`).
+    # Deviation join-reverse-echoes-out: the out the local stack yields (Paddle echoes `out`).
     return SpmdInfo([(attr(out, mdm),) * len(x)], [attr(out, _join(mdm, a))])
 
 
@@ -483,21 +483,21 @@ def _concat_1d_unshared_partial(case: dict[str, Any], got: SpmdInfo | BaseExcept
 
 
 register_deviation(
-    "Concat1DUnsharedPartial", {"concat"},
+    "concat-1d-unshared-partial", {"concat"},
     "1-D concat: Paddle keeps each input's own partial but returns a non-partial output, so the "
     "ranks hold different concatenations; we keep only the linear partials every input shares "
     "(on the output too) and reshard the others to replicated.",
     _concat_1d_unshared_partial,
 )
 register_deviation(
-    "PartialPiecesKept", {"concat", "unbind"},
+    "partial-pieces-kept", {"concat", "unbind"},
     "concat/unbind of partial tensors: Paddle keeps the partial on the inputs but returns a "
     "non-partial output; the pieces of a partial tensor (and the concat of partial pieces) are "
     "partial, so we keep it on the output too.",
     _partial_pieces_kept,
 )
 register_deviation(
-    "JoinReverseEchoesOut", {"concat", "stack"},
+    "join-reverse-echoes-out", {"concat", "stack"},
     "concat/stack reverse: Paddle echoes the given out (sharded on the op axis and/or partial) "
     "while the inputs it returns are replicated and non-partial there; we return the out that "
     "the local concat/stack of those inputs produces.",

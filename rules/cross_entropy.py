@@ -139,7 +139,7 @@ def _rank0_softmax_out(case: dict[str, Any], got: Any) -> bool:
 
 
 register_deviation(
-    "ce_reverse_keeps_partial",
+    "ce-reverse-keeps-partial",
     set(CE_OPS),
     "The reverse rule keeps the partial status of x, label, softmax_out and loss; softmax and "
     "log of a pending sum are not the sum of the pieces', so we drop them as the forward rule "
@@ -147,7 +147,7 @@ register_deviation(
     _reverse_keeps_partial,
 )
 register_deviation(
-    "ce_rank0_softmax_out",
+    "ce-rank0-softmax-out",
     set(CE_OPS),
     "With use_softmax=False Paddle returns a 0-d mapping for the rank-n softmax output (no valid "
     "attribute); the kernel passes x through, so we give softmax_out x's mapping.",

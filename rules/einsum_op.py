@@ -6,11 +6,13 @@ to the one met first, and marks the output partial (sum) on the mesh dims of con
 
 Paddle's own choices kept here: input partials are dropped; sizes are not checked for divisibility;
 size-1 dims are not special; a co-sharded input dim is read as its first (major) mesh dim only, as
-Paddle's einsum rule reads the flat ``dims_mapping``; at most two operands.
+Paddle's einsum rule reads the flat ``dims_mapping``; at most two operands; when both factors of an
+outer product are sharded, the second is replicated.
 
-Where Paddle is wrong we are not (docs/deviations/matmul.md, class ``einsum_grad_partial_on_shard``):
-the gradient of an operand is partial on the mesh dims of the letters it lacks *after* mesh-dim
-conflicts are resolved; Paddle reads them before and then fails to mark a sharded mesh dim partial.
+Where Paddle is wrong we are not (docs/deviations/matmul.md): the gradient of an operand is partial
+on the mesh dims of the letters it lacks *after* mesh-dim conflicts are resolved (Paddle reads them
+before, then fails to mark a sharded mesh dim partial: ``einsum-grad-partial-on-shard``), and a
+one-operand gradient of a partial out_grad stays partial (``einsum-unary-grad-partial``).
 A letter repeated within one operand (a diagonal, ``ii->i``) cannot be computed on shards of it, so
 it is replicated everywhere and contributes no partial.
 """
@@ -89,7 +91,18 @@ def _merge(
         (letters, _flat(t.attr.multi_dims_mapping, letters, diag))
         for letters, t in zip(nota.inputs, tensors, strict=True)
     ]
+    if _is_outer(nota) and all(any(m) for _, m in operands):
+        # Paddle's outer-product case: when both factors are sharded, y is replicated.
+        operands[1] = (operands[1][0], ((),) * len(operands[1][1]))
     return einsum.resolve_mesh_conflicts(einsum.merge(operands, names=names))
+
+
+def _is_outer(nota: einsum.Notation) -> bool:
+    """Two operands with no letter in common and an output that keeps every letter."""
+    if len(nota.inputs) != 2:
+        return False
+    letters = nota.inputs[0] + nota.inputs[1]
+    return len(set(letters)) == len(letters) == len(nota.outputs[0])
 
 
 def _operand_names(n: int) -> list[str]:

@@ -96,7 +96,7 @@ def _reverse_keeps_out_partial(case: dict[str, Any], got: Any) -> bool:
 
 
 register_deviation(
-    "embedding_reverse_keeps_out_partial",
+    "embedding-reverse-keeps-out-partial",
     set(EMBEDDING_OPS),
     "Paddle's reverse rule returns out's partial status unchanged while it infers replicated "
     "vocab rows, from which the lookup is complete, not a pending sum; we drop it.",

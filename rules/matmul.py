@@ -115,6 +115,14 @@ def _merge(
     xc = _claims(xl, xm)
     yc = _claims(yl, ym)
     contested = [ch for ch, dims in xc.items() if yc.get(ch, dims) != dims]
+    if not contested:
+        merged = {**yc, **xc}
+        used = [d for dims in merged.values() for d in dims]
+        if len(used) == len(set(used)):  # no mesh dim is contested: only divisibility remains
+            return {
+                ch: dims for ch, dims in merged.items()
+                if ch in _FREE or not sizes[ch] % shard_product(mesh_shape, dims)
+            }
     owner: dict[int, str] = {}
     out: LetterDims = {}
     for ch in _priority(xl, yl, xc, yc, contested, sizes):
@@ -173,8 +181,7 @@ def _priority(
 
 # ---- attributes ----------------------------------------------------------------------------------
 def _mapping(letters: str, dims: LetterDims, shape: tuple[int, ...]) -> MultiDims:
-    """Size-1 dims are replicated: a one-element dim has nothing to split (deviation
-    ``matmul-size-one-output-shard`` for outputs, Paddle's own rule for inputs)."""
+    """An operand's mapping; Paddle replicates its size-1 dims (nothing to split)."""
     return tuple(
         dims.get(ch, ()) if n != 1 else () for ch, n in zip(letters, shape, strict=True)
     )
@@ -211,9 +218,23 @@ def _infer(
     return (
         _input_mapping(xl, dims, xs, trans_x),
         _input_mapping(yl, dims, ys, trans_y),
-        _mapping(ol, dims, tuple(sizes[ch] for ch in ol)),
+        _out_mapping(ol, dims, sizes, mesh_shape),
         _k_partial(dims),
     )
+
+
+def _out_mapping(
+    letters: str, dims: LetterDims, sizes: dict[str, int], mesh_shape: tuple[int, ...]
+) -> MultiDims:
+    """The product's mapping. A size-1 dim split into several parts is replicated: every operand
+    holds it whole, so every local product does (deviation ``matmul-size-one-output-shard``)."""
+    out = tuple(dims.get(ch, ()) for ch in letters)
+    if any(sizes[ch] == 1 for ch in letters):
+        out = tuple(
+            () if sizes[ch] == 1 and shard_product(mesh_shape, m) > 1 else m
+            for ch, m in zip(letters, out, strict=True)
+        )
+    return out
 
 
 def matmul_forward(x: TensorSpec, y: TensorSpec, trans_x: bool, trans_y: bool) -> SpmdInfo:
@@ -374,8 +395,12 @@ def _size_one_output_shard(case: dict[str, Any], got: SpmdInfo | BaseException) 
         return False
     if case["direction"] == "forward":
         shapes = [_product_shape(case)]
-    else:  # bmm's gradient rule: x_grad, y_grad
+    elif case.get("reverse_kind") == "grad":  # bmm's gradient rule: x_grad, y_grad
         shapes = [tuple(t["shape"]) for t in case["inputs"][:2]]
+    else:
+        return False
+    if len(shapes) != len(got.outputs):
+        return False
     differs = False
     for e, a, shape in zip(exp["outputs"], got.outputs, shapes, strict=True):
         em, ep = _norm(e)

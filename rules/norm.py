@@ -219,7 +219,7 @@ def _reverse_rank0_param(case: dict[str, Any], got: Any) -> bool:
 
 
 register_deviation(
-    "norm_reverse_keeps_partial",
+    "norm-reverse-keeps-partial",
     {"layer_norm"},
     "layer_norm's reverse rule keeps the partial status of every tensor (x, scale, bias, out, "
     "mean, variance), even on a mesh dim that also shards out; a norm of a pending sum is not "
@@ -227,7 +227,7 @@ register_deviation(
     _reverse_keeps_partial,
 )
 register_deviation(
-    "norm_reverse_rank0_param",
+    "norm-reverse-rank0-param",
     {"layer_norm"},
     "layer_norm's reverse rule returns a 1-D [-1] attribute for a 0-d scale/bias (forward "
     "rejects them); we reject a 0-d scale/bias in both directions.",

@@ -111,9 +111,9 @@ def _flatten_axes(x_shape: Shape, start_axis: int, stop_axis: int) -> tuple[int,
 
 
 def _flatten_forward(x_shape: Shape, start_axis: int, stop_axis: int) -> tuple[Transformation, Shape]:
+    start, stop = _flatten_axes(x_shape, start_axis, stop_axis)
     if not x_shape:
         return (SINGLETON,), (1,)
-    start, stop = _flatten_axes(x_shape, start_axis, stop_axis)
     merged = 1
     for n in x_shape[start : stop + 1]:
         merged *= n
@@ -122,9 +122,9 @@ def _flatten_forward(x_shape: Shape, start_axis: int, stop_axis: int) -> tuple[T
 
 
 def _flatten_reverse(x_shape: Shape, out_shape: Shape, start_axis: int, stop_axis: int) -> Transformation:
+    start, stop = _flatten_axes(x_shape, start_axis, stop_axis)
     if not x_shape:
         return ()
-    start, stop = _flatten_axes(x_shape, start_axis, stop_axis)
     pieces = x_shape[start : stop + 1]
     merged = InputDim(start)
     return (
@@ -238,7 +238,7 @@ def _unsqueeze_axes_differ(case: dict[str, Any], got: SpmdInfo | BaseException) 
 
 
 register_deviation(
-    "unsqueeze_sequential_axes",
+    "unsqueeze-sequential-axes",
     {"unsqueeze", "unsqueeze2"},
     "paddle.unsqueeze inserts the axes one after another (a negative axis counts from the rank "
     "reached so far); Paddle's rule reads them as one set of positions against the input rank, "
@@ -276,7 +276,7 @@ def _reverse_variants(
 
 
 register_deviation(
-    "reshape_reverse_unchecked_divisibility",
+    "reshape-reverse-unchecked-divisibility",
     {"reshape", "reshape2"},
     "Paddle's reverse reshape co-shards a merged dim and keeps a split's shard without checking "
     "that the sizes divide, so its x and out attributes cut the data differently; we apply the "
@@ -285,7 +285,7 @@ register_deviation(
     lambda case, got: _reverse_variants(case, got, checked=False),
 )
 register_deviation(
-    "reshape_reverse_partial_from_out",
+    "reshape-reverse-partial-from-out",
     {"reshape", "reshape2"},
     "Paddle's reverse reshape returns x with its own partial status next to out's, though a "
     "local reshape turns a partial x into an equally partial out; we give x out's partial.",

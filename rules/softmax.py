@@ -67,7 +67,7 @@ def _one_side_keeps_uneven(case: dict[str, Any], got: Any) -> bool:
 
 
 register_deviation(
-    "softmax_uneven_one_side",
+    "softmax-uneven-one-side",
     set(SOFTMAX_OPS),
     "Paddle replicates an unevenly divisible dim on one side of softmax only (the output in "
     "forward, the input in reverse) and keeps it sharded on the other, so blocks and replicas "

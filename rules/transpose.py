@@ -113,7 +113,7 @@ def _paddle_drops_derived_shard(case: dict[str, Any], got: SpmdInfo | BaseExcept
 
 
 register_deviation(
-    "transpose_keeps_nondivisible_shard",
+    "transpose-keeps-nondivisible-shard",
     set(TRANSPOSE_OPS),
     "Paddle replicates a dim whose size the mesh does not divide on the derived tensor only, "
     "leaving the other side sharded (an inconsistent pair); we keep the shard on both sides, "

@@ -190,7 +190,7 @@ def _mesh_dim(where: str, mesh: ProcessMesh, d: Any, tdim: int) -> int:
     at = f"tensor dim {tdim}" if tdim >= 0 else "partial"
     if isinstance(d, str):
         if d not in mesh.dim_names:
-            close = difflib.get_close_matches(d, list(mesh.dim_names), n=2)
+            close = difflib.get_close_matches(d, list(mesh.dim_names), n=2, cutoff=0.4)
             hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
             raise UnknownMeshDimError(
                 f"{where}: {at} names mesh dim {d!r}, which the mesh does not have; {hint}"

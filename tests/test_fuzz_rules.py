@@ -3,6 +3,9 @@
 Each call must either return an SpmdInfo whose every attribute is valid for its tensor, or raise a
 typed SpmdError. Anything else (IndexError, KeyError, an invalid attribute, ...) fails the test with
 the rule, the direction and the arguments.
+
+Budget: 10 examples per direction for each distinct implementation and 2 for each further alias
+(about 1,300 calls, a few seconds). ``SPMD_FUZZ_SCALE=N`` multiplies both for a longer hunt.
 """
 
 from __future__ import annotations
@@ -329,9 +332,9 @@ SCALE = max(1, int(os.environ.get("SPMD_FUZZ_SCALE", "1")))
 
 @pytest.mark.parametrize("name", _distinct_names())
 def test_fuzz_each_rule_implementation(name: str) -> None:
-    _fuzz(name, 40 * SCALE)
+    _fuzz(name, 10 * SCALE)
 
 
 @pytest.mark.parametrize("name", sorted(set(_all_names()) - set(_distinct_names())))
 def test_fuzz_every_alias(name: str) -> None:
-    _fuzz(name, 3 * SCALE)
+    _fuzz(name, 2 * SCALE)

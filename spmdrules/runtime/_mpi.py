@@ -34,11 +34,14 @@ SUPPORTED_DTYPES: tuple[np.dtype[Any], ...] = tuple(
 )
 
 
+_DTYPE_CODES = {d: i for i, d in enumerate(SUPPORTED_DTYPES)}
+
+
 def dtype_code(dtype: np.dtype[Any], what: str) -> int:
     """Position of ``dtype`` in :data:`SUPPORTED_DTYPES`; raise a typed error if absent."""
     try:
-        return SUPPORTED_DTYPES.index(np.dtype(dtype))
-    except ValueError:
+        return _DTYPE_CODES[dtype]
+    except KeyError:
         names = ", ".join(d.name for d in SUPPORTED_DTYPES)
         raise TensorStructureError(
             f"{what}: dtype {np.dtype(dtype).name} is not supported; convert the array to one "
@@ -65,10 +68,23 @@ def encode_header(array: np.ndarray[Any, Any], what: str) -> np.ndarray[Any, np.
             "reshape the tensor to fewer dimensions"
         )
     header = np.zeros(HEADER_LEN, dtype=np.int64)
+    write_header(header, array, what)
+    return header
+
+
+def write_header(
+    header: np.ndarray[Any, np.dtype[np.int64]], array: np.ndarray[Any, Any], what: str
+) -> None:
+    """Write the structure header of ``array`` into ``header`` (no allocation)."""
+    if array.ndim > MAX_NDIM:
+        raise TensorStructureError(
+            f"{what}: arrays of dimension {array.ndim} are not supported (at most {MAX_NDIM}); "
+            "reshape the tensor to fewer dimensions"
+        )
     header[0] = dtype_code(array.dtype, what)
     header[1] = array.ndim
     header[2 : 2 + array.ndim] = array.shape
-    return header
+    header[2 + array.ndim :] = 0
 
 
 def decode_header(header: np.ndarray[Any, Any]) -> tuple[np.dtype[Any], tuple[int, ...]]:

@@ -37,6 +37,8 @@ class AllSumReduce:
         self._structure: StructureExchange | None = None
         if P_x.active and P_x.index is not None:
             self._comm = P_x.comm.Split(self._color(P_x.index), P_x.rank)
+            self._size = int(self._comm.Get_size())
+            self._sum = mpi().SUM
             self._structure = StructureExchange(P_x.root, P_x.members)
         self._plans: PlanCache[Array] = PlanCache()
 
@@ -47,12 +49,12 @@ class AllSumReduce:
             return x.copy()
         key = self._structure.exchange(x, "AllSumReduce")
         out = self._plans.get(key, lambda: self._plan(self._structure_list()))
-        size = self._comm.Get_size()
+        size = self._size
         if size == 1:
             np.copyto(out, x)
         else:
             mtype = mpi_datatype(x.dtype)
-            self._comm.Allreduce([np.ascontiguousarray(x), mtype], [out, mtype], mpi().SUM)
+            self._comm.Allreduce([np.ascontiguousarray(x), mtype], [out, mtype], self._sum)
             # An allreduce moves at least 2 (k-1)/k of the data out of each worker.
             self.bytes_sent += 2 * (size - 1) * x.nbytes // size
         return out

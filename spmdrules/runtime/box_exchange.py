@@ -1,11 +1,13 @@
-"""Multi-dimensional scatterv/gatherv of boxes of a tensor, on MPI subarray datatypes.
+"""Multi-dimensional scatterv/gatherv of boxes of a tensor.
 
-Every participant owns one box of a global tensor and needs one box of it.  ``gather`` moves,
-in one ``MPI_Alltoallw``, the intersection of each owner's box with each needer's box
-straight from the owner's array into the needer's array.  ``scatter_add`` is its exact
-adjoint: every needer sends its pieces back and owners add what they receive (pieces may
-overlap when needs overlap, as halos do).  Intersections and datatypes are built once per
-structure.
+Every participant owns one box of a global tensor and needs one box of it.  ``gather`` moves
+the intersection of each owner's box with each needer's box straight from the owner's array
+into the needer's array: one nonblocking message per overlapping pair, described by an MPI
+subarray datatype (or a plain count when the piece is one run of memory), so nothing is
+packed in Python; a worker's piece of its own data is a numpy copy.  ``scatter_add`` is the
+exact adjoint: each needer sends its pieces back and the owners add what they receive
+(pieces overlap when needs overlap, as halos do).  Intersections and datatypes are built
+once per structure.
 """
 
 from __future__ import annotations
@@ -20,6 +22,35 @@ from spmdrules.runtime.decomposition import Box, box_shape, box_volume, intersec
 
 Array = np.ndarray[Any, Any]
 
+# Point-to-point tags: every pair exchanges at most one message per direction per call.
+TAG_BOX_GATHER = 4301
+TAG_BOX_SCATTER = 4302
+
+
+class _Piece:
+    """One overlap between this worker's array (of box ``outer``) and a peer."""
+
+    def __init__(self, peer: int, box: Box, outer: Box, base: Any) -> None:
+        self.peer = peer
+        self.box = box
+        self.where = relative(box, outer)
+        self.volume = box_volume(box)
+        self.offset = _contiguous_offset(box, outer)
+        self.mpi_type: Any = None
+        if self.offset is None:
+            self.mpi_type = base.Create_subarray(
+                list(box_shape(outer)),
+                list(box_shape(box)),
+                [s.start for s in self.where],
+                order=mpi().ORDER_C,
+            ).Commit()
+
+    def spec(self, array: Array, base: Any) -> list[Any]:
+        """The mpi4py message spec for this piece of ``array`` (C-contiguous)."""
+        if self.offset is None:
+            return [array, 1, self.mpi_type]
+        return [array.reshape(-1)[self.offset : self.offset + self.volume], base]
+
 
 class BoxExchange:
     """The pieces one worker sends and receives between owned and needed boxes."""
@@ -33,119 +64,88 @@ class BoxExchange:
         needed: Sequence[Box | None],
     ) -> None:
         self.comm = comm
+        self.me = my_slot
         self.dtype = dtype
         self._base = mpi_datatype(dtype)
-        n = len(owned)
         self.my_owned = owned[my_slot]
         self.my_needed = needed[my_slot]
-        self._types: list[Any] = []
-        # gather: send piece (my owned ∩ peer needed), receive piece (peer owned ∩ my needed)
-        self.send_pieces: list[Box | None] = [
-            _meet(self.my_owned, needed[p]) for p in range(n)
-        ]
-        self.recv_pieces: list[Box | None] = [
-            _meet(owned[p], self.my_needed) for p in range(n)
-        ]
-        self._g_send = self._subarray_spec(self.send_pieces, self.my_owned)
-        self._g_recv = self._subarray_spec(self.recv_pieces, self.my_needed)
-        # scatter_add: send back the received pieces; receive into a packed staging buffer
+        # pieces of my owned array that peers need, and of my needed array that peers own
+        self.sends: list[_Piece] = []
+        self.recvs: list[_Piece] = []
+        self.self_piece: Box | None = None
+        for p in range(len(owned)):
+            out_box = _meet(self.my_owned, needed[p])
+            in_box = _meet(owned[p], self.my_needed)
+            if p == my_slot:
+                self.self_piece = out_box
+                continue
+            if out_box is not None and self.my_owned is not None:
+                self.sends.append(_Piece(p, out_box, self.my_owned, self._base))
+            if in_box is not None and self.my_needed is not None:
+                self.recvs.append(_Piece(p, in_box, self.my_needed, self._base))
         self._disjoint = _disjoint(needed)
-        if self._disjoint:
-            self._s_recv = self._subarray_spec(self.send_pieces, self.my_owned)
-            self._staging = np.empty(0, dtype=dtype)
-        else:
-            volumes = [0 if b is None else box_volume(b) for b in self.send_pieces]
-            offsets = np.concatenate([[0], np.cumsum(volumes)[:-1]]).astype(int)
-            self._staging = np.empty(int(sum(volumes)), dtype=dtype)
-            self._s_recv = (
-                volumes,
-                [int(o) * dtype.itemsize for o in offsets],
-                [self._base] * n,
-            )
-            self._staging_offsets = [int(o) for o in offsets]
-        self.needed_shape = box_shape(self.my_needed) if self.my_needed else None
-        self.owned_shape = box_shape(self.my_owned) if self.my_owned else None
-        self.bytes_gather = sum(
-            box_volume(b) for p, b in enumerate(self.send_pieces) if b and p != my_slot
-        ) * dtype.itemsize
-        self.bytes_scatter = sum(
-            box_volume(b) for p, b in enumerate(self.recv_pieces) if b and p != my_slot
-        ) * dtype.itemsize
-        covered = sum(box_volume(b) for b in self.send_pieces if b is not None)
+        # scatter_add with overlapping needs receives into a packed staging buffer
+        self._staging = np.empty(0 if self._disjoint else sum(s.volume for s in self.sends),
+                                 dtype=dtype)
+        covered = sum(s.volume for s in self.sends) + (
+            box_volume(self.self_piece) if self.self_piece else 0
+        )
         self._covers_owned = self.my_owned is not None and covered == box_volume(self.my_owned)
-
-    def _subarray_spec(
-        self, pieces: list[Box | None], outer: Box | None
-    ) -> tuple[list[int], list[int], list[Any]]:
-        MPI = mpi()
-        counts, displs, types = [], [], []
-        for piece in pieces:
-            if piece is None or outer is None:
-                counts.append(0)
-                displs.append(0)
-                types.append(self._base)
-                continue
-            sl = relative(piece, outer)
-            offset = _contiguous_offset(piece, outer)
-            if offset is not None:  # one run of memory: a plain count, no derived type
-                counts.append(box_volume(piece))
-                displs.append(offset * self.dtype.itemsize)
-                types.append(self._base)
-                continue
-            t = self._base.Create_subarray(
-                list(box_shape(outer)),
-                list(box_shape(piece)),
-                [s.start for s in sl],
-                order=MPI.ORDER_C,
-            ).Commit()
-            self._types.append(t)
-            counts.append(1)
-            displs.append(0)
-            types.append(t)
-        return counts, displs, types
+        self.bytes_gather = sum(s.volume for s in self.sends) * dtype.itemsize
+        self.bytes_scatter = sum(r.volume for r in self.recvs) * dtype.itemsize
 
     def gather(self, x: Array, out: Array) -> Array:
         """Fill ``out`` (this worker's needed box) from the owners' arrays."""
-        send = np.ascontiguousarray(x) if self.my_owned is not None else _EMPTY[self.dtype.str]
-        recv = out if self.my_needed is not None else _EMPTY[self.dtype.str]
-        self.comm.Alltoallw([send, *self._g_send], [recv, *self._g_recv])
+        MPI = mpi()
+        src = np.ascontiguousarray(x)
+        reqs = [self.comm.Irecv(r.spec(out, self._base), r.peer, TAG_BOX_GATHER)
+                for r in self.recvs]
+        reqs += [self.comm.Isend(s.spec(src, self._base), s.peer, TAG_BOX_GATHER)
+                 for s in self.sends]
+        if self.self_piece is not None:
+            assert self.my_owned is not None and self.my_needed is not None
+            out[relative(self.self_piece, self.my_needed)] = src[
+                relative(self.self_piece, self.my_owned)
+            ]
+        MPI.Request.Waitall(reqs)
         return out
 
     def scatter_add(self, grad: Array, out: Array) -> Array:
         """Adjoint of :meth:`gather`: return each needed piece to its owner and sum there."""
-        send = np.ascontiguousarray(grad) if self.my_needed is not None else _EMPTY[self.dtype.str]
-        if self._disjoint:
-            recv = out if self.my_owned is not None else _EMPTY[self.dtype.str]
-            if self.my_owned is not None and not self._covers_owned:
-                out.fill(0)
-            self.comm.Alltoallw([send, *self._g_recv], [recv, *self._s_recv])
-            return out
-        self.comm.Alltoallw([send, *self._g_recv], [self._staging, *self._s_recv])
-        if self.my_owned is not None:
+        MPI = mpi()
+        src = np.ascontiguousarray(grad)
+        if self.my_owned is not None and not (self._disjoint and self._covers_owned):
             out.fill(0)
-            for piece, offset in zip(self.send_pieces, self._staging_offsets, strict=True):
-                if piece is None:
-                    continue
-                shape = box_shape(piece)
-                chunk = self._staging[offset : offset + box_volume(piece)].reshape(shape)
-                out[relative(piece, self.my_owned)] += chunk
+        reqs = [self.comm.Isend(r.spec(src, self._base), r.peer, TAG_BOX_SCATTER)
+                for r in self.recvs]
+        staged: list[tuple[_Piece, Array]] = []
+        offset = 0
+        for s in self.sends:
+            if self._disjoint:
+                reqs.append(self.comm.Irecv(s.spec(out, self._base), s.peer, TAG_BOX_SCATTER))
+            else:
+                chunk = self._staging[offset : offset + s.volume]
+                offset += s.volume
+                staged.append((s, chunk))
+                reqs.append(self.comm.Irecv([chunk, self._base], s.peer, TAG_BOX_SCATTER))
+        if self.self_piece is not None:
+            assert self.my_owned is not None and self.my_needed is not None
+            mine = src[relative(self.self_piece, self.my_needed)]
+            if self._disjoint:  # nobody else writes these entries
+                out[relative(self.self_piece, self.my_owned)] = mine
+            else:
+                out[relative(self.self_piece, self.my_owned)] += mine
+        MPI.Request.Waitall(reqs)
+        for s, chunk in staged:
+            out[s.where] += chunk.reshape(box_shape(s.box))
         return out
 
     def free(self) -> None:
         """Release the MPI datatypes."""
-        for t in self._types:
-            t.Free()
-        self._types.clear()
-
-
-class _EmptyBuffers(dict[str, Array]):
-    def __missing__(self, key: str) -> Array:
-        value = np.empty(0, dtype=np.dtype(key))
-        self[key] = value
-        return value
-
-
-_EMPTY = _EmptyBuffers()
+        for piece in (*self.sends, *self.recvs):
+            if piece.mpi_type is not None:
+                piece.mpi_type.Free()
+                piece.mpi_type = None
 
 
 def _meet(a: Box | None, b: Box | None) -> Box | None:

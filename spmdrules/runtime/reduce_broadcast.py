@@ -64,6 +64,7 @@ class _GroupPlan:
 
     dtype: np.dtype[Any]
     shape: tuple[int, ...]
+    mtype: Any  # the MPI datatype of dtype
     out: Array  # dest: the reduced tensor / source: the broadcast tensor
     bounds: list[tuple[int, int]] = field(default_factory=list)  # flat chunk of each rank
     rows: Array | None = None  # reduce: my chunk of every source
@@ -143,10 +144,13 @@ class ReduceBroadcast:
             zero = self._zeros[key] = zero_volume_tensor(batch, dtype=like.dtype)
         return zero
 
-    def _exchange(self, local: Array | None) -> tuple[bytes, list[LocalStructure]]:
+    def _exchange(self, local: Array | None) -> bytes:
         assert self._structure is not None
-        key = self._structure.exchange(local, f"{self.op}")
-        return key, self._structure.structures()
+        return self._structure.exchange(local, self.op)
+
+    def _structures(self) -> list[LocalStructure]:
+        assert self._structure is not None
+        return self._structure.structures()
 
     def _where(self, slot: int) -> str:
         return f"root rank {self.union[slot]}"
@@ -157,8 +161,8 @@ class ReduceBroadcast:
         x = np.asarray(x)
         if not (self.in_big or self.in_small):
             return x.copy()
-        key, structures = self._exchange(x if self.in_big else None)
-        plans = self._reduce_plans.get(key, lambda: self._plan(structures, reduce=True))
+        key = self._exchange(x if self.in_big else None)
+        plans = self._reduce_plans.get(key, lambda: self._plan(self._structures(), reduce=True))
         xflat = np.ascontiguousarray(x).reshape(-1) if self.in_big else None
         result: Array | None = None
         for group, plan in zip(self._groups, plans, strict=True):
@@ -176,7 +180,7 @@ class ReduceBroadcast:
             np.copyto(out_flat, xflat)
             return
         MPI = mpi()
-        mtype = mpi_datatype(p.dtype)
+        mtype = p.mtype
         comm, me = g.comm, g.my_rank
         lo, hi = p.bounds[me]
         reqs = []
@@ -215,8 +219,8 @@ class ReduceBroadcast:
         y = np.asarray(y)
         if not (self.in_big or self.in_small):
             return y.copy()
-        key, structures = self._exchange(y if self.in_small else None)
-        plans = self._bcast_plans.get(key, lambda: self._plan(structures, reduce=False))
+        key = self._exchange(y if self.in_small else None)
+        plans = self._bcast_plans.get(key, lambda: self._plan(self._structures(), reduce=False))
         ysrc = np.ascontiguousarray(y) if self.in_small else None
         result: Array | None = None
         for group, plan in zip(self._groups, plans, strict=True):
@@ -228,7 +232,7 @@ class ReduceBroadcast:
         return self._zero(y)
 
     def _broadcast_group(self, g: _Group, p: _GroupPlan, ysrc: Array | None) -> None:
-        mtype = mpi_datatype(p.dtype)
+        mtype = p.mtype
         if g.i_am_dest:
             assert ysrc is not None
             if g.size > 1:
@@ -278,7 +282,9 @@ class ReduceBroadcast:
             st = group_structure[g.small_rank]
             assert st is not None
             dtype, shape = st
-            plan = _GroupPlan(dtype=dtype, shape=shape, out=np.empty(0, dtype=dtype))
+            plan = _GroupPlan(
+                dtype=dtype, shape=shape, mtype=mpi_datatype(dtype), out=np.empty(0, dtype=dtype)
+            )
             if reduce:
                 if g.i_am_dest:
                     plan.out = np.empty(shape, dtype=dtype)

@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from spmdrules.runtime._mpi import HEADER_LEN, decode_header, encode_header
+from spmdrules.runtime._mpi import HEADER_LEN, decode_header, write_header
 from spmdrules.runtime.partition import sub_communicator
 
 # The structure of one worker's local tensor, or None if it contributes none.
@@ -42,7 +42,7 @@ class StructureExchange:
             self._send[:] = 0
             self._send[0] = -1
         else:
-            self._send[:] = encode_header(local, what)
+            write_header(self._send, local, what)
         self.comm.Allgather(self._send, self._recv)
         return self._recv.tobytes()
 

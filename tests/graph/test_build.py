@@ -50,7 +50,8 @@ def test_ordered_operands_results_and_attributes() -> None:
     info = op.rule.infer_forward(
         spec(x.shape, sr.DistAttr(mesh, [0, -1])), spec(y.shape, sr.DistAttr(mesh, [-1, -1])), *op.attrs
     )
-    assert info.outputs[0].dims_mapping == (0, -1)
+    out = info.outputs[0]
+    assert isinstance(out, sr.DistAttr) and out.dims_mapping == (0, -1)
 
 
 def test_multi_output_and_list_arguments() -> None:

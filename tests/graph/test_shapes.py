@@ -73,7 +73,7 @@ def _erf(x: np.ndarray) -> np.ndarray:
 
 
 def sig(x: np.ndarray) -> np.ndarray:
-    return 1 / (1 + np.exp(-x))
+    return np.asarray(1 / (1 + np.exp(-x)))
 
 
 UNARY_NUMPY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -188,7 +188,7 @@ def test_swiglu_and_add_n() -> None:
 
     def halves(x: np.ndarray) -> np.ndarray:
         a, b = np.split(x, 2, axis=-1)
-        return a * sig(a) * b
+        return np.asarray(a * sig(a) * b)
 
     check("swiglu", halves, arr((2, 3, 6)))
     check("add_n", lambda xs: sum(xs[1:], xs[0]), [arr((2, 3)), arr((2, 3)), arr((2, 3))])
@@ -205,7 +205,7 @@ def np_matmul(tx: bool, ty: bool) -> Callable[[np.ndarray, np.ndarray], np.ndarr
             x = np.swapaxes(x, -1, -2)
         if ty and y.ndim > 1:
             y = np.swapaxes(y, -1, -2)
-        return np.matmul(x, y)
+        return np.asarray(np.matmul(x, y))
 
     return f
 
@@ -467,7 +467,7 @@ def test_softmax(op: str, axis: int) -> None:
     def f(x: np.ndarray) -> np.ndarray:
         e = np.exp(x - np.max(x, axis=axis, keepdims=True))
         s = e / np.sum(e, axis=axis, keepdims=True)
-        return s if op == "softmax" else np.log(s)
+        return np.asarray(s if op == "softmax" else np.log(s))
 
     check(op, f, arr((2, 3, 4)), axis=axis)
 

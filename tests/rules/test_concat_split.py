@@ -340,10 +340,10 @@ def test_proof_add_n_keeps_only_linear_partials() -> None:
 @pytest.mark.parametrize(
     ("case_id", "name"),
     [
-        ("concat/forward/26", "Concat1DUnsharedPartial"),
-        ("unbind/forward/6", "PartialPiecesKept"),
-        ("concat/reverse/0", "JoinReverseEchoesOut"),
-        ("stack/reverse/2", "JoinReverseEchoesOut"),
+        ("concat/forward/26", "concat-1d-unshared-partial"),
+        ("unbind/forward/6", "partial-pieces-kept"),
+        ("concat/reverse/0", "join-reverse-echoes-out"),
+        ("stack/reverse/2", "join-reverse-echoes-out"),
     ],
 )
 def test_deviation_classes_explain_their_cases(case_id: str, name: str) -> None:

@@ -218,7 +218,7 @@ def test_proof_unsqueeze_sequential_axes() -> None:
     ours = info.outputs[0]
     assert isinstance(ours, DistAttr) and ours.mapping_str() == "[0,-1,1,-1,-1]"
     assert consistent(kernel, x, x_attr, ours)
-    assert classify(case("unsqueeze/forward/23"), info) == "unsqueeze_sequential_axes"
+    assert classify(case("unsqueeze/forward/23"), info) == "unsqueeze-sequential-axes"
 
 
 def test_proof_unsqueeze_reverse_sequential_axes() -> None:
@@ -232,7 +232,7 @@ def test_proof_unsqueeze_reverse_sequential_axes() -> None:
     xa, oa = info.inputs[0], info.outputs[0]
     assert isinstance(xa, DistAttr) and isinstance(oa, DistAttr)
     assert consistent(unsqueeze_seq([3, 2]), np.arange(12 * 8 * 4).reshape(12, 8, 4), xa, oa)
-    assert classify(case("unsqueeze/reverse/19"), info) == "unsqueeze_sequential_axes"
+    assert classify(case("unsqueeze/reverse/19"), info) == "unsqueeze-sequential-axes"
 
 
 @pytest.mark.parametrize(
@@ -262,7 +262,7 @@ def test_proof_reshape_reverse_unchecked_divisibility(
     assert isinstance(xa, DistAttr) and isinstance(oa, DistAttr)
     assert consistent(kernel, x, xa, oa)
     c = case(case_id)
-    assert classify(c, call_engine(c)) == "reshape_reverse_unchecked_divisibility"
+    assert classify(c, call_engine(c)) == "reshape-reverse-unchecked-divisibility"
 
 
 def test_proof_reshape_reverse_partial_from_out() -> None:
@@ -286,7 +286,7 @@ def test_proof_reshape_reverse_partial_from_out() -> None:
     assert isinstance(xa, DistAttr) and isinstance(oa, DistAttr)
     assert consistent(kernel, x, xa, oa)
     c = case("reshape/reverse/51")
-    assert classify(c, call_engine(c)) == "reshape_reverse_partial_from_out"
+    assert classify(c, call_engine(c)) == "reshape-reverse-partial-from-out"
 
 
 def test_deviation_predicates_are_narrow() -> None:
@@ -311,8 +311,8 @@ def _kernel(c: dict[str, Any]) -> Callable[[Array], Array]:
     return lambda b: b.reshape(out_shape)
 
 
-FILED = ("reshape_reverse_unchecked_divisibility", "reshape_reverse_partial_from_out",
-         "unsqueeze_sequential_axes")
+FILED = ("reshape-reverse-unchecked-divisibility", "reshape-reverse-partial-from-out",
+         "unsqueeze-sequential-axes")
 
 
 @pytest.mark.parametrize("op", ["reshape", "reshape2", "unsqueeze", "unsqueeze2"])

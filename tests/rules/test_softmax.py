@@ -73,7 +73,7 @@ def test_zero_d_tensor() -> None:
     assert dm(info.outputs[0]) == []
 
 
-# ---- deviation softmax_uneven_one_side, proven by execution --------------------------------------
+# ---- deviation softmax-uneven-one-side, proven by execution --------------------------------------
 def _run(x: np.ndarray, x_attr: DistAttr, out_attr: DistAttr, axis: int) -> np.ndarray:
     blocks = run_local(lambda b: softmax(b, axis), [(x, x_attr)])
     return gather(blocks, x.shape, out_attr)

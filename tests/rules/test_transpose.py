@@ -1,5 +1,5 @@
 """transpose / transpose2: hand-written cases, typed errors, and the execution proof of the
-`transpose_keeps_nondivisible_shard` deviation (docs/deviations/shape.md)."""
+`transpose-keeps-nondivisible-shard` deviation (docs/deviations/shape.md)."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def test_deviation_class_files_paddles_cases() -> None:
         op = case_id.split("/")[0]
         c = next(r for r in iter_cases(default_case_paths(), [op]) if r["case_id"] == case_id)
         got = call_engine(c)
-        assert classify(c, got) == "transpose_keeps_nondivisible_shard"
+        assert classify(c, got) == "transpose-keeps-nondivisible-shard"
         # a different (wrong) answer is not excused by the class
         mesh = got.inputs[0].mesh  # type: ignore[union-attr]
         n = len(c["inputs"][0]["shape"])
@@ -126,7 +126,7 @@ def test_every_filed_case_paddle_fails_and_ours_passes_by_execution(op: str) -> 
     filed = 0
     for c in iter_cases(default_case_paths(), [op]):
         got = call_engine(c)
-        if classify(c, got) != "transpose_keeps_nondivisible_shard":
+        if classify(c, got) != "transpose-keeps-nondivisible-shard":
             continue
         filed += 1
         mesh = ProcessMesh.from_shape(c["mesh"]["shape"], c["mesh"]["process_ids"])
