@@ -178,12 +178,12 @@ def binary_reverse(x: TensorSpec, y: TensorSpec, out: TensorSpec) -> SpmdInfo:
             f"'out' has shape {list(out.shape)} but broadcasting 'x' {list(x.shape)} and 'y' "
             f"{list(y.shape)} gives {list(out_shape)}; pass the op's real output"
         )
-    m = out.attr.multi_dims_mapping
-    letters = _merge((("out", outn, m),))
-    # Size-1 output dims keep their sharding (there is nothing to move), as Paddle returns them.
+    letters = _merge((("out", outn, out.attr.multi_dims_mapping),))
+    # The answer is a consistent pair: out as these inputs produce it, so its size-1 dims are
+    # replicated like theirs (Paddle echoes them sharded; binary-reverse-size1-out-replicated).
     return SpmdInfo(
         [attr(x, _mapping(xn, letters)), attr(y, _mapping(yn, letters))],
-        [_attr_for(out, m)],
+        [_attr_for(out, _mapping(outn, letters))],
     )
 
 
@@ -212,7 +212,7 @@ def multiply_forward(x: TensorSpec, y: TensorSpec) -> SpmdInfo:
 # ---- swiglu(x, y?) = silu(x) * y; without y, x's last dim holds both halves [gate | value] -------
 def _halves_mapping(m: MultiDims) -> MultiDims:
     """Without y, x's last dim must stay whole: a block of it is not a [gate | value] pair (Paddle
-    keeps it sharded; see docs/deviations/elementwise.md, swiglu_halves_replicated)."""
+    keeps it sharded; see docs/deviations/elementwise.md, swiglu-halves-replicated)."""
     return (*m[:-1], ()) if m and m[-1] else m
 
 
@@ -295,8 +295,38 @@ def _swiglu_halves(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
     )
 
 
+def _reverse_size1_out(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    """Paddle echoes out's sharded size-1 dims next to inputs that replicate them; we return out
+    as those inputs produce it, size-1 dims replicated, and agree on everything else."""
+    exp = case["expected"]
+    if case.get("direction") != "reverse" or isinstance(got, BaseException) or "error" in exp:
+        return False
+    if any("absent" in t for t in case["inputs"]):
+        return False
+    if len(got.inputs) != len(exp["inputs"]) or len(got.outputs) != 1:
+        return False
+    for g, e in zip(got.inputs, exp["inputs"], strict=True):
+        if not isinstance(g, DistAttr) or g.partial_items or g.multi_dims_mapping != _norm(e):
+            return False
+    out, e_out = got.outputs[0], exp["outputs"][0]
+    if not isinstance(out, DistAttr) or out.partial_items or e_out.get("partial"):
+        return False
+    shape = case["outputs"][0]["shape"]
+    paddle = _norm(e_out)
+    size1_cleared = tuple(() if n == 1 else d for n, d in zip(shape, paddle, strict=True))
+    return paddle != size1_cleared and out.multi_dims_mapping == size1_cleared
+
+
 register_deviation(
-    "swiglu_halves_replicated",
+    "binary-reverse-size1-out-replicated",
+    {*BINARY_OPS, "multiply", "swiglu"},
+    "binary reverse: Paddle returns out's sharded size-1 dims unchanged next to inputs that "
+    "replicate them (blocks the inputs cannot produce); we return out with those dims replicated.",
+    _reverse_size1_out,
+)
+
+register_deviation(
+    "swiglu-halves-replicated",
     {"swiglu"},
     "swiglu without y: x's last dim holds [gate | value]; a block of it is not such a pair, so "
     "we keep that dim (and out's) replicated where Paddle shards it.",

@@ -1,18 +1,24 @@
 """Matrix products: matmul (matmul_v2), bmm and bmm's gradient rule.
 
 The family is one einsum notation, built by Paddle's convention from the operand ranks: batch
-letters broadcast from the right, then ``mk,kn->mn`` (``k`` alone for a 1-D operand). Forward
-inference merges the operands' mesh dims per letter; reverse inference reads the inputs off the
-output's letters; the gradient rule re-runs forward inference on the two products of the backward
-pass (``dx = g @ y^T``, ``dy = x^T @ g``).
+letters broadcast from the right, then ``mk,kn->mn`` (``k`` alone for a 1-D operand); ``trans_x``
+/ ``trans_y`` swap the last two dims of an operand's shape and mapping. Forward inference merges
+the operands' mesh dims per letter; reverse inference reads the operands off the output's letters
+and returns the output they produce (a forward of them); the gradient rule re-runs forward
+inference on the two products of the backward pass (``dx = g @ y^T``, ``dy = x^T @ g``).
 
-Paddle's merge policy for matrix products (``ShardingMergeForTensorsMatmul``):
+Paddle's merge policy for matrix products (``ShardingMergeForTensorsMatmul``, reconstructed from
+the recorded cases and probes of Paddle 3.3.1; docs/deviations/matmul.md):
 
-* a batch letter or ``k`` sharded differently by x and y is co-sharded over both mesh dims;
-* batch letters and ``k`` keep their mesh dims only if their size divides evenly; ``m`` and ``n``
-  are never checked (an uneven split of a free dim is still a valid layout);
-* a mesh dim wanted by several letters goes to a batch letter first, then to the larger of ``m``
-  and ``n`` (``m`` on a tie), and to the contracted ``k`` last: sharding ``k`` costs an all-reduce.
+* a batch letter or ``k`` that x and y shard differently is co-sharded over both claims (larger
+  mesh dims first); if that does not divide its size, the claim that splits it more is kept if it
+  divides, else none;
+* a mesh dim wanted by several letters goes to a batch letter one operand shards (the higher-rank
+  operand's first), then to a co-sharded batch letter, then to the larger of ``m`` and ``n`` (``m``
+  on a tie), and to the contracted ``k`` last: sharding ``k`` costs an all-reduce;
+* batch letters and ``k`` keep mesh dims only if their size divides evenly; ``m`` and ``n`` are
+  never checked (an uneven split of a free dim is still a valid layout); size-1 dims of the
+  operands are replicated, and (our deviation) so are those of the product.
 """
 
 from __future__ import annotations
@@ -80,20 +86,16 @@ def _check_trans(ndim: int, trans: bool, name: str) -> None:
 
 def _check_shapes(xl: str, xs: tuple[int, ...], yl: str, ys: tuple[int, ...]) -> dict[str, int]:
     """Letter sizes; k must agree and batch dims must broadcast."""
-    sizes: dict[str, int] = {}
-    for ch, n in zip(xl, xs, strict=True):
-        sizes[ch] = n
+    sizes = dict(zip(xl, xs, strict=True))
     for i, (ch, n) in enumerate(zip(yl, ys, strict=True)):
         prev = sizes.get(ch)
-        if prev is None or prev == n:
+        if prev is None or prev == n or prev == 1:
             sizes[ch] = n
         elif ch == "k":
             raise RuleArgumentError(
                 f"the contracted dim of 'x' has size {prev} but 'y' dim {i} has size {n}; "
                 "x's columns must match y's rows (check trans_x / trans_y)"
             )
-        elif prev == 1:
-            sizes[ch] = n
         elif n != 1:
             raise RuleArgumentError(
                 f"batch dim of size {prev} in 'x' and 'y' dim {i} of size {n} do not broadcast; "
@@ -182,19 +184,17 @@ def _priority(
 # ---- attributes ----------------------------------------------------------------------------------
 def _mapping(letters: str, dims: LetterDims, shape: tuple[int, ...]) -> MultiDims:
     """An operand's mapping; Paddle replicates its size-1 dims (nothing to split)."""
-    return tuple(
-        dims.get(ch, ()) if n != 1 else () for ch, n in zip(letters, shape, strict=True)
-    )
+    get = dims.get
+    if 1 in shape:
+        return tuple([() if n == 1 else get(ch, ()) for ch, n in zip(letters, shape, strict=True)])
+    return tuple([get(ch, ()) for ch in letters])
 
 
 def _input_mapping(
     letters: str, dims: LetterDims, shape: tuple[int, ...], trans: bool
 ) -> MultiDims:
-    return _swap_last2(_mapping(letters, dims, shape), trans)
-
-
-def _k_partial(dims: LetterDims) -> PartialItems:
-    return tuple((d, "sum") for d in sorted(dims.get("k", ())))
+    m = _mapping(letters, dims, shape)
+    return (*m[:-2], m[-1], m[-2]) if trans else m
 
 
 Inferred = tuple[MultiDims, MultiDims, MultiDims, PartialItems]
@@ -215,11 +215,12 @@ def _infer(
     xl, yl, ol = notation(len(xs), len(ys))
     sizes = _check_shapes(xl, xs, yl, ys)
     dims = _merge(xl, xm, yl, ym, sizes, mesh_shape)
+    k = dims.get("k")
     return (
         _input_mapping(xl, dims, xs, trans_x),
         _input_mapping(yl, dims, ys, trans_y),
         _out_mapping(ol, dims, sizes, mesh_shape),
-        _k_partial(dims),
+        tuple([(d, "sum") for d in sorted(k)]) if k else (),
     )
 
 
@@ -228,21 +229,23 @@ def _out_mapping(
 ) -> MultiDims:
     """The product's mapping. A size-1 dim split into several parts is replicated: every operand
     holds it whole, so every local product does (deviation ``matmul-size-one-output-shard``)."""
-    out = tuple(dims.get(ch, ()) for ch in letters)
-    if any(sizes[ch] == 1 for ch in letters):
-        out = tuple(
-            () if sizes[ch] == 1 and shard_product(mesh_shape, m) > 1 else m
-            for ch, m in zip(letters, out, strict=True)
-        )
-    return out
+    get = dims.get
+    if 1 in sizes.values():
+        return tuple([
+            () if sizes[ch] == 1 and shard_product(mesh_shape, get(ch, ())) > 1 else get(ch, ())
+            for ch in letters
+        ])
+    return tuple([get(ch, ()) for ch in letters])
 
 
 def matmul_forward(x: TensorSpec, y: TensorSpec, trans_x: bool, trans_y: bool) -> SpmdInfo:
+    mesh = x.attr.mesh
     xm, ym, om, part = _infer(
         x.shape, x.attr.multi_dims_mapping, y.shape, y.attr.multi_dims_mapping, trans_x, trans_y,
-        x.attr.mesh.shape,
+        mesh.shape,
     )
-    return SpmdInfo([attr(x, xm), attr(y, ym)], [attr(x, om, part)])
+    make = DistAttr._make
+    return SpmdInfo([make(mesh, xm), make(mesh, ym)], [make(mesh, om, part)])
 
 
 def matmul_reverse(
@@ -259,29 +262,35 @@ def matmul_reverse(
             "1-D operand's dropped dim)"
         )
     xl, yl, ol = notation(len(xs), len(ys))
+    if len(ol) != len(out.shape):
+        raise RuleArgumentError(
+            f"'out' of rank {len(out.shape)} cannot be the product of a rank-{len(xs)} 'x' and a "
+            f"rank-{len(ys)} 'y' (that has rank {len(ol)}); the reverse rule needs operands of "
+            "rank >= 2"
+        )
     sizes = _check_shapes(xl, xs, yl, ys)
+    want = tuple(sizes[ch] for ch in ol)
+    if out.shape != want:
+        raise RuleArgumentError(
+            f"'out' has shape {list(out.shape)} but the product of 'x' and 'y' has shape "
+            f"{list(want)}"
+        )
     mesh_shape = out.attr.mesh.shape
     dims: LetterDims = {}
     for ch, n, md in zip(ol, out.shape, out.attr.multi_dims_mapping, strict=True):
         if md:
-            if sizes.get(ch, n) != n and n != 1 and sizes.get(ch, 1) != 1:
-                raise RuleArgumentError(
-                    f"'out' has size {n} where the operands give {sizes[ch]}; out must have "
-                    "the product's shape"
-                )
             p = 1
             for d in md:
                 p *= mesh_shape[d]
             if n % p == 0:
                 dims[ch] = md
     # Paddle tests for size-1 dims on the operands' stored (untransposed) shapes here.
-    return SpmdInfo(
-        [
-            attr(x, _input_mapping(xl, dims, x.shape, trans_x)),
-            attr(y, _input_mapping(yl, dims, y.shape, trans_y)),
-        ],
-        [out.attr],
-    )
+    xm = _input_mapping(xl, dims, x.shape, trans_x)
+    ym = _input_mapping(yl, dims, y.shape, trans_y)
+    # The output is what these operands produce (forward of them; k is replicated, so no partial).
+    # Paddle echoes the given out instead (deviation matmul-reverse-out).
+    om = _infer(x.shape, xm, y.shape, ym, trans_x, trans_y, mesh_shape)[2]
+    return SpmdInfo([attr(x, xm), attr(y, ym)], [attr(out, om)])
 
 
 # ---- bmm and its gradient rule -------------------------------------------------------------------
@@ -442,4 +451,24 @@ register_deviation(
     "already does for the inputs; Paddle keeps the letter's mesh dim on the output, which the "
     "local products (computed from replicated operands) do not produce.",
     _size_one_output_shard,
+)
+
+
+def _reverse_out(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    """Reverse: same operands as Paddle, whose out is the given one; ours is what they produce."""
+    exp = case["expected"]
+    if not isinstance(got, SpmdInfo) or case.get("reverse_kind") != "reverse" or "error" in exp:
+        return False
+    if [_norm(e) for e in exp["inputs"]] != [_norm_ours(a) for a in got.inputs]:
+        return False
+    given = _norm(case["outputs"][0])
+    return _norm(exp["outputs"][0]) == given and _norm_ours(got.outputs[0]) != given
+
+
+register_deviation(
+    "matmul-reverse-out", set(MATMUL_OPS),
+    "Reverse returns the output its inferred operands produce (a forward of them): no partial, "
+    "and not sharded where the operands dropped a sharding (an uneven batch/free dim, a size-1 "
+    "dim); Paddle echoes the given out.",
+    _reverse_out,
 )

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from spmdrules.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.deviations import register_deviation
-from spmdrules.errors import RuleArgumentError, ShardingConflictError
+from spmdrules.errors import RuleArgumentError
 from spmdrules.registry import A, T, register_rule
 from spmdrules.rulekit import attr, replicated_like, shard_product
 from spmdrules.spec import SpmdInfo, TensorSpec
@@ -116,35 +116,24 @@ def reduce_forward(
 def reduce_reverse(
     x: TensorSpec, out: TensorSpec, reduced: tuple[bool, ...], keep_dim: bool
 ) -> SpmdInfo:
-    """x takes the output's kept dims' shardings; its reduced dims are replicated.
-
-    The output keeps its mapping, as in Paddle: a size-1 reduced dim that stays sharded is a free
-    local slice of what every process computes. Its kept size-1 dims act as one broadcast letter,
-    so two of them on different mesh dims conflict. A pending partial on the output is dropped: x
-    has no partial, so nothing would be pending (Paddle echoes it).
-    """
+    """x takes the output's kept dims' shardings; its reduced dims are replicated. The output is
+    what that x produces: its size-1 reduced dims replicated and no partial (Paddle echoes ``out``)."""
     _check_out_shape(x, out, reduced, keep_dim)
     out_mdm = out.attr.multi_dims_mapping
     x_m: list[tuple[int, ...]] = []
-    ones: tuple[int, ...] = ()
+    out_m: list[tuple[int, ...]] = []
     j = 0
-    for i, r in enumerate(reduced):
+    for r in reduced:
         if not r:
             x_m.append(out_mdm[j])
+            out_m.append(out_mdm[j])
             j += 1
             continue
         x_m.append(())
         if keep_dim:
-            dims = out_mdm[j]
-            if dims and ones and dims != ones:
-                raise ShardingConflictError(
-                    f"'out' dims of the reduced axes are size 1 and act as one broadcast axis, "
-                    f"but dim {j} is sharded by mesh dims {list(dims)} and another by "
-                    f"{list(ones)}; shard at most one way (or replicate them). 'x' dim {i}"
-                )
-            ones = ones or dims
+            out_m.append(())
             j += 1
-    return SpmdInfo([attr(x, tuple(x_m))], [attr(out, out_mdm)])
+    return SpmdInfo([attr(x, tuple(x_m))], [attr(out, tuple(out_m))])
 
 
 def _check_out_shape(
@@ -425,21 +414,28 @@ def _case_reduced(case: dict[str, Any]) -> tuple[bool, ...] | None:
         return None
 
 
-def _is_reverse_partial_dropped(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
-    """Reverse: the given out is partial; Paddle echoes the partial though its x carries none, we
-    drop it. Everything else is the same."""
-    if case["direction"] != "reverse" or not isinstance(got, SpmdInfo) or "error" in case["expected"]:
+def _is_reverse_out_made_consistent(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    """Reverse: ours returns the out that our x produces (size-1 reduced dims replicated, no
+    partial) where Paddle echoes the given out; x is the same, or Paddle refused two kept size-1
+    dims on different mesh dims (a conflict only because it keeps them sharded)."""
+    if case["direction"] != "reverse" or not isinstance(got, SpmdInfo):
+        return False
+    reduced = _case_reduced(case)
+    at = case["attrs"]
+    keep = bool(at.get("keep_dim", at.get("keepdims", False)))
+    ox, oo = _ours(got.inputs[0]), _ours(got.outputs[0])
+    if reduced is None or ox is None or oo is None:
         return False
     given = _expected(case["outputs"][0])
-    ox, oo = _ours(got.inputs[0]), _ours(got.outputs[0])
-    if ox is None or oo is None or not given[1]:
+    kept_pos = [i for i, r in enumerate(reduced) if keep or not r]
+    fixed = tuple(() if reduced[i] else given[0][j] for j, i in enumerate(kept_pos))
+    if oo != (fixed, ()) or given == oo:
         return False
     exp = case["expected"]
-    return (
-        _expected(exp["inputs"][0]) == ox
-        and _expected(exp["outputs"][0]) == given
-        and oo == (given[0], ())
-    )
+    if "error" in exp:
+        shared = [given[0][j] for j, i in enumerate(kept_pos) if reduced[i] and given[0][j]]
+        return "two different mesh dimension" in exp["error"] and len(shared) >= 2
+    return _expected(exp["inputs"][0]) == ox and _expected(exp["outputs"][0]) == given
 
 
 def _is_arg_reverse_axis(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
@@ -500,10 +496,10 @@ register_deviation(
     _is_reduce_all_out_shape,
 )
 register_deviation(
-    "reduce-reverse-partial", {*AXIS_OPS, "reduce_base", "logsumexp", "p_norm"},
-    "Reverse from a partial output: x gets no partial, so the output x produces is not pending "
-    "either; Paddle echoes the given out's partial next to a non-partial x.",
-    _is_reverse_partial_dropped,
+    "reduce-reverse-out", {*AXIS_OPS, "reduce_base", "logsumexp", "p_norm"},
+    "Reverse returns the output its x produces: x's reduced dims are replicated, so the output "
+    "is neither partial nor sharded on its size-1 reduced dims; Paddle echoes the given out.",
+    _is_reverse_out_made_consistent,
 )
 register_deviation(
     "arg-reverse-axis", {"argmax", "argmin"},

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextvars
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import networkx as nx
@@ -36,13 +36,16 @@ from spmdrules.graph_errors import (
     DuplicateNameError,
     GraphContextError,
     GraphCycleError,
+    InvalidNameError,
     ProducerError,
     ShapeError,
+    UnknownNodeError,
     UnknownTensorError,
 )
 from spmdrules.opschema import OpSchema, op_schema
 from spmdrules.registry import Rule
 from spmdrules.shapes import Arg, OutMeta, TensorMeta
+from spmdrules.spec import AttrSlot, SpmdInfo, TensorSpec
 
 if TYPE_CHECKING:
     from spmdrules.annotate import Annotation
@@ -70,7 +73,8 @@ class Tensor:
     """
 
     __slots__ = (
-        "annotation", "attr", "dtype", "graph", "index", "name", "producer", "role", "shape",
+        "annotation", "attr", "dtype", "graph", "index", "name", "order", "producer", "role",
+        "shape",
     )
 
     name: str
@@ -80,6 +84,7 @@ class Tensor:
     graph: Graph
     producer: Op | None
     index: int
+    order: int
     attr: DistAttr | None
     annotation: Annotation | None
 
@@ -93,12 +98,25 @@ class Tensor:
         self.role = role
         self.producer = None
         self.index = -1  # position among the producer's flat results
+        self.order = -1  # position in Graph.tensors, set with the topological order
         self.attr = None
         self.annotation = None
 
     @property
     def ndim(self) -> int:
         return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        """The global size in bytes (all shards together)."""
+        return self.numel * shapes.DTYPE_BYTES[self.dtype]
 
     @property
     def meta(self) -> TensorMeta:
@@ -191,6 +209,11 @@ class Op:
         return self.schema.rule
 
     @property
+    def reverse_attrs(self) -> tuple[Any, ...]:
+        """The attributes the reverse rule takes positionally (may be fewer than ``attrs``)."""
+        return self.schema.reverse_attr_values(self.attrs)
+
+    @property
     def inputs(self) -> tuple[Tensor, ...]:
         """The operand tensors, flattened in order (absent optionals skipped)."""
         return tuple(_flat(self.operands))
@@ -199,6 +222,43 @@ class Op:
     def outputs(self) -> tuple[Tensor, ...]:
         """The result tensors, flattened in order."""
         return tuple(_flat(self.results))
+
+    # ---- calling the op's rule ------------------------------------------------------------------
+    def forward_args(self, spec: Callable[[Tensor], TensorSpec]) -> tuple[Any, ...]:
+        """Positional arguments of ``rule.infer_forward`` for this op: ``spec(t)`` per operand
+        (a list for a list parameter, None for an absent optional), then the attributes. A
+        generic rule also gets the results, as its second list."""
+        args: list[Any] = [_specs(v, spec) for v in self.operands]
+        if self.schema.generic:
+            args.extend(_specs(r, spec) for r in self.results)
+        args.extend(self.attrs)
+        return tuple(args)
+
+    def reverse_args(self, spec: Callable[[Tensor], TensorSpec]) -> tuple[Any, ...]:
+        """Positional arguments of ``rule.infer_reverse``: operands, results, reverse attributes."""
+        args: list[Any] = [_specs(v, spec) for v in self.operands]
+        args.extend(_specs(r, spec) for r in self.results)
+        args.extend(self.schema.reverse_attr_values(self.attrs))
+        return tuple(args)
+
+    def flat_info(self, info: SpmdInfo) -> tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]]:
+        """A rule's answer as one DistAttr per tensor of ``inputs`` and of ``outputs``.
+
+        Rules group list tensors differently (concat answers a tuple for its list operand, split
+        one entry per piece, the generic rules one entry per tensor); flattening both sides and
+        dropping absent optionals lines every convention up with ``inputs`` / ``outputs``.
+        """
+        ins = tuple(_flat_attrs(info.inputs))
+        outs = tuple(_flat_attrs(info.outputs))
+        n_in, n_out = len(self.inputs), len(self.outputs)
+        if self.schema.generic and len(ins) == n_in + n_out and not outs:
+            ins, outs = ins[:n_in], ins[n_in:]
+        if len(ins) != n_in or len(outs) != n_out:
+            raise ArityError(
+                f"op {self.name!r} ({self.type}): its rule answered {len(ins)} input and "
+                f"{len(outs)} output attributes for {n_in} operand and {n_out} result tensors"
+            )
+        return ins, outs
 
     def attr(self, name: str) -> Any:
         i = self.schema.attr_index.get(name)
@@ -225,6 +285,24 @@ def _flat(items: Iterable[Tensor | tuple[Tensor, ...] | None]) -> Iterator[Tenso
             yield from it
 
 
+def _specs(
+    v: Tensor | tuple[Tensor, ...] | None, spec: Callable[[Tensor], TensorSpec]
+) -> TensorSpec | list[TensorSpec] | None:
+    if v is None:
+        return None
+    if isinstance(v, Tensor):
+        return spec(v)
+    return [spec(t) for t in v]
+
+
+def _flat_attrs(entries: Iterable[AttrSlot]) -> Iterator[DistAttr]:
+    for a in entries:
+        if isinstance(a, DistAttr):
+            yield a
+        elif a is not None:
+            yield from (x for x in a if x is not None)
+
+
 def _fmt(item: Tensor | tuple[Tensor, ...] | None) -> str:
     if item is None:
         return "None"
@@ -245,7 +323,7 @@ class Graph:
     ((8, 4), 2)
     """
 
-    __slots__ = ("_auto", "_nx", "_ops", "_tensors", "_topo", "name")
+    __slots__ = ("_auto", "_nx", "_ops", "_tensor_order", "_tensors", "_topo", "name")
     __hash__ = None  # type: ignore[assignment]  # compares by content, so not hashable
 
     name: str
@@ -253,6 +331,7 @@ class Graph:
     _tensors: dict[str, Tensor]
     _ops: dict[str, Op]
     _topo: tuple[Op, ...] | None
+    _tensor_order: tuple[Tensor, ...] | None
     _auto: int
 
     def __init__(self, name: str = "graph") -> None:
@@ -261,6 +340,7 @@ class Graph:
         self._tensors = {}
         self._ops = {}
         self._topo = None
+        self._tensor_order = None
         self._auto = 0
 
     # ---- context --------------------------------------------------------------------------------
@@ -313,7 +393,7 @@ class Graph:
     @staticmethod
     def _check_name(name: Any, what: str) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
-            raise DuplicateNameError(
+            raise InvalidNameError(
                 f"{what} name {name!r} is not a valid name; use letters, digits and _ . - / : [ ] "
                 "starting with a letter or _"
             )
@@ -335,7 +415,7 @@ class Graph:
 
             close = difflib.get_close_matches(name, list(self._ops), n=3)
             hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-            raise UnknownTensorError(f"graph {self.name!r} has no op {name!r}{hint}")
+            raise UnknownNodeError(f"graph {self.name!r} has no op {name!r}{hint}")
         return o
 
     def _resolve(self, node: str, param: str, v: Any) -> Tensor:
@@ -576,11 +656,11 @@ class Graph:
 
     @property
     def tensors(self) -> tuple[Tensor, ...]:
-        """Every tensor, sources first in name order, then results in op order."""
-        order = self.topological_order()
-        src = sorted((t for t in self._tensors.values() if t.producer is None),
-                     key=lambda t: _natural_key(t.name))
-        return (*src, *(t for op in order for t in _flat(op.results)))
+        """Every tensor, sources first in name order, then results in op order; each tensor's
+        position is in ``Tensor.order`` (dense ids for per-tensor arrays)."""
+        self.topological_order()
+        assert self._tensor_order is not None
+        return self._tensor_order
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
@@ -593,6 +673,13 @@ class Graph:
     def annotated(self) -> tuple[Tensor, ...]:
         """The tensors that carry a user annotation, in ``tensors`` order."""
         return tuple(t for t in self.tensors if t.annotation is not None)
+
+    def reset_attrs(self) -> Graph:
+        """Forget every inferred attribute: annotated tensors go back to their annotation's
+        seed, all others to None (so completion can run again from the annotations alone)."""
+        for t in self._tensors.values():
+            t.attr = None if t.annotation is None else t.annotation.attr
+        return self
 
     def producer(self, t: Tensor | str) -> Op | None:
         return (self.tensor(t) if isinstance(t, str) else t).producer
@@ -621,7 +708,13 @@ class Graph:
             raise self._cycle_error() from None
         for i, op in enumerate(order):
             op.order = i
+        src = sorted((t for t in self._tensors.values() if t.producer is None),
+                     key=lambda t: _natural_key(t.name))
+        tensors = (*src, *(t for op in order for t in _flat(op.results)))
+        for i, t in enumerate(tensors):
+            t.order = i
         self._topo = order
+        self._tensor_order = tensors
         return order
 
     def _cycle_error(self) -> GraphCycleError:

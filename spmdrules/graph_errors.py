@@ -48,11 +48,19 @@ class DuplicateNameError(GraphError):
     """Two ops or two tensors share one name."""
 
 
-class UnknownTensorError(GraphError, KeyError):
-    """A name or handle that is not a tensor of this graph."""
+class InvalidNameError(GraphError):
+    """An op or tensor name that is not a str of letters, digits and ``_ . - / : [ ]``."""
+
+
+class UnknownNodeError(GraphError, KeyError):
+    """A name that is not an op or tensor of this graph."""
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message
         return str(self.args[0])
+
+
+class UnknownTensorError(UnknownNodeError):
+    """A name or handle that is not a tensor of this graph."""
 
 
 class ProducerError(GraphError):

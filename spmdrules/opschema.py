@@ -39,7 +39,9 @@ class OpSchema:
     caller declares, and ``generic`` is True so the completion pass passes them back to the rule.
     """
 
-    __slots__ = ("attr_index", "attrs", "generic", "inputs", "name", "outputs", "rule")
+    __slots__ = (
+        "attr_index", "attrs", "generic", "inputs", "name", "outputs", "reverse_attrs", "rule",
+    )
 
     name: str
     rule: Rule
@@ -48,6 +50,7 @@ class OpSchema:
     attrs: tuple[AttrParam, ...]
     attr_index: dict[str, int]
     generic: bool
+    reverse_attrs: tuple[AttrParam, ...] | None
 
     def __init__(self, name: str, rule: Rule) -> None:
         self.name = name
@@ -64,6 +67,23 @@ class OpSchema:
             self.outputs = rule.outputs
         self.attrs = rule.attrs
         self.attr_index = {a.name: i for i, a in enumerate(self.attrs)}
+        # A reverse rule may take fewer attributes than the forward one (reduce_base drops
+        # reduce_type); the registry keeps them on the reverse binding.
+        rev = rule._rev if rule.has_reverse else None
+        self.reverse_attrs = None if rev is None else rev.attrs
+
+    def reverse_attr_values(self, forward_values: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The reverse rule's positional attributes, from the forward values an Op stores:
+        ``rule.infer_reverse(*inputs, *outputs, *schema.reverse_attr_values(op.attrs))``."""
+        if self.reverse_attrs is None:
+            return ()
+        if self.reverse_attrs is self.attrs:
+            return forward_values
+        out = []
+        for a in self.reverse_attrs:
+            i = self.attr_index.get(a.name)
+            out.append(a.default if i is None else forward_values[i])
+        return tuple(out)
 
     def signature(self) -> str:
         parts = [
@@ -80,6 +100,11 @@ class OpSchema:
         can call ``rule.infer_forward(*specs, *op.attrs)`` on the rule's memoised fast path.
         """
         values = [a.default for a in self.attrs]
+        if given is not None and not isinstance(given, Mapping):
+            raise OpAttributeError(
+                f"op {node!r} ({self.name}): attributes must be a mapping of name to value, got "
+                f"{type(given).__name__}; the signature is {self.signature()}"
+            )
         if given:
             for k, v in given.items():
                 i = self.attr_index.get(k)
@@ -134,7 +159,10 @@ def _check_attr(node: str, op: str, p: AttrParam, v: Any) -> Any:
         ):
             ok = tuple(float(e) for e in v)
     elif t == "dtype":
-        ok = str(v)
+        if isinstance(v, str):
+            ok = v
+        elif isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic)):
+            ok = str(np.dtype(v))
     if ok is _INVALID:
         raise OpAttributeError(
             f"op {node!r} ({op}): attribute {p.name!r} must be {_TYPE_WORDS[t]}, got {v!r}"

@@ -36,12 +36,12 @@ OutShape = Shape | list[Shape]  # a list output gives a list of shapes
 OutMeta = TensorMeta | tuple[TensorMeta, ...]
 
 # dtype names a graph tensor may carry (numpy's spelling, plus bfloat16 which numpy lacks)
-DTYPES: Final = frozenset(
-    {
-        "bool", "int8", "int16", "int32", "int64", "uint8", "float16", "bfloat16", "float32",
-        "float64", "complex64", "complex128",
-    }
-)
+#: bytes per element, for the bytes a reshard moves
+DTYPE_BYTES: Final[Mapping[str, int]] = {
+    "bool": 1, "int8": 1, "uint8": 1, "int16": 2, "float16": 2, "bfloat16": 2, "int32": 4,
+    "float32": 4, "int64": 8, "float64": 8, "complex64": 8, "complex128": 16,
+}
+DTYPES: Final = frozenset(DTYPE_BYTES)
 _INTEGRAL: Final = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8"})
 
 

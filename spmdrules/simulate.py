@@ -140,7 +140,8 @@ def scatter(
     out: dict[Coord, Array] = {}
     for c in coords(attr):
         key = tuple(c[md] for md, _ in partial)
-        out[c] = np.ascontiguousarray(pieces[key][block_slices(x.shape, attr, c)])
+        # np.array, not ascontiguousarray: the latter turns a 0-d block into shape (1,).
+        out[c] = np.array(pieces[key][block_slices(x.shape, attr, c)])
     return out
 
 

@@ -23,7 +23,13 @@ class AllSumReduce:
     copy of their input.
     """
 
-    def __init__(self, P_x: MPIPartition, axes_reduce: Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        P_x: MPIPartition,
+        axes_reduce: Sequence[int] | None = None,
+        *,
+        check_structure: bool = True,
+    ) -> None:
         axes = tuple(range(P_x.dim)) if axes_reduce is None else tuple(int(a) for a in axes_reduce)
         if any(not 0 <= a < P_x.dim for a in axes) or len(set(axes)) != len(axes):
             raise RuntimeSetupError(
@@ -39,7 +45,7 @@ class AllSumReduce:
             self._comm = P_x.comm.Split(self._color(P_x.index), P_x.rank)
             self._size = int(self._comm.Get_size())
             self._sum = mpi().SUM
-            self._structure = StructureExchange(P_x.root, P_x.members)
+            self._structure = StructureExchange(P_x.root, P_x.members, check=check_structure)
         self._plans: PlanCache[Array] = PlanCache()
 
     def forward(self, x: Array) -> Array:

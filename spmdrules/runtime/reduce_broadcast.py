@@ -47,7 +47,6 @@ class _Group:
     size: int
     my_rank: int
     sources: tuple[int, ...]  # group ranks holding big-partition data, in big-rank order
-    slots: tuple[int, ...]  # position of each group rank in the union member list
 
     @property
     def i_am_dest(self) -> bool:
@@ -85,6 +84,7 @@ class ReduceBroadcast:
         op: str,
         big_name: str,
         small_name: str,
+        check_structure: bool = True,
     ) -> None:
         if not P_big.same_root(P_small):
             raise PartitionMismatchError(
@@ -108,8 +108,12 @@ class ReduceBroadcast:
         root = P_big.root
         me = root.Get_rank()
         self.union = tuple(sorted(set(P_big.members) | set(P_small.members)))
-        self._structure = StructureExchange(root, self.union) if me in self.union else None
-        slot_of = {m: i for i, m in enumerate(self.union)}
+        self._structure = (
+            StructureExchange(root, self.union, check=check_structure)
+            if me in self.union
+            else None
+        )
+        self._structure_bcast = self._structure.twin() if self._structure else None
         self._groups: list[_Group] = []
         self.group_members: list[tuple[int, ...]] = []
         for small_rank, big_ranks in enumerate(self.match.groups()):
@@ -127,7 +131,6 @@ class ReduceBroadcast:
                     size=len(members),
                     my_rank=members.index(me),
                     sources=tuple(members.index(s) for s in sources),
-                    slots=tuple(slot_of[m] for m in members),
                 )
             )
         self._reduce_plans: PlanCache[list[_GroupPlan]] = PlanCache()
@@ -144,16 +147,15 @@ class ReduceBroadcast:
             zero = self._zeros[key] = zero_volume_tensor(batch, dtype=like.dtype)
         return zero
 
-    def _exchange(self, local: Array | None) -> bytes:
-        assert self._structure is not None
-        return self._structure.exchange(local, self.op)
+    def _exchange(self, local: Array | None, *, reduce: bool) -> bytes:
+        ex = self._structure if reduce else self._structure_bcast
+        assert ex is not None
+        return ex.exchange(local, self.op)
 
-    def _structures(self) -> list[LocalStructure]:
-        assert self._structure is not None
-        return self._structure.structures()
-
-    def _where(self, slot: int) -> str:
-        return f"root rank {self.union[slot]}"
+    def _structures(self, *, reduce: bool) -> list[LocalStructure]:
+        ex = self._structure if reduce else self._structure_bcast
+        assert ex is not None
+        return ex.structures()
 
     # -- reduce (big -> small) ---------------------------------------------------------
     def reduce(self, x: Array) -> Array:
@@ -161,8 +163,10 @@ class ReduceBroadcast:
         x = np.asarray(x)
         if not (self.in_big or self.in_small):
             return x.copy()
-        key = self._exchange(x if self.in_big else None)
-        plans = self._reduce_plans.get(key, lambda: self._plan(self._structures(), reduce=True))
+        key = self._exchange(x if self.in_big else None, reduce=True)
+        plans = self._reduce_plans.get(
+            key, lambda: self._plan(self._structures(reduce=True), reduce=True)
+        )
         xflat = np.ascontiguousarray(x).reshape(-1) if self.in_big else None
         result: Array | None = None
         for group, plan in zip(self._groups, plans, strict=True):
@@ -219,8 +223,10 @@ class ReduceBroadcast:
         y = np.asarray(y)
         if not (self.in_big or self.in_small):
             return y.copy()
-        key = self._exchange(y if self.in_small else None)
-        plans = self._bcast_plans.get(key, lambda: self._plan(self._structures(), reduce=False))
+        key = self._exchange(y if self.in_small else None, reduce=False)
+        plans = self._bcast_plans.get(
+            key, lambda: self._plan(self._structures(reduce=False), reduce=False)
+        )
         ysrc = np.ascontiguousarray(y) if self.in_small else None
         result: Array | None = None
         for group, plan in zip(self._groups, plans, strict=True):
@@ -317,6 +323,8 @@ class _ReduceBroadcastLayer:
         transpose_src: bool = False,
         transpose_dest: bool = False,
         preserve_batch: bool = True,
+        *,
+        check_structure: bool = True,
     ) -> None:
         self.P_x, self.P_y = P_x, P_y
         op = type(self).__name__
@@ -324,11 +332,13 @@ class _ReduceBroadcastLayer:
             self.core = ReduceBroadcast(
                 P_x, P_y, transpose_big=transpose_src, transpose_small=transpose_dest,
                 preserve_batch=preserve_batch, op=op, big_name="P_x", small_name="P_y",
+                check_structure=check_structure,
             )
         else:
             self.core = ReduceBroadcast(
                 P_y, P_x, transpose_big=transpose_dest, transpose_small=transpose_src,
                 preserve_batch=preserve_batch, op=op, big_name="P_y", small_name="P_x",
+                check_structure=check_structure,
             )
 
     def forward(self, x: Array) -> Array:

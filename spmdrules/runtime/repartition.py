@@ -2,8 +2,9 @@
 
 The input may have any decomposition over ``P_x``; the output is always the balanced
 decomposition over ``P_y``.  The overlaps between every input block and every output block
-are computed once per input structure and the data moves in one multi-dimensional
-scatterv/gatherv (``MPI_Alltoallw`` on subarray datatypes) over the union of the partitions.
+are computed once per input structure and the data moves as a multi-dimensional
+scatterv/gatherv over the union of the partitions: one message per overlapping pair, sent
+from and received into the arrays themselves through MPI subarray datatypes.
 The adjoint moves the data back to the decomposition of the most recent forward input (or
 the balanced one if there was none).
 """
@@ -35,7 +36,14 @@ class _Plan:
 class Repartition:
     """Repartition a tensor from ``P_x`` to ``P_y`` (Cartesian, same dimension as the tensor)."""
 
-    def __init__(self, P_x: MPIPartition, P_y: MPIPartition, preserve_batch: bool = True) -> None:
+    def __init__(
+        self,
+        P_x: MPIPartition,
+        P_y: MPIPartition,
+        preserve_batch: bool = True,
+        *,
+        check_structure: bool = True,
+    ) -> None:
         if not P_x.same_root(P_y):
             raise PartitionMismatchError(
                 "Repartition: P_x and P_y come from different root communicators; derive both "
@@ -53,7 +61,12 @@ class Repartition:
         self.union = tuple(sorted(set(P_x.members) | set(P_y.members)))
         self.active = me in self.union
         self._slot = self.union.index(me) if self.active else -1
-        self._structure = StructureExchange(P_x.root, self.union) if self.active else None
+        self._structure = (
+            StructureExchange(P_x.root, self.union, check=check_structure)
+            if self.active
+            else None
+        )
+        self._adjoint_structure = self._structure.twin() if self._structure else None
         self._forward_plans: PlanCache[_Plan] = PlanCache()
         self._adjoint_plans: PlanCache[_Plan] = PlanCache()
         self._last_x_layout: GridLayout | None = None
@@ -108,12 +121,15 @@ class Repartition:
         dy = np.asarray(dy)
         if self._structure is None:
             return dy.copy()
-        key = self._structure.exchange(dy if self.P_y.active else None, "Repartition.adjoint")
+        assert self._adjoint_structure is not None
+        key = self._adjoint_structure.exchange(
+            dy if self.P_y.active else None, "Repartition.adjoint"
+        )
         last = self._last_x_layout
 
         def build() -> _Plan:
-            assert self._structure is not None
-            st = self._structure.structures()
+            assert self._adjoint_structure is not None
+            st = self._adjoint_structure.structures()
             src = layout_from_structures(
                 self.P_y, [st[s] for s in self._slots(self.P_y)], "Repartition.adjoint", "P_y"
             )

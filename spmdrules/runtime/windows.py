@@ -82,7 +82,8 @@ class Window:
         pos = start[:, None] + self.dilation * np.arange(self.kernel)[None, :]
         lo, hi = (-self.padding, n + self.padding) if include_pad else (0, n)
         counts: Array = np.count_nonzero((pos >= lo) & (pos < hi), axis=1)
-        return counts
+        # A dilated window may hold no counted entry at all; it averages to 0, not NaN.
+        return np.maximum(counts, 1)
 
 
 def as_windows(

@@ -178,3 +178,14 @@ def test_annotation_is_immutable() -> None:
     x = shard(tensor([8, 16]), MESH, ("dp", None))
     with pytest.raises(AttributeError):
         x.annotation.priority = 3  # type: ignore[union-attr]
+
+
+def test_reset_attrs_returns_to_the_annotations() -> None:
+    with Graph() as g:
+        x = shard(g.input("x", [8, 4]), MESH, ("dp", OPEN))
+        y = g.input("y", [8, 4])
+    x.attr = sr.DistAttr(MESH, [0, 1])  # as completion would write it
+    y.attr = sr.DistAttr(MESH, [0, -1])
+    g.reset_attrs()
+    assert x.attr == sr.DistAttr(MESH, [0, -1]) and y.attr is None
+    assert x.annotation is not None and x.annotation.open_dims == (1,)

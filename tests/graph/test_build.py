@@ -29,6 +29,7 @@ def test_ops_on_handles_build_a_bipartite_networkx_graph() -> None:
     assert g.consumers(h) == (g.op(y.name),) and h.consumers == g.consumers("mm")
     assert [op.name for op in g.ops] == ["mm", y.name]
     assert [op.order for op in g.ops] == [0, 1]
+    assert [t.order for t in g.tensors] == [0, 1, 2, 3] and g.tensors == (w, x, h, y)
     assert g.inputs == (x,) and g.params == (w,)
     assert "mm" in g and mm in g and "nope" not in g
 
@@ -146,3 +147,20 @@ def test_summary_and_repr() -> None:
     assert "Graph('m': 1 ops, 2 tensors, 0 annotated)" in text and "r[2, 3] = relu(x)" in text
     assert repr(g.op("r")) == "Op('r': r = relu(x))"
     assert repr(x) == "Tensor('x', shape=[2, 3], dtype=float32)"
+
+
+def test_reverse_attributes_follow_the_reverse_rule() -> None:
+    mesh = sr.ProcessMesh([0, 1])
+    with Graph() as g:
+        x = g.input("x", [4, 6])
+        y = ops.reduce_base(x, [1], False, 1, name="r")
+        z = ops.sum(x, [1], name="s")
+    r, s = g.op("r"), g.op("s")
+    assert r.attrs == ((1,), False, 1) and r.reverse_attrs == ((1,), False)
+    assert s.reverse_attrs == s.attrs
+    spec = sr.TensorSpec
+    info = r.rule.infer_reverse(spec(x.shape, sr.DistAttr(mesh, [-1, -1])),
+                                spec(y.shape, sr.DistAttr(mesh, [0])), *r.reverse_attrs)
+    first = info.inputs[0]
+    assert isinstance(first, sr.DistAttr) and first.dims_mapping == (0, -1)
+    assert z.nbytes == 16 and x.numel == 24 and g.input("ids", [3], "int64").nbytes == 24

@@ -14,9 +14,11 @@ from spmdrules.graph_errors import (
     GraphCycleError,
     GraphError,
     GraphUnknownOpError,
+    InvalidNameError,
     OpAttributeError,
     ProducerError,
     ShapeError,
+    UnknownNodeError,
     UnknownTensorError,
 )
 
@@ -82,6 +84,8 @@ def test_attribute_errors(g: Graph) -> None:
         ops.reshape(x)
     with pytest.raises(OpAttributeError, match="'epsilon' must be a float"):
         ops.layer_norm(x, epsilon="small")
+    with pytest.raises(OpAttributeError, match="attributes must be a mapping"):
+        g.add_op("sum", ["x"], [[0], False], name="s")  # type: ignore[arg-type]
 
 
 def test_mismatched_shapes_name_op_tensor_and_dim(g: Graph) -> None:
@@ -127,8 +131,12 @@ def test_duplicate_names(g: Graph) -> None:
         g.add_op("relu", ["x"], name="r")
     with pytest.raises(DuplicateNameError, match="result 'r' is already produced by op 'r'"):
         g.add_op("exp", ["x"], name="e", results=["r"])
-    with pytest.raises(DuplicateNameError, match="not a valid name"):
+    with pytest.raises(InvalidNameError, match="tensor name 'bad name' is not a valid name"):
         g.input("bad name", [1])
+    with pytest.raises(InvalidNameError, match="op name '' is not a valid name"):
+        g.add_op("relu", ["x"], name="")
+    with pytest.raises(UnknownNodeError, match="has no op 'rr'; did you mean 'r'"):
+        g.op("rr")
 
 
 def test_producers(g: Graph) -> None:
@@ -183,5 +191,6 @@ def test_validate_full_reinfers_shapes(g: Graph) -> None:
 def test_every_graph_error_is_an_spmd_error() -> None:
     assert issubclass(GraphError, sr.SpmdError)
     for cls in (ArityError, DuplicateNameError, GraphCycleError, OpAttributeError, ShapeError,
-                ProducerError, UnknownTensorError, GraphContextError, GraphUnknownOpError):
+                ProducerError, UnknownTensorError, GraphContextError, GraphUnknownOpError,
+                InvalidNameError, UnknownNodeError):
         assert issubclass(cls, GraphError)

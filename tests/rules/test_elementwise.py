@@ -105,14 +105,20 @@ def test_binary_drops_partials_quirk11() -> None:
     assert dms(info) == ([[-1, 1], [-1, 1]], [[-1, 1]])
 
 
-def test_binary_reverse_replicates_size1_input_dims() -> None:
-    # add/reverse/18: out[1, 12] keeps its own sharding; x[12] and y[1, 1] follow it
+def test_binary_reverse_replicates_size1_dims() -> None:
+    # add/reverse/18: x[12] and y[1, 1] follow out[1, 12]; its size-1 dim is replicated as they
+    # produce it (Paddle echoes out [0, 1]: binary-reverse-size1-out-replicated)
     mesh = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]])
     info = rev(
         "add", spec([12], [-1], mesh=mesh), spec([1, 1], [-1, -1], mesh=mesh),
         spec([1, 12], [0, 1], mesh=mesh),
     )
-    assert dms(info) == ([[1], [-1, -1]], [[0, 1]])
+    assert dms(info) == ([[1], [-1, -1]], [[-1, 1]])
+
+
+def test_binary_reverse_drops_out_partial() -> None:
+    info = rev("multiply", spec([8, 4], [-1, -1]), spec([8, 4], [-1, -1]), spec([8, 4], [0, -1], {1: "sum"}))
+    assert dms(info) == ([[0, -1], [0, -1]], [[0, -1]])
 
 
 def test_binary_reverse_size1_out_dims_on_two_mesh_dims_conflict() -> None:
@@ -265,6 +271,25 @@ def test_proof_swiglu_halves_replicated() -> None:
     np.testing.assert_allclose(execute(swiglu_kernel, [x], ours, (4, 4)), swiglu_kernel(x))
 
 
+def test_proof_binary_reverse_size1_out_replicated() -> None:
+    # add/reverse/18 on mesh [2, 4]: x[12] [-1], y[1, 1] [-1, -1], out[1, 12] [0, 1].
+    mesh = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]])
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal(12), rng.standard_normal((1, 1))
+    paddle = SpmdInfo(
+        [DistAttr(mesh, [1]), DistAttr(mesh, [-1, -1])], [DistAttr(mesh, [0, 1])]
+    )
+    # Every device computes its row of out (the one row there is); out [0, 1] says that only
+    # the devices at mesh coordinate 0 hold it, so the blocks cannot be laid out as Paddle says.
+    with pytest.raises(ShardMismatch):
+        execute(np.add, [x, y], paddle, (1, 12))
+    ours = rev(
+        "add", spec([12], [-1], mesh=mesh), spec([1, 1], [-1, -1], mesh=mesh),
+        spec([1, 12], [0, 1], mesh=mesh),
+    )
+    np.testing.assert_allclose(execute(np.add, [x, y], ours, (1, 12)), x + y)
+
+
 def test_proof_multiply_partial_pass_through() -> None:
     rng = np.random.default_rng(1)
     x, y = rng.standard_normal((4, 8)), rng.standard_normal((3, 4, 8))
@@ -298,46 +323,54 @@ MESHES = [
 ]
 
 
+def _random_attr(draw: st.DrawFn, mesh: sr.ProcessMesh, rank: int) -> DistAttr:
+    free = list(range(mesh.ndim))
+    dm = []
+    for _ in range(rank):
+        d = draw(st.sampled_from([-1, *free]))
+        if d >= 0:
+            free.remove(d)
+        dm.append(d)
+    part = {d: draw(st.sampled_from(["sum", "avg", "max"])) for d in free if draw(st.booleans())}
+    return DistAttr(mesh, dm, part)
+
+
 @st.composite
-def binary_call(draw: st.DrawFn) -> tuple[sr.ProcessMesh, TensorSpec, TensorSpec]:
+def binary_call(draw: st.DrawFn) -> tuple[TensorSpec, TensorSpec, TensorSpec]:
+    """x and y that broadcast, and an attribute for their output (for the reverse rule)."""
     mesh = draw(st.sampled_from(MESHES))
-    out = draw(st.lists(st.integers(1, 6), min_size=0, max_size=3))
+    base = draw(st.lists(st.integers(1, 6), min_size=0, max_size=3))
     specs = []
     for _ in range(2):
-        rank = draw(st.integers(0, len(out)))
-        shape = [n if draw(st.booleans()) else 1 for n in out[len(out) - rank :]]
-        free = list(range(mesh.ndim))
-        dm = []
-        for _ in shape:
-            d = draw(st.sampled_from([-1, *free]))
-            if d >= 0:
-                free.remove(d)
-            dm.append(d)
-        part = {d: draw(st.sampled_from(["sum", "avg", "max"])) for d in free if draw(st.booleans())}
-        specs.append(spec(shape, dm, part, mesh))
-    return mesh, specs[0], specs[1]
+        rank = draw(st.integers(0, len(base)))
+        shape = [n if draw(st.booleans()) else 1 for n in base[len(base) - rank :]]
+        specs.append(TensorSpec(shape, _random_attr(draw, mesh, rank)))
+    out_shape = np.broadcast_shapes(specs[0].shape, specs[1].shape)
+    out = TensorSpec(out_shape, _random_attr(draw, mesh, len(out_shape)))
+    return specs[0], specs[1], out
 
 
 @settings(max_examples=80, deadline=None)
 @given(binary_call(), st.sampled_from(["add", "multiply", "maximum"]))
 def test_binary_rules_compute_the_serial_result(
-    call: tuple[sr.ProcessMesh, TensorSpec, TensorSpec], op: str
+    call: tuple[TensorSpec, TensorSpec, TensorSpec], op: str
 ) -> None:
-    _, xs, ys = call
-    try:
-        info = fwd(op, xs, ys)
-    except sr.ShardingConflictError:
-        return
+    xs, ys, outs = call
     rng = np.random.default_rng(4)
     x, y = rng.standard_normal(xs.shape), rng.standard_normal(ys.shape)
     kernel: Kernel = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum}[op]
-    out_shape = np.broadcast_shapes(xs.shape, ys.shape)
-    np.testing.assert_allclose(execute(kernel, [x, y], info, out_shape), kernel(x, y))
-    # and the reverse rule, fed the forward's output attribute, lays out a computation as well
-    out_attr = info.outputs[0]
-    assert isinstance(out_attr, DistAttr)
-    back = rev(op, xs, ys, TensorSpec(out_shape, out_attr))
-    np.testing.assert_allclose(execute(kernel, [x, y], back, out_shape), kernel(x, y))
+    try:
+        info = fwd(op, xs, ys)
+    except sr.ShardingConflictError:
+        pass
+    else:
+        np.testing.assert_allclose(execute(kernel, [x, y], info, outs.shape), kernel(x, y))
+    # the reverse rule's inputs and output form a consistent pair for any requested output
+    try:
+        back = rev(op, xs, ys, outs)
+    except sr.ShardingConflictError:
+        return
+    np.testing.assert_allclose(execute(kernel, [x, y], back, outs.shape), kernel(x, y))
 
 
 def test_execution_catches_a_wrong_answer() -> None:
@@ -359,6 +392,7 @@ def test_swiglu_deviation_predicate_is_narrow() -> None:
     def case(x_dm: list[int], out_dm: list[int], absent: str = "shape0") -> dict[str, Any]:
         return {
             "op": "swiglu",
+            "direction": "forward",
             "inputs": [{"name": "x", "shape": [8, 6], "dims_mapping": [0, 1]},
                        {"name": "y", "shape": [0], "dims_mapping": [], "absent": absent}],
             "expected": {"inputs": [{"dims_mapping": x_dm}, {"dims_mapping": []}],
@@ -366,10 +400,36 @@ def test_swiglu_deviation_predicate_is_narrow() -> None:
         }
 
     ours = fwd("swiglu", spec([8, 6], [0, 1], mesh=mesh), None)
-    assert classify(case([0, 1], [0, 1]), ours) == "swiglu_halves_replicated"
+    assert classify(case([0, 1], [0, 1]), ours) == "swiglu-halves-replicated"
     # any other difference is not this class
     assert classify(case([-1, 1], [-1, 1]), ours) is None
     assert classify(case([0, -1], [0, -1]), ours) is None
     wrong = SpmdInfo([DistAttr(mesh, [-1, -1]), None], [DistAttr(mesh, [-1, -1])])
     assert classify(case([0, 1], [0, 1]), wrong) is None
     assert classify(case([0, 1], [0, 1]), sr.ShardingConflictError("x")) is None
+
+
+def test_size1_out_deviation_predicate_is_narrow() -> None:
+    from spmdrules.deviations import classify
+
+    mesh = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]])
+
+    def case(x_dm: list[int], out_dm: list[int]) -> dict[str, Any]:
+        return {
+            "op": "add",
+            "direction": "reverse",
+            "inputs": [{"name": "x", "shape": [12], "dims_mapping": [-1]},
+                       {"name": "y", "shape": [1, 1], "dims_mapping": [-1, -1]}],
+            "outputs": [{"name": "out", "shape": [1, 12], "dims_mapping": [0, 1]}],
+            "expected": {"inputs": [{"dims_mapping": x_dm}, {"dims_mapping": [-1, -1]}],
+                         "outputs": [{"dims_mapping": out_dm}]},
+        }
+
+    ours = rev(
+        "add", spec([12], [-1], mesh=mesh), spec([1, 1], [-1, -1], mesh=mesh),
+        spec([1, 12], [0, 1], mesh=mesh),
+    )
+    assert classify(case([1], [0, 1]), ours) == "binary-reverse-size1-out-replicated"
+    assert classify(case([-1], [0, 1]), ours) is None  # inputs differ too
+    assert classify(case([1], [0, -1]), ours) is None  # a difference beyond size-1 dims
+    assert classify({**case([1], [0, 1]), "direction": "forward"}, ours) is None

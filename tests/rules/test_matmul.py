@@ -19,6 +19,7 @@ RNG = np.random.default_rng(7)
 
 MESH2 = ProcessMesh.from_shape([2], [0, 1])
 MESH4 = ProcessMesh.from_shape([4], list(range(4)))
+MESH8 = ProcessMesh.from_shape([8], list(range(8)))
 MESH22 = ProcessMesh.from_shape([2, 2], list(range(4)))
 MESH42 = ProcessMesh.from_shape([4, 2], list(range(8)))
 MESH222 = ProcessMesh.from_shape([2, 2, 2], list(range(8)))
@@ -300,6 +301,38 @@ def test_proof_size_one_output_shard() -> None:
                          "outputs": [{"dims_mapping": [2, -1], "partial": {}}]}}
     assert classify(case, info) == "matmul-size-one-output-shard"
     case["expected"]["outputs"][0]["dims_mapping"] = [-1, 0]  # not a size-1 dim: not explained
+    assert classify(case, info) is None
+
+
+# ---- deviation: matmul-reverse-out ---------------------------------------------------------------------
+def test_proof_reverse_out() -> None:
+    # matmul/reverse/5, mesh [8]: out[8,2,10] [-1,-1,0]; n = 10 does not divide over 8, so y is
+    # replicated. Paddle returns out [-1,-1,0] as given: every coordinate computes the whole
+    # product, which is not that layout. Ours: the out the operands produce.
+    x, y = spec(MESH8, [8, 2, 16], [-1, -1, 0]), spec(MESH8, [8, 16, 10], [-1, -1, 0])
+    out = spec(MESH8, [8, 2, 10], [-1, -1, 0])
+    info = get_rule("matmul").infer_reverse(x, y, out, False, False)
+    assert strs(info) == (["[-1,-1,-1]", "[-1,-1,-1]"], ["[-1,-1,-1]"])
+    xv, yv = RNG.standard_normal((8, 2, 16)), RNG.standard_normal((8, 16, 10))
+    xa, ya = attrs_of(info.inputs)
+    blocks = simulate.run_local(np.matmul, [(xv, xa), (yv, ya)])
+    with pytest.raises(simulate.ShardMismatch):
+        simulate.gather(blocks, (8, 2, 10), out.attr)
+    check_matmul(info, x.shape, y.shape, False, False)
+    # matmul/reverse/109 with n = 6: a partial out cannot come from operands whose k is replicated
+    mesh = MESH222
+    info = get_rule("matmul").infer_reverse(
+        spec(mesh, [32, 8], [-1, 1], [2]), spec(mesh, [8, 6], [1, 2]),
+        spec(mesh, [32, 6], [-1, 2], [0]), False, False)
+    assert strs(info) == (["[-1,-1]", "[-1,2]"], ["[-1,2]"])
+    check_matmul(info, (32, 8), (8, 6), False, False)
+    case: dict[str, Any] = {
+        "op": "matmul", "direction": "reverse", "reverse_kind": "reverse",
+        "outputs": [{"dims_mapping": [-1, 2], "partial": {"0": "sum"}}],
+        "expected": {"inputs": [{"dims_mapping": [-1, -1]}, {"dims_mapping": [-1, 2]}],
+                     "outputs": [{"dims_mapping": [-1, 2], "partial": {"0": "sum"}}]}}
+    assert classify(case, info) == "matmul-reverse-out"
+    case["expected"]["inputs"][1]["dims_mapping"] = [1, 2]  # other operands: not explained
     assert classify(case, info) is None
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule, simulate
 from spmdrules.deviations import classify
-from spmdrules.errors import RuleArgumentError, ShardingConflictError, SpmdError
+from spmdrules.errors import RuleArgumentError, SpmdError
 
 Array = np.ndarray[Any, Any]
 Kernel = Callable[[Array], Array]
@@ -151,13 +151,10 @@ def test_reverse_returns_the_out_its_x_produces() -> None:
     x = spec(mesh, [12, 4, 8, 12], [-1, -1, 0, -1])
     out = spec(mesh, [12, 4, 12], [-1, -1, -1], {0: "sum"})
     assert rev("all", x, out, [2], False) == (["[-1,-1,-1,-1]"], ["[-1,-1,-1]"])
-    # all/reverse/61: kept size-1 dims act as one broadcast axis: two different mesh dims on them
-    # conflict, as in Paddle; one of them keeps its (free, local-slice) sharding.
+    # all/reverse/61: two kept size-1 dims on different mesh dims; Paddle raises a conflict, but
+    # they are replicated anyway, so there is none.
     x2 = spec(MESH22, [6, 16], [1, 0])
-    with pytest.raises(ShardingConflictError, match="act as one broadcast axis"):
-        rev("all", x2, spec(MESH22, [1, 1], [1, 0]), [-2, 1], True)
-    assert rev("all", x2, spec(MESH22, [1, 1], [-1, 0]), [-2, 1], True) == (
-        ["[-1,-1]"], ["[-1,0]"])
+    assert rev("all", x2, spec(MESH22, [1, 1], [1, 0]), [-2, 1], True) == (["[-1,-1]"], ["[-1,-1]"])
 
 
 def test_reverse_variants_of_the_signatures() -> None:
@@ -395,7 +392,7 @@ def test_proof_logsumexp_reduce_all_out() -> None:
             [0, 2], True, True)
 
 
-def test_proof_reduce_reverse_partial() -> None:
+def test_proof_reduce_reverse_out() -> None:
     # all/reverse/70 as a sum (same attrs, sum is linear): x[12,4,8,12]dm[-1,-1,0,-1] on mesh [4],
     # out[12,4,12] P{0:sum}, axis=[2]. Both answers replicate x's reduced dim; Paddle keeps out's
     # P{0:sum}, which adds the 4 replicas of an exact result.
@@ -411,6 +408,23 @@ def test_proof_reduce_reverse_partial() -> None:
     assert isinstance(x_attr, DistAttr) and isinstance(out_attr, DistAttr)
     assert wrong(s2, x, x_attr, da(MESH4, [-1, -1, -1], {0: "sum"}), s2(x))
     check(s2, x, x_attr, out_attr, s2(x))
+    # all/reverse/67: out[1]dm[1] (keep_dim) on mesh [2,3]: Paddle echoes the sharded size-1 dim,
+    # whose blocks the replicated computation cannot tile.
+    mesh23 = ProcessMesh.from_shape([2, 3], list(range(6)))
+    xb = np.ones(16, dtype=bool)
+    xb[5] = False
+
+    def all0(b: Array) -> Array:
+        return np.asarray(np.all(b, axis=0, keepdims=True))
+
+    info = get_rule("all").infer_reverse(spec(mesh23, [16], [0]), spec(mesh23, [1], [1], {0: "sum"}),
+                                         [0], True)
+    x_attr, out_attr = info.inputs[0], info.outputs[0]
+    assert isinstance(x_attr, DistAttr) and isinstance(out_attr, DistAttr)
+    assert (x_attr, out_attr) == (da(mesh23, [-1]), da(mesh23, [-1]))
+    assert wrong(all0, xb, x_attr, da(mesh23, [1], {0: "sum"}), all0(xb))
+    assert wrong(all0, xb, x_attr, da(mesh23, [1]), all0(xb))
+    check(all0, xb, x_attr, out_attr, all0(xb))
 
 
 def test_proof_arg_reverse_axis() -> None:

@@ -431,6 +431,55 @@ def broadcast_is_sum_reduce_adjoint(comm: Any) -> None:
         assert_dot(comm, dot(comm, y1, w), dot(comm, x, bc.adjoint(w).copy()), f"bcast {layout}")
 
 
+@case(2)
+def structure_changes_between_calls(comm: Any) -> None:
+    """Plans are cached per structure; changing shapes and dtypes between calls just works."""
+    n = comm.size
+    P_world = world(comm)
+    P_x = cart(P_world, range(n), [n])
+    P_y = cart(P_world, [n - 1], [1])
+    layer = rt().SumReduce(P_x, P_y)
+    rep = rt().Repartition(cart(P_world, range(n), [n, 1]), cart(P_world, range(n), [1, n]))
+    for shape, dtype in [((2, 3), np.float64), ((4,), np.int32), ((2, 3), np.float64),
+                         ((1, 5), np.float32)]:
+        y = layer(np.full(shape, 2, dtype=dtype))
+        if P_y.active:
+            assert y.shape == shape and y.dtype == dtype and np.all(y == 2 * n)
+        G = np.arange(n * 3 * int(np.prod(shape))).reshape(n * shape[0], -1).astype(dtype)
+        rows = balanced_slices(G.shape, [n, 1], [comm.rank, 0])
+        out = rep(G[rows])
+        assert_equal(out, G[balanced_slices(G.shape, [1, n], [0, comm.rank])], "repartition")
+
+
+@case(2)
+def unchecked_steady_path(comm: Any) -> None:
+    """check_structure=False: only the first call agrees on shapes; a change is refused."""
+    n = comm.size
+    P_world = world(comm)
+    P_x = cart(P_world, range(n), [n])
+    P_y = cart(P_world, [0], [1])
+    for layer in (rt().SumReduce(P_x, P_y, check_structure=False),
+                  rt().AllSumReduce(P_x, check_structure=False)):
+        for i in range(3):
+            y = layer(np.full((2, 2), float(i)))
+            if y.size:
+                assert np.all(y == i * n)
+        expect_all_raise(comm, rt().TensorStructureError, lambda lay=layer: lay(np.ones(3)),
+                         "changed structure with check_structure=False")
+    bc = rt().Broadcast(P_y, P_x, check_structure=False)
+    for i in range(3):
+        z = bc(np.full(4, float(i)) if P_y.active else zero())
+        assert np.all(z == i) and z.shape == (4,)
+    rep = rt().Repartition(cart(P_world, range(n), [n, 1]), cart(P_world, range(n), [1, n]),
+                           check_structure=False)
+    G = np.arange(6.0 * n * n).reshape(2 * n, 3 * n)
+    for _ in range(2):
+        out = rep(G[balanced_slices(G.shape, [n, 1], [comm.rank, 0])])
+        assert_equal(out, G[balanced_slices(G.shape, [1, n], [0, comm.rank])], "unchecked")
+        back = rep.adjoint(out)
+        assert_equal(back, G[balanced_slices(G.shape, [n, 1], [comm.rank, 0])], "unchecked adj")
+
+
 # -- AllSumReduce ----------------------------------------------------------------------------
 @case(1)
 def all_sum_reduce(comm: Any) -> None:
@@ -671,8 +720,7 @@ def pooling_1d(comm: Any) -> None:
         {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True},
     ]):
         check_pool(comm, "Max", [n], [2, 3, 4 * n + 3], kw, seed=30 + i)
-        avg = {k: v for k, v in kw.items() if k != "dilation"}
-        check_pool(comm, "Avg", [n], [2, 3, 4 * n + 3], avg, seed=40 + i)
+        check_pool(comm, "Avg", [n], [2, 3, 4 * n + 3], kw, seed=40 + i)
     check_pool(comm, "Avg", [n], [1, 2, 3 * n + 1],
                {"kernel_size": 3, "stride": 2, "padding": 1, "count_include_pad": False,
                 "ceil_mode": True}, seed=50)

@@ -20,10 +20,7 @@ MPIEXEC = BIN / "mpiexec"
 
 # MPICH: ranks on one oversubscribed node must not spin; a failing rank must end the job.
 MPI_ENV = {
-    "MPIR_CVAR_CH4_NUM_VCIS": "1",
     "MPIR_CVAR_POLLS_BEFORE_YIELD": "10",
-    "MPIR_CVAR_NEMESIS_POLLS_BEFORE_YIELD": "10",
-    "HYDRA_TOPO_DEBUG": "0",
     "OMP_NUM_THREADS": "1",
     "OPENBLAS_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",

@@ -147,7 +147,7 @@ def naive_pool_1d(x: np.ndarray, w: Window, kind: str, include_pad: bool = True)
         else:
             lo, hi = (-w.padding, n + w.padding) if include_pad else (0, n)
             count = sum(lo <= p < hi for p in pos)
-            out[..., j] = np.sum(x[..., inside], axis=-1) / count
+            out[..., j] = np.sum(x[..., inside], axis=-1) / max(count, 1)
     return out
 
 
@@ -176,10 +176,9 @@ def test_pool_1d_matches_naive(
     geo = full_geometry([n], [w])
     y, _ = max_pool(x, geo)
     np.testing.assert_array_equal(y, naive_pool_1d(x, w, "max"))
-    if d == 1:
-        np.testing.assert_allclose(
-            avg_pool(x, geo, include_pad), naive_pool_1d(x, w, "avg", include_pad), rtol=1e-14
-        )
+    np.testing.assert_allclose(
+        avg_pool(x, geo, include_pad), naive_pool_1d(x, w, "avg", include_pad), rtol=1e-14
+    )
 
 
 def test_pool_2d_and_conv_match_naive() -> None:
@@ -278,3 +277,36 @@ def test_runtime_imports_without_mpi4py() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "typed: the partition runtime needs mpi4py" in out.stdout
+
+
+# -- overlap pieces --------------------------------------------------------------------------
+def test_contiguous_offset_detects_runs() -> None:
+    from spmdrules.runtime.box_exchange import _contiguous_offset
+
+    outer = ((0, 4), (0, 6), (0, 5))
+    assert _contiguous_offset(((1, 3), (0, 6), (0, 5)), outer) == 30  # whole rows
+    assert _contiguous_offset(((2, 3), (1, 3), (0, 5)), outer) == 2 * 30 + 5
+    assert _contiguous_offset(((2, 3), (1, 2), (1, 4)), outer) == 2 * 30 + 5 + 1
+    assert _contiguous_offset(((0, 2), (1, 3), (0, 5)), outer) is None  # two runs
+    assert _contiguous_offset(((0, 4), (0, 6), (1, 5)), outer) is None
+
+
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=3), st.data())
+@settings(max_examples=200, deadline=None)
+def test_contiguous_offset_matches_numpy(shape: list[int], data: st.DataObject) -> None:
+    from spmdrules.runtime.box_exchange import _contiguous_offset
+
+    piece = []
+    for n in shape:
+        a = data.draw(st.integers(0, n - 1))
+        b = data.draw(st.integers(a + 1, n))
+        piece.append((a, b))
+    box = tuple(piece)
+    outer = tuple((0, n) for n in shape)
+    flat = np.arange(int(np.prod(shape))).reshape(shape)
+    picked = flat[tuple(slice(a, b) for a, b in box)].ravel()
+    offset = _contiguous_offset(box, outer)
+    is_run = bool(np.all(np.diff(picked) == 1))
+    assert (offset is not None) == is_run
+    if offset is not None:
+        assert offset == picked[0]
