@@ -49,7 +49,7 @@ from spmdrules.runtime import (
 )
 
 SIZES = {"8KiB": 8 * 1024, "1MiB": 1024 * 1024, "16MiB": 16 * 1024 * 1024}
-REPEATS = {"8KiB": 300, "1MiB": 40, "16MiB": 10}
+REPEATS = {"8KiB": 300, "1MiB": 60, "16MiB": 12}
 WARMUP = 3
 
 

@@ -99,6 +99,9 @@ class Annotation:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Annotation is immutable; call shard(...) again to replace it")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Annotation, (self.mesh, self.dims, self.closed, self.partial, self.priority))
+
     @property
     def ndim(self) -> int:
         return len(self.dims)

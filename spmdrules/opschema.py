@@ -124,6 +124,10 @@ class OpSchema:
                 )
         return tuple(values)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # rules hold memo caches that cannot be pickled; a schema is its name in the registry
+        return (op_schema, (self.name,))
+
     def __repr__(self) -> str:
         return f"<OpSchema {self.signature()}>"
 

@@ -3,8 +3,8 @@
 The input may have any decomposition over ``P_x``; the output is always the balanced
 decomposition over ``P_y``.  The overlaps between every input block and every output block
 are computed once per input structure and the data moves as a multi-dimensional
-scatterv/gatherv over the union of the partitions: one message per overlapping pair, sent
-from and received into the arrays themselves through MPI subarray datatypes.
+scatterv/gatherv over the union of the partitions: one message per overlapping pair (see
+:mod:`spmdrules.runtime.box_exchange`).
 The adjoint moves the data back to the decomposition of the most recent forward input (or
 the balanced one if there was none).
 """

@@ -77,3 +77,16 @@ def test_content_differences_are_seen() -> None:
     assert a != c
     assert a != examples.mlp(MESH, batch=2, seq=4, hidden=8, ffn=32)
     assert a != examples.mlp(MESH, batch=2, seq=4, hidden=8, ffn=16, annotate=False)
+
+
+def test_graphs_pickle_and_copy() -> None:
+    import copy
+    import pickle
+
+    src = examples.gpt_decoder(1, MESH, **SMALL)
+    shard(src.tensor("layers.0.gelu"), MESH, ("dp", OPEN, "mp"), priority=3, partial=None)
+    for clone in (pickle.loads(pickle.dumps(src)), copy.deepcopy(src)):
+        assert clone == src and clone is not src
+        assert [op.name for op in clone.ops] == [op.name for op in src.ops]
+        assert clone.tensor("input_ids").graph is clone
+        assert clone.op("loss").schema is src.op("loss").schema
