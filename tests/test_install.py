@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import spmdrules as sr
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
