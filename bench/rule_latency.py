@@ -2,8 +2,9 @@
 
     python bench/rule_latency.py [--paddle-python /path/to/python-with-paddle] [--json]
 
-"first call" times calls on never-seen specs (every call misses the memo cache: each one gets a
-mesh with different process ids, so nothing is reused); "repeat" times a repeated call (a cache
+"first call" times calls on never-seen specs: each call gets a mesh with different process ids and
+a different batch size (dim 0 of the activations), so neither the memo cache nor any cache of
+shapes or mappings inside a rule can answer it; "repeat" times a repeated call (a cache
 hit). If ``paddle`` is importable here, or ``--paddle-python`` names an interpreter that has it,
 Paddle is timed on the same cases in the same run; otherwise the figures the issue quotes for this
 machine class are shown, marked "(quoted)".
@@ -107,11 +108,31 @@ CASES = (
 )
 
 
-def _specs(case: Case, mesh: sr.ProcessMesh) -> list[Any]:
+def _batch(case: Case) -> int:
+    first = case.tensors[0][0] if isinstance(case.tensors[0], list) else case.tensors[0]
+    return int(first[0][0])
+
+
+def _specs(case: Case, mesh: sr.ProcessMesh, scale: int = 1) -> list[Any]:
+    """The case's tensors on ``mesh``, with the batch dim (dim 0 of x) multiplied by ``scale``."""
+    batch = _batch(case)
+
     def one(t: Any) -> sr.TensorSpec:
-        return sr.TensorSpec(t[0], sr.DistAttr(mesh, t[1]))
+        shape = list(t[0])
+        if shape and shape[0] == batch:
+            shape[0] *= scale
+        return sr.TensorSpec(shape, sr.DistAttr(mesh, t[1]))
 
     return [[one(t) for t in arg] if isinstance(arg, list) else one(arg) for arg in case.tensors]
+
+
+def _attrs(case: Case, scale: int = 1) -> tuple[Any, ...]:
+    """Attributes that spell out the batch size (reshape's target) follow the batch dim."""
+    batch = _batch(case)
+    return tuple(
+        [a[0] * scale, *a[1:]] if isinstance(a, list) and a and a[0] == batch else a
+        for a in case.attrs
+    )
 
 
 def _median_us(fn: Callable[[int], None], n: int, repeats: int) -> float:
@@ -126,16 +147,19 @@ def _median_us(fn: Callable[[int], None], n: int, repeats: int) -> float:
 def time_ours(case: Case, n: int = 2000, repeats: int = 7) -> tuple[float, float]:
     rule = sr.get_rule(case.op)
     call = rule.infer_forward if case.direction == "forward" else rule.infer_reverse
-    # Distinct meshes (same shape, shifted process ids) make every call a never-seen spec.
+    # Distinct meshes (shifted process ids) and batch sizes make every call a never-seen spec.
     fresh = [
-        _specs(case, sr.ProcessMesh.from_shape(MESH_SHAPE, range(k * 8, k * 8 + 8)))
+        (
+            *_specs(case, sr.ProcessMesh.from_shape(MESH_SHAPE, range(k * 8, k * 8 + 8)), k + 1),
+            *_attrs(case, k + 1),
+        )
         for k in range(n * repeats + 1)
     ]
     it = iter(fresh)
 
     def first(m: int) -> None:
         for _ in range(m):
-            call(*next(it), *case.attrs)
+            call(*next(it))
 
     first_us = _median_us(first, n, repeats)
     hot = _specs(case, sr.ProcessMesh.from_shape(MESH_SHAPE))

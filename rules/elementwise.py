@@ -82,10 +82,25 @@ def _notations(x: TensorSpec, y: TensorSpec) -> Notations:
     key = (x.shape, y.shape)
     got = _NOTATIONS.get(key)
     if got is None:
-        got = _build_notations(*key)
+        got = _suffix_notations(*key) or _build_notations(*key)
         if len(_NOTATIONS) < 4096:
             _NOTATIONS[key] = got
     return got
+
+
+def _suffix_notations(xs: tuple[int, ...], ys: tuple[int, ...]) -> Notations | None:
+    """The common cases without a per-dim loop: equal shapes, or one shape a suffix of the other
+    (a bias), with no size-1 dim."""
+    if 1 in xs or 1 in ys:
+        return None
+    nx, ny = len(xs), len(ys)
+    if nx >= ny and xs[nx - ny :] == ys and nx <= len(_LETTERS):
+        xn = _LETTERS[:nx]
+        return xn, xn[nx - ny :], xn, xs
+    if ny > nx and ys[ny - nx :] == xs and ny <= len(_LETTERS):
+        yn = _LETTERS[:ny]
+        return yn[ny - nx :], yn, yn, ys
+    return None
 
 
 def _build_notations(xs: tuple[int, ...], ys: tuple[int, ...]) -> Notations:
