@@ -10,7 +10,7 @@ import numpy as np
 
 from spmdrules.runtime._mpi import mpi, mpi_datatype
 from spmdrules.runtime.errors import RuntimeSetupError, TensorStructureError
-from spmdrules.runtime.partition import MPIPartition
+from spmdrules.runtime.partition import MPIPartition, free_communicator
 from spmdrules.runtime.structure import LocalStructure, PlanCache, StructureExchange
 
 Array = np.ndarray[Any, Any]
@@ -68,6 +68,15 @@ class AllSumReduce:
     def _structure_list(self) -> list[LocalStructure]:
         assert self._structure is not None
         return self._structure.structures()
+
+    def free(self) -> None:
+        """Free the layer's communicators (call on every worker of P_x)."""
+        if self._comm is not None:
+            free_communicator(self._comm)
+            self._comm = None
+        if self._structure is not None:
+            self._structure.free()
+            self._structure = None
 
     def _color(self, index: Sequence[int]) -> int:
         """Which slice the worker at ``index`` belongs to."""

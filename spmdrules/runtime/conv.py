@@ -64,6 +64,11 @@ class DistributedConv2d:
         self._slab: Array | None = None
         self._geo: LocalWindows | None = None
 
+    def free(self) -> None:
+        """Free the communicators of the halo exchange and gradient sum (on every worker)."""
+        self.halo.free()
+        self.all_sum.free()
+
     def forward(self, x: Array) -> Array:
         """Convolve this worker's block; returns its balanced block of the output."""
         x = np.asarray(x)

@@ -108,6 +108,12 @@ class HaloExchange:
         self.plan: HaloPlan | None = None
         self.bytes_sent = 0
 
+    def free(self) -> None:
+        """Free the layer's communicator (call on every worker of P_x)."""
+        if self._structure is not None:
+            self._structure.free()
+            self._structure = None
+
     def _build(self) -> HaloPlan:
         assert self._structure is not None
         layout = layout_from_structures(

@@ -79,6 +79,11 @@ class DistributedLinear:
             if bias and j == 0:
                 self.bias = b_global[rows].astype(dtype)
 
+    def free(self) -> None:
+        """Free the communicators of the inner Broadcast and SumReduce (on every worker)."""
+        self.broadcast.free()
+        self.sum_reduce.free()
+
     def forward(self, x: Array) -> Array:
         """y = W x + b; x is this worker's (batch, in_local) block on P_x."""
         x = np.asarray(x)

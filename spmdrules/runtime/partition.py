@@ -21,6 +21,12 @@ from spmdrules.runtime.errors import RuntimeSetupError
 CREATE_GROUP_TAG = 4101
 
 
+def free_communicator(comm: Any) -> None:
+    """Free a communicator the runtime created (collective over its members); skip NULL."""
+    if comm is not None and comm != mpi().COMM_NULL:
+        comm.Free()
+
+
 def sub_communicator(root: Any, members: Sequence[int]) -> Any:
     """A communicator of ``members`` (root ranks, in rank order); call only on members."""
     MPI = mpi()
@@ -38,6 +44,7 @@ class MPIPartition:
 
     def __init__(self, comm: Any) -> None:
         self._init(comm, tuple(range(comm.Get_size())), comm, None, cartesian=False)
+        self._owns_comm = False
 
     @classmethod
     def _make(
@@ -51,6 +58,7 @@ class MPIPartition:
     ) -> MPIPartition:
         part = cls.__new__(cls)
         part._init(root, members, comm, shape, cartesian=cartesian)
+        part._owns_comm = False
         return part
 
     def _init(
@@ -128,9 +136,7 @@ class MPIPartition:
                 "create_partition_inclusive([]): a partition needs at least one worker"
             )
         members = tuple(self.members[r] for r in chosen)
-        return MPIPartition._make(
-            self.root, members, sub_communicator(self.root, members), None, cartesian=False
-        )
+        return _owning(self.root, members, None, cartesian=False)
 
     def create_cartesian_topology_partition(self, shape: Sequence[int]) -> MPIPartition:
         """The same workers arranged on a Cartesian grid of ``shape`` (row-major ranks)."""
@@ -164,13 +170,7 @@ class MPIPartition:
             for r in range(self.size)
             if all(k or a == b for a, b, k in zip(self.index_of(r), fixed, keep, strict=True))
         )
-        return MPIPartition._make(
-            self.root,
-            members,
-            sub_communicator(self.root, members),
-            sub_shape or (1,),
-            cartesian=True,
-        )
+        return _owning(self.root, members, sub_shape or (1,), cartesian=True)
 
     def create_partition_union(self, other: MPIPartition) -> MPIPartition:
         """The workers of both partitions: this one's in order, then the other's new ones."""
@@ -180,9 +180,29 @@ class MPIPartition:
                 "communicators; derive both from one MPIPartition(comm)"
             )
         members = self.members + tuple(m for m in other.members if m not in self.members)
-        return MPIPartition._make(
-            self.root, members, sub_communicator(self.root, members), None, cartesian=False
-        )
+        return _owning(self.root, members, None, cartesian=False)
+
+    def free(self) -> None:
+        """Free the communicator this partition created (call on all its workers).
+
+        Cartesian partitions share their parent's communicator and free nothing; free a
+        partition only once nothing built on it (partitions or layers) is used any more.
+        """
+        if self._owns_comm:
+            free_communicator(self.comm)
+            self.comm = mpi().COMM_NULL
+            self._owns_comm = False
+
+
+def _owning(
+    root: Any, members: tuple[int, ...], shape: tuple[int, ...] | None, *, cartesian: bool
+) -> MPIPartition:
+    """A partition with a new communicator of its own (created on members only)."""
+    part = MPIPartition._make(
+        root, members, sub_communicator(root, members), shape, cartesian=cartesian
+    )
+    part._owns_comm = part.active
+    return part
 
 
 def _inactive(root: Any, shape: tuple[int, ...]) -> MPIPartition:

@@ -64,6 +64,10 @@ class _DistributedPool:
         self._slab_shape: tuple[int, ...] = ()
         self._geo: LocalWindows | None = None
 
+    def free(self) -> None:
+        """Free the halo exchange's communicator (call on every worker)."""
+        self.halo.free()
+
     def _local(self, slab: Array, geo: LocalWindows) -> Array:
         raise NotImplementedError
 

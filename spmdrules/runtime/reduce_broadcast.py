@@ -8,7 +8,8 @@ forward.
 Data movement, per reduction group (one small-partition worker and the big-partition
 workers paired with it, with the small worker as group rank 0):
 
-* broadcast: ``MPI_Bcast`` on the group communicator;
+* broadcast: ``MPI_Ibcast`` on the group communicator (a root that is also a destination
+  makes its own copy while the data is in flight);
 * reduce: a reduce-scatter with numpy adds (group rank ``j`` sums chunk ``j`` of every
   source's array, in source order, so results are deterministic) followed by a gather of
   the summed chunks to rank 0.
@@ -27,7 +28,7 @@ import numpy as np
 from spmdrules.runtime._mpi import mpi, mpi_datatype
 from spmdrules.runtime.decomposition import balanced_sizes, starts_from_sizes, zero_volume_tensor
 from spmdrules.runtime.errors import PartitionMismatchError, TensorStructureError
-from spmdrules.runtime.partition import MPIPartition, sub_communicator
+from spmdrules.runtime.partition import MPIPartition, free_communicator, sub_communicator
 from spmdrules.runtime.reduction_rules import ReductionMatch, match_reduction
 from spmdrules.runtime.structure import LocalStructure, PlanCache, StructureExchange
 
@@ -138,6 +139,14 @@ class ReduceBroadcast:
         self._zeros: dict[tuple[int | None, str], Array] = {}
         self.bytes_sent = 0  # payload bytes this worker handed to MPI (headers excluded)
 
+    def free(self) -> None:
+        """Free the communicators of this layer (call on every worker of both partitions)."""
+        for g in self._groups:
+            free_communicator(g.comm)
+        self._groups = []
+        if self._structure is not None:
+            self._structure.free()
+
     # -- helpers -----------------------------------------------------------------------
     def _zero(self, like: Array) -> Array:
         batch = like.shape[0] if self.preserve_batch and like.ndim > 0 else None
@@ -241,13 +250,18 @@ class ReduceBroadcast:
         mtype = p.mtype
         if g.i_am_dest:
             assert ysrc is not None
-            if g.size > 1:
-                g.comm.Bcast([ysrc, mtype], 0)
-                self.bytes_sent += ysrc.nbytes * (g.size - 1)
+            if g.size == 1:
+                np.copyto(p.out, ysrc)
+                return
+            self.bytes_sent += ysrc.nbytes * (g.size - 1)
+            # Nonblocking, so this worker makes its own copy while the data is in flight
+            # (every member must then use Ibcast: it never matches a blocking Bcast).
+            request = g.comm.Ibcast([ysrc, mtype], 0)
             if g.i_am_source:
                 np.copyto(p.out, ysrc)
+            request.Wait()
         else:
-            g.comm.Bcast([p.out, mtype], 0)
+            g.comm.Ibcast([p.out, mtype], 0).Wait()
 
     # -- planning ----------------------------------------------------------------------
     def _plan(self, structures: list[LocalStructure], *, reduce: bool) -> list[_GroupPlan]:
@@ -350,6 +364,10 @@ class _ReduceBroadcastLayer:
         return self.core.broadcast(dy) if self._forward_reduces else self.core.reduce(dy)
 
     __call__ = forward
+
+    def free(self) -> None:
+        """Free the layer's communicators (call on every worker of both partitions)."""
+        self.core.free()
 
     @property
     def bytes_sent(self) -> int:

@@ -72,6 +72,12 @@ class Repartition:
         self._last_x_layout: GridLayout | None = None
         self.bytes_sent = 0
 
+    def free(self) -> None:
+        """Free the layer's communicator (call on every worker of P_x and P_y)."""
+        if self._structure is not None:
+            self._structure.free()
+            self._structure = self._adjoint_structure = None
+
     def _slots(self, P: MPIPartition) -> list[int]:
         return [self.union.index(m) for m in P.members]
 

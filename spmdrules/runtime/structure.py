@@ -17,7 +17,7 @@ import numpy as np
 
 from spmdrules.runtime._mpi import HEADER_LEN, decode_header, write_header
 from spmdrules.runtime.errors import TensorStructureError
-from spmdrules.runtime.partition import sub_communicator
+from spmdrules.runtime.partition import free_communicator, sub_communicator
 
 # The structure of one worker's local tensor, or None if it contributes none.
 LocalStructure = tuple[np.dtype[Any], tuple[int, ...]] | None
@@ -39,6 +39,13 @@ class StructureExchange:
         self._send = np.zeros(HEADER_LEN, dtype=np.int64)
         self._recv = np.zeros((len(self.members), HEADER_LEN), dtype=np.int64)
         self._key: bytes | None = None
+        self._owns_comm = True
+
+    def free(self) -> None:
+        """Free the communicator (collective over the members; twins share it)."""
+        if self._owns_comm:
+            free_communicator(self.comm)
+            self._owns_comm = False
 
     def twin(self) -> StructureExchange:
         """Another exchange over the same communicator, with its own agreed structure."""
@@ -49,6 +56,7 @@ class StructureExchange:
         other._send = np.zeros_like(self._send)
         other._recv = np.zeros_like(self._recv)
         other._key = None
+        other._owns_comm = False
         return other
 
     def exchange(self, local: np.ndarray[Any, Any] | None, what: str) -> bytes:

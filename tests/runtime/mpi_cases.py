@@ -480,6 +480,29 @@ def unchecked_steady_path(comm: Any) -> None:
         assert_equal(back, G[balanced_slices(G.shape, [n, 1], [comm.rank, 0])], "unchecked adj")
 
 
+@case(2)
+def layers_free_their_communicators(comm: Any) -> None:
+    """free() releases communicators: more layers than MPICH has context ids (~2000)."""
+    P_world = world(comm)
+    P = cart(P_world, [0, 1], [2])
+    Q = cart(P_world, [0], [1])
+    rounds = 1100 if comm.size in (2, 12) else 0  # the loop is slow; two job sizes suffice
+    for _ in range(rounds):  # two communicators each: 2200 would exhaust them if leaked
+        layer = rt().SumReduce(P, Q)
+        layer.free()
+    x = np.ones(3) if P.active else zero()
+    layers = [rt().SumReduce(P, Q), rt().Broadcast(Q, P), rt().AllSumReduce(P),
+              rt().Repartition(P, P), rt().HaloExchange(P, [rt().Window(3, padding=1)])]
+    for layer in layers:
+        layer(x if not isinstance(layer, rt().Broadcast) or Q.active else zero())
+        layer.free()
+    sub = P_world.create_partition_inclusive([1, 0])
+    sub.free()
+    from mpi4py import MPI
+
+    assert sub.comm == MPI.COMM_NULL
+
+
 # -- AllSumReduce ----------------------------------------------------------------------------
 @case(1)
 def all_sum_reduce(comm: Any) -> None:

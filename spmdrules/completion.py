@@ -1,0 +1,868 @@
+"""The completion pass: every tensor's attribute, from a few annotations and the op rules.
+
+Propagation. Every op offers attributes to its tensors: its forward rule offers each result the
+attribute the op produces (``forward``) and each operand the attribute the op needs given its
+other operands (``demand``); its reverse rule offers each operand the attribute that produces the
+results' current attributes (``reverse``). Each tensor keeps every offer and takes the best one.
+Ops are visited over a worklist in alternating sweeps (forward in topological order, reverse in
+the opposite order); an op is visited again only when one of its tensors changed, so on a model
+whose annotations agree, each op's rules run once or twice.
+
+Policy (``docs/completion.md``). A tensor takes, in order:
+
+1. its annotation's closed dims, always (user annotations are never overwritten);
+2. the offer of highest *rank*: an annotation of priority p has rank 2p+1, and an inferred offer
+   inherits 2p from the highest-priority tensor that drove it (so higher priority wins, and an
+   annotation beats an inference of its own priority);
+3. among offers of equal rank, the one whose reshards on the tensor's edges cost least under the
+   ``CostModel`` (the one the planner uses, so both always agree);
+4. then the producer's offer, then consumers in topological order.
+
+Offers that do not split evenly are refused (divisibility). When an op's rule refuses its operands
+together (a conflict), the highest-ranked operand is kept, then the cheapest choice, and the
+others are resharded. When an operand's attribute is not the one its consumer needs, or a result's
+not the one its producer makes, the edge gets a reshard (partial results that a consumer needs
+reduced included).
+
+Meshes (pipeline stages), as Paddle's Completer: an op runs on the mesh of its highest-ranked
+known operand; ties go to the later mesh (activations flow into the next stage). A tensor used on
+another mesh gets a cross-mesh transfer on that edge.
+
+Termination: a tensor changes only when its offers change, and at most ``MAX_CHANGES`` times (then
+it is frozen and reported); every visit follows a change, so the pass always ends.
+"""
+
+from __future__ import annotations
+
+import gc
+import heapq
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from spmdrules.attr import DistAttr
+from spmdrules.cost import DEFAULT_COST_MODEL, CostModel
+from spmdrules.errors import SpmdError
+from spmdrules.graph import Graph, Op, Tensor
+from spmdrules.graph_errors import GraphError
+from spmdrules.mesh import ProcessMesh
+from spmdrules.reshard import Plan, divisible, fmt_bytes, plan_reshard, reshard_time
+from spmdrules.spec import TensorSpec
+
+OfferKind = Literal["forward", "demand", "reverse"]
+OriginKind = Literal["annotation", "forward", "demand", "reverse", "default"]
+
+#: how often one tensor may change before it is frozen (a guard; no known model reaches it)
+MAX_CHANGES: Final = 8
+#: sweeps (one forward and one reverse each) before the pass stops and reports non-convergence
+MAX_SWEEPS: Final = 64
+_WEAK: Final = -(1 << 40)  # rank of an offer no known tensor drove (a placeholder's echo)
+
+
+class CompletionError(GraphError):
+    """Completion cannot start or cannot settle a node; the message names the node and the fix."""
+
+
+class NoAnnotationError(CompletionError):
+    """The graph has no annotation, so no tensor has a mesh to start from."""
+
+
+class UnresolvableConflictError(CompletionError):
+    """An op's rule refuses every choice of its operands' attributes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """One attribute an op offered a tensor, with the rank it carried and what drove it."""
+
+    attr: DistAttr
+    rank: int
+    op: str
+    op_order: int
+    kind: OfferKind
+    driver: str | None  # the tensor whose attribute the op propagated (None: nothing known)
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a tensor's final attribute came from."""
+
+    kind: OriginKind
+    op: str | None = None
+    driver: str | None = None
+    rank: int = _WEAK
+    note: str = ""
+
+    @property
+    def priority(self) -> int | None:
+        return None if self.rank == _WEAK else self.rank >> 1
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """An offer that lost, and why: priority, annotation, cost, divisibility or rule."""
+
+    offer: Offer
+    reason: Literal["priority", "annotation", "cost", "divisibility", "rule"]
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReshardEdge:
+    """Data that must move: ``tensor`` is ``src`` where ``op`` needs (or makes) ``dst``.
+
+    ``side="operand"``: the consumer ``op`` needs the tensor as ``dst``. ``side="result"``: the
+    producer ``op`` makes ``src`` and the tensor is ``dst``.
+    """
+
+    tensor: str
+    op: str
+    side: Literal["operand", "result"]
+    src: DistAttr
+    dst: DistAttr
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def cross_mesh(self) -> bool:
+        return self.src.mesh != self.dst.mesh
+
+    def plan(self, cost: CostModel = DEFAULT_COST_MODEL) -> Plan:
+        return plan_reshard(self.src, self.dst, self.shape, self.dtype, cost)
+
+    def __str__(self) -> str:
+        arrow = f"-> {self.op}" if self.side == "operand" else f"<- {self.op}"
+        return f"{self.tensor} {arrow}: {self.src.mapping_str()} => {self.dst.mapping_str()}"
+
+
+# An offer inside the pass is a plain tuple (it is made thousands of times per model):
+# (attr, rank, op order, kind code, driver tensor order or -1). ``Completion`` turns it into an
+# ``Offer`` when asked.
+_RawOffer = tuple[DistAttr, int, int, int, int]
+_FWD, _REV, _DEM = 0, 1, 2
+_KINDS: Final[tuple[OfferKind, ...]] = ("forward", "reverse", "demand")
+
+
+class _State:
+    """Per-tensor and per-op working arrays of one run, indexed by ``order``."""
+
+    __slots__ = (
+        "attr", "changes", "frozen", "natural", "needs", "offers", "rank", "rejected", "spec",
+    )
+
+    def __init__(self, n_tensors: int, n_ops: int) -> None:
+        self.attr: list[DistAttr | None] = [None] * n_tensors
+        self.rank: list[int] = [_WEAK] * n_tensors
+        self.spec: list[TensorSpec | None] = [None] * n_tensors
+        # offers per tensor, keyed op order * 3 + kind code (one per op and direction)
+        self.offers: list[dict[int, _RawOffer]] = [{} for _ in range(n_tensors)]
+        self.changes: list[int] = [0] * n_tensors
+        self.frozen: list[bool] = [False] * n_tensors
+        self.rejected: dict[int, list[tuple[_RawOffer, str, str]]] = {}
+        self.natural: list[tuple[DistAttr, ...] | None] = [None] * n_ops
+        self.needs: list[tuple[DistAttr, ...] | None] = [None] * n_ops
+
+
+class Completion:
+    """The result of ``complete(graph)``: every tensor's attribute and origin, the reshards, and
+    totals. ``str(result)`` is a table; ``summary()`` is the totals and the reshards."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        cost: CostModel,
+        state: _State,
+        run: _Run,
+        reshards: tuple[ReshardEdge, ...],
+        sweeps: int,
+        rule_calls: int,
+        converged: bool,
+    ) -> None:
+        self.graph = graph
+        self.cost = cost
+        self._state = state
+        self._run = run
+        self._origin_cache: list[Origin | None] = [None] * len(graph.tensors)
+        self.reshards = reshards
+        self.iterations = sweeps
+        self.rule_calls = rule_calls
+        self.converged = converged
+        self._plans: tuple[Plan, ...] | None = None
+
+    # ---- per tensor ------------------------------------------------------------------------
+    def _t(self, tensor: Tensor | str) -> Tensor:
+        return self.graph.tensor(tensor) if isinstance(tensor, str) else tensor
+
+    def attr(self, tensor: Tensor | str) -> DistAttr:
+        a = self._state.attr[self._t(tensor).order]
+        assert a is not None
+        return a
+
+    def origin(self, tensor: Tensor | str) -> Origin:
+        return self._origin(self._t(tensor))
+
+    def _origin(self, t: Tensor) -> Origin:
+        # computed on first use: the pass itself never needs the prose-level origin
+        o = self._origin_cache[t.order]
+        if o is None:
+            o = self._run.origin_of(t)
+            self._origin_cache[t.order] = o
+        return o
+
+    @property
+    def origins(self) -> dict[str, Origin]:
+        """Every tensor's origin, by name (the explanation index)."""
+        return {t.name: self._origin(t) for t in self.graph.tensors}
+
+    def _offer(self, raw: _RawOffer) -> Offer:
+        a, rank, k, kind, drv = raw
+        ops, tensors = self.graph.ops, self.graph.tensors
+        return Offer(a, rank, ops[k].name, k, _KINDS[kind], None if drv < 0 else tensors[drv].name)
+
+    def offers(self, tensor: Tensor | str) -> tuple[Offer, ...]:
+        """Every attribute an op offered the tensor (one per op and direction)."""
+        return tuple(self._offer(o) for o in self._state.offers[self._t(tensor).order].values())
+
+    def rejected(self, tensor: Tensor | str) -> tuple[Rejected, ...]:
+        """The offers that lost, each with its reason (see ``explain`` for the prose)."""
+        t = self._t(tensor)
+        st = self._state
+        chosen = st.attr[t.order]
+        out = [Rejected(self._offer(o), why, detail)  # type: ignore[arg-type]
+               for o, why, detail in st.rejected.get(t.order, ())]
+        seen = {(r.offer.op, r.offer.kind) for r in out}
+        origin = self._origin(t)
+        ann = t.annotation
+        for raw in st.offers[t.order].values():
+            o = self._offer(raw)
+            if o.attr == chosen or (o.op, o.kind) in seen or o.rank == _WEAK:
+                continue
+            if (chosen is not None and not divisible(chosen, t.shape)
+                    and divisible(o.attr, t.shape)):
+                out.append(Rejected(o, "divisibility",
+                                    f"{chosen.mapping_str()} does not split {list(t.shape)} "
+                                    f"evenly, so {o.op}'s rule drops that split"))
+            elif ann is not None and ann.is_fully_closed:
+                out.append(Rejected(o, "annotation", "the annotation is closed"))
+            elif o.rank < origin.rank:
+                out.append(Rejected(
+                    o, "priority",
+                    f"it carried priority {o.rank >> 1}"
+                    + (" (inferred)" if o.rank % 2 == 0 else "")
+                    + f" against {origin.rank >> 1}"
+                    + (" (annotation)" if origin.rank % 2 else "")))
+            else:
+                out.append(Rejected(o, "cost", "same priority, but its reshards on this tensor's "
+                                                "edges cost more (or tie and lose the order)"))
+            seen.add((o.op, o.kind))
+        # A consumer whose need differs but made no ranked offer (a one-operand op) still lost.
+        for e in self.reshards_of(t):
+            if e.side != "operand" or (e.op, "demand") in seen:
+                continue
+            o = Offer(e.dst, _WEAK, e.op, -1, "demand", None)
+            if chosen is not None and not divisible(chosen, t.shape) and divisible(e.dst, t.shape):
+                out.append(Rejected(o, "divisibility",
+                                    f"{chosen.mapping_str()} does not split {list(t.shape)} "
+                                    f"evenly, so {e.op}'s rule drops that split"))
+            else:
+                out.append(Rejected(o, "rule", f"{e.op}'s rule needs {e.dst.mapping_str()} "
+                                               "given its other operands"))
+        return tuple(out)
+
+    def reshards_of(self, tensor: Tensor | str) -> tuple[ReshardEdge, ...]:
+        name = self._t(tensor).name
+        return tuple(e for e in self.reshards if e.tensor == name)
+
+    # ---- totals ----------------------------------------------------------------------------
+    @property
+    def num_annotated(self) -> int:
+        return sum(1 for t in self.graph.tensors if self._origin(t).kind == "annotation")
+
+    @property
+    def num_inferred(self) -> int:
+        return sum(1 for t in self.graph.tensors
+                   if self._origin(t).kind in ("forward", "demand", "reverse"))
+
+    @property
+    def num_default(self) -> int:
+        return sum(1 for t in self.graph.tensors if self._origin(t).kind == "default")
+
+    def plans(self) -> tuple[Plan, ...]:
+        """One plan per reshard edge (planned on first call, then kept)."""
+        if self._plans is None:
+            self._plans = tuple(e.plan(self.cost) for e in self.reshards)
+        return self._plans
+
+    @property
+    def bytes_moved(self) -> int:
+        return sum(p.total_bytes for p in self.plans())
+
+    @property
+    def time(self) -> float:
+        """Seconds all reshards take under the cost model."""
+        return sum(p.time for p in self.plans())
+
+    def summary(self) -> str:
+        """Totals, then one line per reshard with its steps and bytes."""
+        g = self.graph
+        lines = [
+            f"completion of {g.name!r}: {g.num_ops} ops, {g.num_tensors} tensors",
+            f"  annotated {self.num_annotated}, inferred {self.num_inferred}, "
+            f"defaulted {self.num_default}; {self.iterations} sweeps, {self.rule_calls} rule calls"
+            + ("" if self.converged else " (NOT converged: frozen tensors kept)"),
+            f"  reshards {len(self.reshards)}, bytes moved {fmt_bytes(self.bytes_moved)}, "
+            f"time {self.time * 1e3:.3f} ms",
+        ]
+        if self.reshards:
+            rows = [("tensor", "edge", "from", "to", "steps", "bytes")]
+            for e, p in zip(self.reshards, self.plans(), strict=True):
+                edge = f"-> {e.op}" if e.side == "operand" else f"<- {e.op}"
+                steps = " + ".join(
+                    s.kind.replace("_", "-")
+                    + ("" if s.mesh_dim is None else f"({s.src.mesh.dim_names[s.mesh_dim]})")
+                    for s in p.steps
+                )
+                rows.append((e.tensor, edge, e.src.mapping_str(), e.dst.mapping_str(), steps,
+                             fmt_bytes(p.total_bytes)))
+            lines.append(_table(rows))
+        return "\n".join(lines)
+
+    def table(self, tensors: Iterable[Tensor | str] | None = None) -> str:
+        """One row per tensor: name, shape, attribute, placements, origin."""
+        rows = [("tensor", "shape", "attr", "placements", "origin")]
+        chosen = self.graph.tensors if tensors is None else [self._t(t) for t in tensors]
+        for t in chosen:
+            a = self.attr(t)
+            rows.append((t.name, str(list(t.shape)), a.mapping_str(),
+                         "[" + ", ".join(map(repr, a.placements)) + "]",
+                         _origin_str(self._origin(t))))
+        return _table(rows)
+
+    def __str__(self) -> str:
+        return self.table() + "\n" + self.summary()
+
+    def __repr__(self) -> str:
+        return (f"Completion({self.graph.name!r}: {self.num_annotated} annotated, "
+                f"{self.num_inferred} inferred, {len(self.reshards)} reshards)")
+
+
+def _origin_str(o: Origin) -> str:
+    if o.kind == "annotation":
+        return "annotation" + (f" ({o.note})" if o.note else "")
+    if o.kind == "default":
+        return "default (no annotation reaches it)"
+    return f"{o.kind} via {o.op}" + (f" from {o.driver}" if o.driver else "")
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for k, r in enumerate(rows):
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        if k == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+# ---- the pass ------------------------------------------------------------------------------------
+class _Run:
+    """One completion run over a graph (the working state and the visiting logic)."""
+
+    def __init__(self, graph: Graph, cost: CostModel) -> None:
+        self.g = graph
+        self.cost = cost
+        self.ops = ops = graph.ops
+        self.tensors = tensors = graph.tensors
+        self.st = _State(len(tensors), len(ops))
+        self.rule_calls = 0
+        self.placeholders: dict[tuple[ProcessMesh, tuple[int, ...]], TensorSpec] = {}
+        self.div_cache: dict[tuple[DistAttr, tuple[int, ...]], bool] = {}
+        self.ins, self.outs, self.consumers, self.producer = _indices(ops, tensors)
+        self.fwd_next: set[int] = set()
+        self.rev_next: set[int] = set()
+        self.heap: list[int] = []
+        self.in_heap: set[int] = set()
+        self.cur = -1
+        self.direction = 1
+        self.defaulted: set[int] = set()
+        meshes: dict[ProcessMesh, int] = {}
+        for t in tensors:
+            ann = t.annotation
+            if ann is not None:
+                meshes.setdefault(ann.mesh, len(meshes))
+        if not meshes:
+            raise NoAnnotationError(
+                f"graph {graph.name!r} has no annotated tensor, so completion has no mesh to "
+                "start from; annotate at least one tensor with shard(tensor, mesh, spec)"
+            )
+        self.mesh_rank = meshes
+        self.single_mesh: ProcessMesh | None = next(iter(meshes)) if len(meshes) == 1 else None
+        self.default_mesh = next(iter(meshes))
+
+    # ---- specs --------------------------------------------------------------------------------
+    def placeholder(self, mesh: ProcessMesh, shape: tuple[int, ...]) -> TensorSpec:
+        key = (mesh, shape)
+        s = self.placeholders.get(key)
+        if s is None:
+            s = TensorSpec._make(shape, DistAttr.replicated(mesh, len(shape)))
+            self.placeholders[key] = s
+        return s
+
+    def spec_fn(self, mesh: ProcessMesh) -> Callable[[Tensor], TensorSpec]:
+        st = self.st
+        specs, attrs = st.spec, st.attr
+
+        def spec(t: Tensor) -> TensorSpec:
+            i = t.order
+            s = specs[i]
+            if s is not None and s.attr.mesh is mesh:
+                return s
+            a = attrs[i]
+            if a is None:
+                return self.placeholder(mesh, t.shape)
+            if a.mesh is mesh or a.mesh == mesh:
+                s = TensorSpec._make(t.shape, a)
+                specs[i] = s
+                return s
+            # A tensor from another mesh enters the op as the same layout on the op's mesh when
+            # the meshes have one shape, else replicated; the edge gets a cross-mesh transfer.
+            if a.mesh.shape == mesh.shape:
+                return TensorSpec._make(t.shape, DistAttr._make(mesh, a.multi_dims_mapping,
+                                                                a.partial_items))
+            return self.placeholder(mesh, t.shape)
+
+        return spec
+
+    def best_known(self, idx: tuple[int, ...]) -> tuple[ProcessMesh, int, int]:
+        """The op's mesh, its highest-ranked known tensor among ``idx`` (-1: none) and its rank.
+        Ties go to the later mesh, then the earlier position."""
+        st = self.st
+        attrs, ranks = st.attr, st.rank
+        best, best_r = -1, _WEAK - 1
+        if self.single_mesh is not None:
+            for i in idx:
+                if attrs[i] is not None and ranks[i] > best_r:
+                    best, best_r = i, ranks[i]
+            return self.single_mesh, best, best_r
+        best_key = (best_r, -1)
+        for i in idx:
+            a = attrs[i]
+            if a is not None:
+                key = (ranks[i], self.mesh_rank.get(a.mesh, -1))
+                if key > best_key:
+                    best, best_key = i, key
+        if best < 0:
+            return self.default_mesh, -1, _WEAK
+        a = attrs[best]
+        assert a is not None
+        return a.mesh, best, best_key[0]
+
+    def is_divisible(self, attr: DistAttr, shape: tuple[int, ...]) -> bool:
+        key = (attr, shape)
+        v = self.div_cache.get(key)
+        if v is None:
+            v = divisible(attr, shape)
+            self.div_cache[key] = v
+        return v
+
+    # ---- visiting -----------------------------------------------------------------------------
+    def forward(self, k: int) -> None:
+        st = self.st
+        ins = self.ins[k]
+        mesh, driver, drank = self.best_known(ins)
+        if driver < 0:
+            return  # nothing known yet; a later change re-queues the op
+        op = self.ops[k]
+        self.rule_calls += 1
+        try:
+            need, outs = op.flat_info(op.rule.infer_forward(*op.forward_args(self.spec_fn(mesh))))
+        except SpmdError as e:
+            need, outs = self.settle_conflict(op, mesh, e)
+        st.needs[k] = need
+        st.natural[k] = outs
+        out_rank = (drank >> 1) << 1
+        offer = self.offer
+        key = k * 3
+        for i, a in zip(self.outs[k], outs, strict=True):
+            offer(i, (a, out_rank, k, _FWD, driver), key)
+        if len(ins) == 1:
+            return
+        # A demand carries the rank of the op's best *other* known operand: an operand does not
+        # vouch for the attribute the op asks of itself.
+        attrs, ranks = st.attr, st.rank
+        key += _DEM
+        for pos, i in enumerate(ins):
+            best, best_r = -1, _WEAK
+            for j in ins:
+                if j != i and attrs[j] is not None and ranks[j] > best_r:
+                    best, best_r = j, ranks[j]
+            offer(i, (need[pos], _WEAK if best < 0 else (best_r >> 1) << 1, k, _DEM, best), key)
+
+    def settle_conflict(
+        self, op: Op, mesh: ProcessMesh, error: SpmdError
+    ) -> tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]]:
+        """The rule refused the operands together: keep one known operand (highest rank, then
+        the cheapest total reshard), give the others placeholders, and record the losers."""
+        st = self.st
+        ins = op.inputs
+        known = [t for t in ins if st.attr[t.order] is not None]
+        top = max(st.rank[t.order] for t in known)
+        full = self.spec_fn(mesh)
+        best: tuple[float, int, tuple[DistAttr, ...], tuple[DistAttr, ...]] | None = None
+        for pos, keep in enumerate(known):
+            if st.rank[keep.order] != top:
+                continue
+
+            def spec(t: Tensor, keep: Tensor = keep) -> TensorSpec:
+                return full(t) if t is keep else self.placeholder(mesh, t.shape)
+
+            self.rule_calls += 1
+            try:
+                need, outs = op.flat_info(op.rule.infer_forward(*op.forward_args(spec)))
+            except SpmdError:
+                continue
+            total = 0.0
+            for t, n in zip(ins, need, strict=True):
+                a = st.attr[t.order]
+                if a is not None:
+                    total += reshard_time(a, n, t.shape, t.dtype, self.cost)
+            if best is None or (total, pos) < (best[0], best[1]):
+                best = (total, pos, need, outs)
+        if best is None:
+            given = ", ".join(f"{t.name}={full(t).attr.mapping_str()}" for t in known)
+            raise UnresolvableConflictError(
+                f"op {op.name!r} ({op.type}): its rule refuses the operands' attributes "
+                f"({given}) and every one of them alone: {error}. Change the annotations that "
+                "reach this op"
+            ) from error
+        need = best[2]
+        for t, n in zip(ins, need, strict=True):
+            a = st.attr[t.order]
+            if a is not None and a != n:
+                st.rejected.setdefault(t.order, []).append((
+                    (n, _WEAK, op.order, _DEM, -1), "rule",
+                    f"{op.type} cannot take it together with its other operands ({error}); "
+                    f"the op keeps {known[best[1]].name} and reshards this operand",
+                ))
+        return need, best[3]
+
+    def reverse(self, k: int) -> None:
+        st = self.st
+        nat = st.natural[k]
+        outs = self.outs[k]
+        attrs = st.attr
+        if nat is not None and all(
+            attrs[i] is None or attrs[i] == n for i, n in zip(outs, nat, strict=True)
+        ):
+            return  # the results are what the op makes: nothing to push upstream
+        op = self.ops[k]
+        if not op.rule.has_reverse:
+            return
+        mesh, driver, drank = self.best_known(outs)
+        if driver < 0:
+            return
+        self.rule_calls += 1
+        try:
+            need, _ = op.flat_info(op.rule.infer_reverse(*op.reverse_args(self.spec_fn(mesh))))
+        except SpmdError:
+            return  # the reverse rule refuses: the forward answer stands and the edge reshards
+        rank = (drank >> 1) << 1
+        key = k * 3 + _REV
+        for i, a in zip(self.ins[k], need, strict=True):
+            self.offer(i, (a, rank, k, _REV, driver), key)
+
+    # ---- choosing -----------------------------------------------------------------------------
+    def offer(self, i: int, o: _RawOffer, key: int) -> None:
+        st = self.st
+        offers = st.offers[i]
+        offers[key] = o
+        cur = st.attr[i]
+        if cur is not None and o[1] <= st.rank[i] and o[0] == cur:
+            return  # agrees with what the tensor has: nothing can change
+        t = self.tensors[i]
+        ann = t.annotation
+        if ann is not None and ann.is_fully_closed:
+            return
+        if st.frozen[i]:
+            return
+        new: DistAttr | None
+        if cur is None and ann is None and len(offers) == 1 and self.is_divisible(o[0], t.shape):
+            new, rank = o[0], o[1]  # the first offer to an unknown tensor (the common case)
+        else:
+            new, rank = self.choose(t, offers)
+        if new is None or (new == cur and rank == st.rank[i]):
+            return
+        if new != cur:
+            st.changes[i] += 1
+            if st.changes[i] > MAX_CHANGES:
+                st.frozen[i] = True
+                return
+        st.attr[i] = new
+        st.rank[i] = rank
+        st.spec[i] = None
+        if new != cur:
+            self.changed(i)
+
+    def choose(self, t: Tensor, offers: dict[int, _RawOffer]) -> tuple[DistAttr | None, int]:
+        st = self.st
+        ann = t.annotation
+        valid: list[_RawOffer] = []
+        for o in offers.values():
+            a = o[0] if ann is None else _project(ann, o[0], o[1])
+            if a is None or not (ann is not None or self.is_divisible(a, t.shape)):
+                rej = st.rejected.setdefault(t.order, [])
+                if not any(r[0] == o for r in rej):
+                    rej.append((o, "divisibility", "it does not split the tensor's dims evenly")
+                               if a is not None else
+                               (o, "annotation", "it is on another mesh than the annotation"))
+                continue
+            valid.append(o if a is o[0] else (a, o[1], o[2], o[3], o[4]))
+        if not valid:
+            return (None, _WEAK) if ann is None else (ann.attr, 2 * ann.priority + 1)
+        top = max(o[1] for o in valid)
+        cands = sorted((o for o in valid if o[1] == top), key=_offer_key)
+        rank = top if ann is None else max(top, 2 * ann.priority + 1)
+        first = cands[0][0]
+        if all(o[0] == first for o in cands):
+            return first, rank
+        # equal rank, different attributes: least communication over the tensor's edges
+        best: tuple[float, DistAttr] | None = None
+        for o in cands:
+            phi = self.edge_cost(t, o[0], valid)
+            if best is None or phi < best[0]:
+                best = (phi, o[0])
+        assert best is not None
+        return best[1], rank
+
+    def edge_cost(self, t: Tensor, v: DistAttr, offers: list[_RawOffer]) -> float:
+        """Seconds of the reshards on ``t``'s edges if ``t`` were ``v``: from what its producer
+        makes, and to what each consumer needs (its demand, else its reverse offer)."""
+        total = 0.0
+        by_op: dict[int, _RawOffer] = {}
+        for o in offers:
+            if o[3] == _FWD:
+                total += reshard_time(o[0], v, t.shape, t.dtype, self.cost)
+            elif o[3] == _DEM or o[2] not in by_op:
+                by_op[o[2]] = o
+        for o in by_op.values():
+            total += reshard_time(v, o[0], t.shape, t.dtype, self.cost)
+        return total
+
+    def changed(self, i: int) -> None:
+        """Queue the ops that must look again: consumers forward, the producer in reverse."""
+        for c in self.consumers[i]:
+            self.queue(c, forward=True)
+        p = self.producer[i]
+        if p >= 0:
+            self.queue(p, forward=False)
+
+    def queue(self, order: int, *, forward: bool) -> None:
+        same = forward == (self.direction == 1)
+        ahead = order > self.cur if self.direction == 1 else order < self.cur
+        if same and ahead:
+            if order not in self.in_heap:
+                self.in_heap.add(order)
+                heapq.heappush(self.heap, order * self.direction)
+        elif forward:
+            self.fwd_next.add(order)
+        else:
+            self.rev_next.add(order)
+
+    def sweep(self, orders: set[int], direction: int) -> None:
+        self.direction = direction
+        self.heap = [o * direction for o in orders]
+        heapq.heapify(self.heap)
+        self.in_heap = set(orders)
+        visit = self.forward if direction == 1 else self.reverse
+        heap, in_heap = self.heap, self.in_heap
+        while heap:
+            k = heapq.heappop(heap) * direction
+            in_heap.discard(k)
+            self.cur = k
+            visit(k)
+        self.cur = -1 if direction == 1 else len(self.ops)
+
+    # ---- driver -------------------------------------------------------------------------------
+    def run(self) -> Completion:
+        st = self.st
+        defaulted: set[int] = set()
+        for t in self.tensors:
+            ann = t.annotation
+            if ann is not None:
+                st.attr[t.order] = ann.attr
+                st.rank[t.order] = 2 * ann.priority + 1
+        self.fwd_next = set(range(len(self.ops)))
+        self.rev_next = {self.producer[t.order] for t in self.tensors
+                         if t.annotation is not None and t.producer is not None}
+        sweeps = 0
+        converged = True
+        while self.fwd_next or self.rev_next:
+            if sweeps >= MAX_SWEEPS:
+                converged = False
+                break
+            sweeps += 1
+            fwd, self.fwd_next = self.fwd_next, set()
+            self.sweep(fwd, 1)
+            rev, self.rev_next = self.rev_next, set()
+            self.sweep(rev, -1)
+            if not (self.fwd_next or self.rev_next):
+                # Sources no annotation reaches are replicated on the default mesh, and
+                # propagation resumes from them.
+                for t in self.tensors:
+                    if st.attr[t.order] is None and t.producer is None:
+                        st.attr[t.order] = DistAttr.replicated(self.default_mesh, t.ndim)
+                        defaulted.add(t.order)
+                        self.changed(t.order)
+        if any(st.frozen):
+            converged = False
+        # What each op needs from its final operands: already there at convergence (any change
+        # re-queues the consumers); after a cut-off, recomputed so the reshards are consistent.
+        for k in range(len(self.ops)):
+            if st.needs[k] is None or not converged:
+                self.forward_needs_only(k)
+        self.defaulted = defaulted
+        for t in self.tensors:
+            t.attr = st.attr[t.order]
+        reshards = self.reshard_edges()
+        return Completion(self.g, self.cost, st, self, reshards, sweeps, self.rule_calls,
+                          converged)
+
+    def forward_needs_only(self, k: int) -> None:
+        st = self.st
+        op = self.ops[k]
+        for i in self.ins[k] + self.outs[k]:
+            if st.attr[i] is None:  # only values downstream of nothing at all
+                st.attr[i] = DistAttr.replicated(self.default_mesh, self.tensors[i].ndim)
+        mesh, _, _ = self.best_known(self.ins[k])
+        self.rule_calls += 1
+        try:
+            need, outs = op.flat_info(op.rule.infer_forward(*op.forward_args(self.spec_fn(mesh))))
+        except SpmdError as e:
+            need, outs = self.settle_conflict(op, mesh, e)
+        st.needs[k] = need
+        st.natural[k] = outs
+
+    def origin_of(self, t: Tensor) -> Origin:
+        st = self.st
+        if t.order in self.defaulted:
+            return Origin("default")
+        a = st.attr[t.order]
+        best: _RawOffer | None = None
+        for o in st.offers[t.order].values():
+            if o[0] == a and (best is None or o[1] > best[1]
+                              or (o[1] == best[1] and _offer_key(o) < _offer_key(best))):
+                best = o
+        ann = t.annotation
+        name = None if best is None else self.ops[best[2]].name
+        drv = None if best is None or best[4] < 0 else self.tensors[best[4]].name
+        if ann is not None:
+            rank = 2 * ann.priority + 1
+            if a == ann.attr or best is None:
+                return Origin("annotation", rank=rank)
+            return Origin("annotation", name, drv, rank,
+                          f"open dims from {_KINDS[best[3]]} via {name}")
+        if best is None:
+            return Origin("default")
+        return Origin(_KINDS[best[3]], name, drv, st.rank[t.order])
+
+    def reshard_edges(self) -> tuple[ReshardEdge, ...]:
+        st = self.st
+        attrs, tensors = st.attr, self.tensors
+        out: list[ReshardEdge] = []
+        for k, op in enumerate(self.ops):
+            need = st.needs[k]
+            nat = st.natural[k]
+            assert need is not None and nat is not None
+            for i, n in zip(self.ins[k], need, strict=True):
+                a = attrs[i]
+                if a != n:
+                    assert a is not None
+                    t = tensors[i]
+                    out.append(ReshardEdge(t.name, op.name, "operand", a, n, t.shape, t.dtype))
+            for i, n in zip(self.outs[k], nat, strict=True):
+                a = attrs[i]
+                if a != n:
+                    assert a is not None
+                    t = tensors[i]
+                    out.append(ReshardEdge(t.name, op.name, "result", n, a, t.shape, t.dtype))
+        return tuple(out)
+
+
+_Indices = tuple[
+    list[tuple[int, ...]], list[tuple[int, ...]], list[tuple[int, ...]], list[int]
+]
+# Flat index arrays per topological order. ``Graph.ops`` is one cached tuple until the graph
+# changes, so its identity keys the cache (the tuple is held, so its id cannot be reused); the
+# graph's own properties rebuild tuples on every access, which costs more than the whole pass.
+_INDEX_CACHE: dict[int, tuple[tuple[Op, ...], _Indices]] = {}
+
+
+def _indices(ops: tuple[Op, ...], tensors: tuple[Tensor, ...]) -> _Indices:
+    hit = _INDEX_CACHE.get(id(ops))
+    if hit is not None and hit[0] is ops:
+        return hit[1]
+    ins = [tuple(t.order for t in op.inputs) for op in ops]
+    outs = [tuple(t.order for t in op.outputs) for op in ops]
+    cons: list[list[int]] = [[] for _ in tensors]
+    for k, idx in enumerate(ins):
+        for i in dict.fromkeys(idx):
+            cons[i].append(k)
+    producer = [-1 if t.producer is None else t.producer.order for t in tensors]
+    value = (ins, outs, [tuple(c) for c in cons], producer)
+    if len(_INDEX_CACHE) >= 4:
+        _INDEX_CACHE.pop(next(iter(_INDEX_CACHE)))
+    _INDEX_CACHE[id(ops)] = (ops, value)
+    return value
+
+
+def _offer_key(o: _RawOffer) -> tuple[int, int]:
+    """The tie-break: the producer's forward offer first, then consumers in topological order."""
+    return (0 if o[3] == _FWD else 1, o[2])
+
+
+def _project(ann: Any, offered: DistAttr, rank: int) -> DistAttr | None:
+    """An offer seen through an annotation: closed dims as annotated, hinted open dims keep their
+    hint unless the offer outranks the annotation, other open dims as offered. None if the
+    offer's mesh is not the annotation's."""
+    if offered.mesh != ann.mesh:
+        return None
+    used: set[int] = set()
+    dims: list[tuple[int, ...] | None] = []
+    outrank = rank > 2 * ann.priority + 1
+    for spec, closed in zip(ann.dims, ann.closed, strict=True):
+        if closed or (spec is not None and not outrank):
+            dims.append(tuple(spec))
+            used.update(spec)
+        else:
+            dims.append(None)
+    mdm: list[tuple[int, ...]] = []
+    for d, fixed in enumerate(dims):
+        if fixed is not None:
+            mdm.append(fixed)
+        else:
+            ms = tuple(m for m in offered.multi_dims_mapping[d] if m not in used)
+            used.update(ms)
+            mdm.append(ms)
+    # a partial the user wrote stands; otherwise the offer's, on mesh dims still free
+    part = ann.partial or tuple((m, rt) for m, rt in offered.partial_items if m not in used)
+    return DistAttr._make(ann.mesh, tuple(mdm), tuple(part))
+
+
+def complete(graph: Graph, cost: CostModel = DEFAULT_COST_MODEL) -> Completion:
+    """Complete every tensor's attribute from the graph's annotations; see the module docs.
+
+    Writes ``tensor.attr`` for every tensor (never ``tensor.annotation``) and returns the
+    ``Completion`` with origins, reshards and totals. Running it again gives the same result.
+    """
+    if not isinstance(graph, Graph):
+        raise CompletionError(f"complete: expected a Graph, got {type(graph).__name__}")
+    graph.validate()
+    # The pass allocates ~5 small containers per op and creates no reference cycles; the cyclic
+    # collector would otherwise rescan the whole graph many times over on large models.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _Run(graph, cost).run()
+    finally:
+        if was_enabled:
+            gc.enable()
