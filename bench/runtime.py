@@ -25,6 +25,7 @@ structure.  Targets: ratio >= 0.9 at 1 MiB and above, SumReduce >= 1.0.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -37,9 +38,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mpi4py import MPI
+# MPICH waits by polling and yields the CPU every MPIR_CVAR_POLLS_BEFORE_YIELD polls.  With
+# no more ranks than cores, yielding only hands the core to unrelated processes, so spin;
+# oversubscribed, ranks must yield to each other.  Set before MPI starts (an explicit
+# setting in the environment wins).
+RANKS = int(os.environ.get("PMI_SIZE", "1"))
+os.environ.setdefault(
+    "MPIR_CVAR_POLLS_BEFORE_YIELD", "0" if (os.cpu_count() or 1) >= RANKS else "1000"
+)
 
-from spmdrules.runtime import (
+from mpi4py import MPI  # noqa: E402
+
+from spmdrules.runtime import (  # noqa: E402
     AllSumReduce,
     Broadcast,
     MPIPartition,
@@ -182,18 +192,22 @@ BASELINE = {
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="few repeats (smoke test)")
+    parser.add_argument("--only", nargs="*", default=None, help="primitives to run")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
     rows = []
     for check in (True, False):
         for name in BASELINE:
+            if args.only and name not in args.only:
+                continue
             for label, nbytes in SIZES.items():
                 case = Case(name, comm, nbytes, check)
                 repeats = 3 if args.quick else REPEATS[label]
                 rows.append((name + ("" if check else "*"), label, case.nbytes, case.run(repeats)))
     if comm.rank == 0:
-        print(f"partition runtime vs plain MPI collectives, {comm.size} ranks, "
-              f"{MPI.Get_library_version().splitlines()[0]}")
+        print(f"partition runtime vs plain MPI collectives, {comm.size} ranks on "
+              f"{os.cpu_count()} cores, {MPI.Get_library_version().splitlines()[0].strip()}, "
+              f"MPIR_CVAR_POLLS_BEFORE_YIELD={os.environ['MPIR_CVAR_POLLS_BEFORE_YIELD']}")
         head = (f"{'primitive':<15}{'size':>7}{'median':>11}{'baseline':>21}{'ratio':>7}"
                 f"{'GB/s':>7}{'sent/call':>13}{'minimum':>13}{'x min':>7}{'alloc/call':>12}"
                 f"{'reuse':>6}")

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from spmdrules.runtime._mpi import mpi, mpi_datatype
+from spmdrules.runtime.decomposition import aligned_empty
 from spmdrules.runtime.errors import RuntimeSetupError, TensorStructureError
 from spmdrules.runtime.partition import MPIPartition, free_communicator
 from spmdrules.runtime.structure import LocalStructure, PlanCache, StructureExchange
@@ -100,7 +101,7 @@ class AllSumReduce:
         assert self.P_x.index is not None
         st = structures[self.P_x.rank]
         assert st is not None
-        return np.empty(st[1], dtype=st[0])
+        return aligned_empty(st[1], st[0])
 
     adjoint = forward
     __call__ = forward

@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 
 from spmdrules.runtime._mpi import mpi, mpi_datatype
-from spmdrules.runtime.decomposition import Box, box_shape, box_volume, intersect, relative
+from spmdrules.runtime.decomposition import (
+    Box,
+    aligned_empty,
+    box_shape,
+    box_volume,
+    intersect,
+    relative,
+)
 
 Array = np.ndarray[Any, Any]
 
@@ -43,7 +50,7 @@ class _Piece:
         self.volume = box_volume(box)
         self.offset = _contiguous_offset(box, outer)
         self.stage: Array | None = (
-            np.empty(self.shape, dtype=dtype) if self.offset is None else None
+            aligned_empty(self.shape, dtype) if self.offset is None else None
         )
 
     def buffer(self, array: Array) -> Array:

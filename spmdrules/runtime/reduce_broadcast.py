@@ -12,7 +12,7 @@ workers paired with it, with the small worker as group rank 0):
   makes its own copy while the data is in flight);
 * reduce: a reduce-scatter with numpy adds (group rank ``j`` sums chunk ``j`` of every
   source's array, in source order, so results are deterministic) followed by a gather of
-  the summed chunks to rank 0.
+  the summed chunks to rank 0; groups of two reduce directly at rank 0.
 
 Groups are served one at a time in increasing small-partition rank on every worker, which
 rules out deadlock when a worker belongs to two groups.
@@ -26,7 +26,12 @@ from typing import Any
 import numpy as np
 
 from spmdrules.runtime._mpi import mpi, mpi_datatype
-from spmdrules.runtime.decomposition import balanced_sizes, starts_from_sizes, zero_volume_tensor
+from spmdrules.runtime.decomposition import (
+    aligned_empty,
+    balanced_sizes,
+    starts_from_sizes,
+    zero_volume_tensor,
+)
 from spmdrules.runtime.errors import PartitionMismatchError, TensorStructureError
 from spmdrules.runtime.partition import MPIPartition, free_communicator, sub_communicator
 from spmdrules.runtime.reduction_rules import ReductionMatch, match_reduction
@@ -38,6 +43,10 @@ Array = np.ndarray[Any, Any]
 TAG_REDUCE_SCATTER = 4201
 TAG_REDUCE_GATHER = 4202
 
+# Groups of at most this many workers reduce directly (every source sends everything to
+# the destination, which adds): fewer bytes and one round instead of two.
+DIRECT_REDUCE_MAX_GROUP = 2
+
 
 @dataclass
 class _Group:
@@ -48,6 +57,10 @@ class _Group:
     size: int
     my_rank: int
     sources: tuple[int, ...]  # group ranks holding big-partition data, in big-rank order
+
+    @property
+    def remote_sources(self) -> tuple[int, ...]:
+        return tuple(s for s in self.sources if s != self.my_rank)
 
     @property
     def i_am_dest(self) -> bool:
@@ -67,7 +80,7 @@ class _GroupPlan:
     mtype: Any  # the MPI datatype of dtype
     out: Array  # dest: the reduced tensor / source: the broadcast tensor
     bounds: list[tuple[int, int]] = field(default_factory=list)  # flat chunk of each rank
-    rows: Array | None = None  # reduce: my chunk of every source
+    rows: Array | None = None  # reduce: my chunk of every other source
     acc: Array | None = None  # reduce: my summed chunk (non-dest ranks)
 
 
@@ -199,12 +212,8 @@ class ReduceBroadcast:
         reqs = []
         assert p.rows is not None
         if hi > lo:
-            for slot, src in enumerate(g.sources):
-                if src == me:
-                    assert xflat is not None
-                    np.copyto(p.rows[slot], xflat[lo:hi])
-                else:
-                    reqs.append(comm.Irecv([p.rows[slot], mtype], src, TAG_REDUCE_SCATTER))
+            for slot, src in enumerate(g.remote_sources):
+                reqs.append(comm.Irecv([p.rows[slot], mtype], src, TAG_REDUCE_SCATTER))
         if g.i_am_source:
             assert xflat is not None
             for j, (a, b) in enumerate(p.bounds):
@@ -212,9 +221,21 @@ class ReduceBroadcast:
                     reqs.append(comm.Isend([xflat[a:b], mtype], j, TAG_REDUCE_SCATTER))
                     self.bytes_sent += (b - a) * p.dtype.itemsize
         MPI.Request.Waitall(reqs)
-        target = out_flat[lo:hi] if g.i_am_dest else p.acc
+        target: Array | None = out_flat[lo:hi] if g.i_am_dest else p.acc
+        assert target is not None
         if hi > lo:
-            np.sum(p.rows, axis=0, out=target)
+            # add in source order (deterministic); this worker's own chunk is read in place
+            remote = iter(p.rows)
+            parts = [
+                xflat[lo:hi] if src == me and xflat is not None else next(remote)
+                for src in g.sources
+            ]
+            if len(parts) == 1:
+                np.copyto(target, parts[0])
+            else:
+                np.add(parts[0], parts[1], out=target)
+                for part in parts[2:]:
+                    np.add(target, part, out=target)
         if g.i_am_dest:
             reqs = [
                 comm.Irecv([out_flat[a:b], mtype], j, TAG_REDUCE_GATHER)
@@ -307,16 +328,19 @@ class ReduceBroadcast:
             )
             if reduce:
                 if g.i_am_dest:
-                    plan.out = np.empty(shape, dtype=dtype)
+                    plan.out = aligned_empty(shape, dtype)
                 n = int(np.prod(shape, dtype=np.int64))
-                sizes = balanced_sizes(n, g.size)
+                if g.size <= DIRECT_REDUCE_MAX_GROUP:
+                    sizes = (n,) + (0,) * (g.size - 1)
+                else:
+                    sizes = balanced_sizes(n, g.size)
                 starts = starts_from_sizes(sizes)
                 plan.bounds = [(a, a + s) for a, s in zip(starts, sizes, strict=True)]
                 mine = sizes[g.my_rank]
-                plan.rows = np.empty((len(g.sources), mine), dtype=dtype)
-                plan.acc = np.empty(mine, dtype=dtype)
+                plan.rows = aligned_empty((len(g.remote_sources), mine), dtype)
+                plan.acc = aligned_empty(mine, dtype)
             elif g.i_am_source:
-                plan.out = np.empty(shape, dtype=dtype)
+                plan.out = aligned_empty(shape, dtype)
             plans.append(plan)
         return plans
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from spmdrules.runtime.box_exchange import BoxExchange
-from spmdrules.runtime.decomposition import Box, box_shape, zero_volume_tensor
+from spmdrules.runtime.decomposition import Box, aligned_empty, box_shape, zero_volume_tensor
 from spmdrules.runtime.errors import PartitionMismatchError, TensorStructureError
 from spmdrules.runtime.layout import GridLayout, layout_from_structures
 from spmdrules.runtime.partition import MPIPartition
@@ -70,6 +70,7 @@ class Repartition:
         self._forward_plans: PlanCache[_Plan] = PlanCache()
         self._adjoint_plans: PlanCache[_Plan] = PlanCache()
         self._last_x_layout: GridLayout | None = None
+        self._zeros: dict[tuple[int | None, str], Array] = {}
         self.bytes_sent = 0
 
     def free(self) -> None:
@@ -94,7 +95,11 @@ class Repartition:
 
     def _zero(self, like: Array) -> Array:
         batch = like.shape[0] if self.preserve_batch and like.ndim > 0 else None
-        return zero_volume_tensor(batch, dtype=like.dtype)
+        key = (batch, like.dtype.str)
+        zero = self._zeros.get(key)
+        if zero is None:
+            zero = self._zeros[key] = zero_volume_tensor(batch, dtype=like.dtype)
+        return zero
 
     def forward(self, x: Array) -> Array:
         """Move ``x`` (this worker's block on ``P_x``) to the balanced layout on ``P_y``."""
@@ -112,12 +117,12 @@ class Repartition:
             dst = GridLayout.balanced(self.P_y, src.dtype, src.global_shape)
             out = None
             if self.P_y.active:
-                out = np.empty(box_shape(dst.boxes[self.P_y.rank]), dtype=src.dtype)
+                out = aligned_empty(box_shape(dst.boxes[self.P_y.rank]), src.dtype)
             return _Plan(self._exchange_for(src, self.P_x, dst, self.P_y), src, out)
 
         plan = self._forward_plans.get(key, build)
         self._last_x_layout = plan.src_layout
-        out = plan.out if plan.out is not None else np.empty(0, dtype=x.dtype)
+        out = plan.out if plan.out is not None else self._zero(x)
         plan.exchange.gather(x, out)
         self.bytes_sent += plan.exchange.bytes_gather
         return plan.out if plan.out is not None else self._zero(x)
@@ -152,12 +157,12 @@ class Repartition:
                 dst = GridLayout.balanced(self.P_x, src.dtype, src.global_shape)
             out = None
             if self.P_x.active:
-                out = np.empty(box_shape(dst.boxes[self.P_x.rank]), dtype=src.dtype)
+                out = aligned_empty(box_shape(dst.boxes[self.P_x.rank]), src.dtype)
             return _Plan(self._exchange_for(src, self.P_y, dst, self.P_x), dst, out)
 
         layout_key = b"" if last is None else repr(last.boxes).encode()
         plan = self._adjoint_plans.get(key + layout_key, build)
-        out = plan.out if plan.out is not None else np.empty(0, dtype=dy.dtype)
+        out = plan.out if plan.out is not None else self._zero(dy)
         plan.exchange.gather(dy, out)
         self.bytes_sent += plan.exchange.bytes_gather
         return plan.out if plan.out is not None else self._zero(dy)
