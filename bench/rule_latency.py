@@ -13,6 +13,7 @@ machine class are shown, marked "(quoted)".
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import subprocess
@@ -136,11 +137,17 @@ def _attrs(case: Case, scale: int = 1) -> tuple[Any, ...]:
 
 
 def _median_us(fn: Callable[[int], None], n: int, repeats: int) -> float:
+    """Median per-call time; the cyclic GC is off while timing, as timeit does (both sides)."""
     samples = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn(n)
-        samples.append((time.perf_counter() - t0) / n * 1e6)
+        gc.collect()
+        gc.disable()
+        try:
+            t0 = time.perf_counter()
+            fn(n)
+            samples.append((time.perf_counter() - t0) / n * 1e6)
+        finally:
+            gc.enable()
     return statistics.median(samples)
 
 
@@ -173,7 +180,7 @@ def time_ours(case: Case, n: int = 2000, repeats: int = 7) -> tuple[float, float
 
 
 _PADDLE_SNIPPET = r"""
-import json, statistics, sys, time, warnings
+import gc, json, statistics, sys, time, warnings
 warnings.filterwarnings("ignore")
 import paddle  # noqa: F401
 import paddle.distributed as dist
@@ -194,10 +201,13 @@ for c in cases:
     f(*args)
     n, samples = 2000, []
     for _ in range(7):
+        gc.collect()
+        gc.disable()
         t0 = time.perf_counter()
         for _ in range(n):
             f(*args)
         samples.append((time.perf_counter() - t0) / n * 1e6)
+        gc.enable()
     out.append(statistics.median(samples))
 print(json.dumps(out))
 """

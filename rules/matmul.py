@@ -289,7 +289,12 @@ def matmul_reverse(
     ym = _input_mapping(yl, dims, y.shape, trans_y)
     # The output is what these operands produce (forward of them; k is replicated, so no partial).
     # Paddle echoes the given out instead (deviation matmul-reverse-out).
-    om = _infer(x.shape, xm, y.shape, ym, trans_x, trans_y, mesh_shape)[2]
+    if 1 in x.shape or 1 in y.shape:
+        om = _infer(x.shape, xm, y.shape, ym, trans_x, trans_y, mesh_shape)[2]
+    else:
+        # Without size-1 operand dims the operands hold exactly ``dims`` (one owner per mesh
+        # dim, divisibility checked above), so the forward merge changes nothing.
+        om = _out_mapping(ol, dims, sizes, mesh_shape)
     return SpmdInfo([attr(x, xm), attr(y, ym)], [attr(out, om)])
 
 

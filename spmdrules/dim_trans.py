@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Union
+from typing import Final, Union
 
 from spmdrules.attr import MultiDims
 from spmdrules.errors import RuleArgumentError, UnsupportedError
@@ -129,7 +129,8 @@ def reshape_plan(
     src_shape: tuple[int, ...], tgt_shape: tuple[int, ...]
 ) -> tuple[Transformation, tuple[int, ...]]:
     """(transformation, resolved target shape) of ``reshape(src_shape -> tgt_shape)``, memoised."""
-    return make_reshape_trans(src_shape, tgt_shape), resolve_shape(src_shape, tgt_shape)
+    tgt = resolve_shape(src_shape, tgt_shape)
+    return _match_groups(src_shape, tgt), tgt
 
 
 @functools.lru_cache(maxsize=4096)
@@ -140,7 +141,18 @@ def make_reshape_trans(src_shape: tuple[int, ...], tgt_shape: tuple[int, ...]) -
     several source dims is a Flatten (size-1 source dims left out), a group of several target dims
     splits it. Size-1 dims on either side pair with nothing.
     """
-    tgt = resolve_shape(src_shape, tgt_shape)
+    return _match_groups(src_shape, resolve_shape(src_shape, tgt_shape))
+
+
+# InputDim values are immutable: share them instead of building one per use.
+_INPUT_DIMS: Final = tuple(InputDim(i) for i in range(64))
+
+
+def _input_dim(i: int) -> InputDim:
+    return _INPUT_DIMS[i] if i < 64 else InputDim(i)
+
+
+def _match_groups(src_shape: tuple[int, ...], tgt: tuple[int, ...]) -> Transformation:
     out: list[DimTrans] = []
     ns, nt = len(src_shape), len(tgt)
     i = j = 0
@@ -171,12 +183,15 @@ def make_reshape_trans(src_shape: tuple[int, ...], tgt_shape: tuple[int, ...]) -
             # a lone size-1 source dim stays itself (Paddle keeps its sharding); in a merge it
             # contributes nothing
             merged = (
-                InputDim(src_dims[0])
+                _input_dim(src_dims[0])
                 if len(src_dims) == 1
-                else flatten([InputDim(d) for d in src_dims if src_shape[d] > 1])
+                else flatten([_input_dim(d) for d in src_dims if src_shape[d] > 1])
             )
-            shape = tuple(pieces)
-            out.extend(split(merged, shape, k) for k in range(len(shape)))
+            if len(pieces) == 1:
+                out.append(merged)
+            else:
+                shape = tuple(pieces)
+                out.extend([split(merged, shape, k) for k in range(len(shape))])
     return tuple(out)
 
 

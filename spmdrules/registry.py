@@ -114,7 +114,10 @@ _EXACT_TYPES: Final[dict[str, type | str]] = {
 
 
 def _int_tuple(v: Any) -> bool:
-    return type(v) is tuple and all(type(e) is int for e in v)
+    return type(v) is tuple and set(map(type, v)) <= _INT_ONLY
+
+
+_INT_ONLY: Final = {int}
 
 
 def _check_tensor(op: str, p: TensorParam, v: Any) -> Any:
@@ -209,24 +212,29 @@ class _Binding:
         mesh = None
         for kind, v in zip(self.kinds, full, strict=False):
             if type(v) is TensorSpec:
-                group: tuple[Any, ...] = (v,)
-            elif v is None and kind == "optional":
-                continue
-            elif kind == "list" and type(v) is tuple:
-                group = v
-            else:
-                return False
-            for t in group:
-                if type(t) is not TensorSpec:
-                    return False
-                m = t.attr.mesh
+                m = v.attr.mesh
                 if mesh is None:
                     mesh = m
                 elif m is not mesh and m != mesh:
                     return False
-        for want, v in zip(self.attr_types, full[self.n_tensors :], strict=True):
-            if want is None or (type(v) is not want and not (want == "ints" and _int_tuple(v))):
+            elif v is None:
+                if kind != "optional":
+                    return False
+            elif kind == "list" and type(v) is tuple:
+                for t in v:
+                    if type(t) is not TensorSpec:
+                        return False
+                    m = t.attr.mesh
+                    if mesh is None:
+                        mesh = m
+                    elif m is not mesh and m != mesh:
+                        return False
+            else:
                 return False
+        if self.attr_types:
+            for want, v in zip(self.attr_types, full[self.n_tensors :], strict=True):
+                if type(v) is not want and (want != "ints" or not _int_tuple(v)):
+                    return False
         return True
 
     def _run(self, full: tuple[Any, ...]) -> SpmdInfo:

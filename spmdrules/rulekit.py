@@ -10,9 +10,15 @@ from spmdrules.spec import TensorSpec
 
 
 def attr(like: TensorSpec | DistAttr, mdm: MultiDims, partial: PartialItems = ()) -> DistAttr:
-    """A new attribute on the same mesh as ``like``, built without re-validation."""
-    mesh = like.attr.mesh if isinstance(like, TensorSpec) else like.mesh
-    return DistAttr._make(mesh, mdm, partial)
+    """An attribute on the same mesh as ``like``, built without re-validation.
+
+    Values are immutable, so where the answer is ``like``'s own attribute it is returned as is.
+    """
+    a = like.attr if type(like) is TensorSpec else like
+    assert isinstance(a, DistAttr)
+    if a._mdm == mdm and a._partial == partial:
+        return a
+    return DistAttr._make(a.mesh, mdm, partial)
 
 
 def replicated_like(t: TensorSpec) -> DistAttr:
