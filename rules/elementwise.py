@@ -171,8 +171,12 @@ def _conflict(
 
 
 def _mapping(notation: str, letters: LetterMap) -> MultiDims:
+    if not letters:
+        return ((),) * len(notation)
     get = letters.get
-    return tuple(get(ch, ()) if ch != BROADCAST else () for ch in notation)
+    if BROADCAST in letters:
+        return tuple([() if ch == BROADCAST else get(ch, ()) for ch in notation])
+    return tuple([get(ch, ()) for ch in notation])
 
 
 def binary_forward(x: TensorSpec, y: TensorSpec) -> SpmdInfo:

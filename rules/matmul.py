@@ -106,7 +106,7 @@ def _check_shapes(xl: str, xs: tuple[int, ...], yl: str, ys: tuple[int, ...]) ->
 
 # ---- the merge -----------------------------------------------------------------------------------
 def _claims(letters: str, mdm: MultiDims) -> dict[str, tuple[int, ...]]:
-    return {ch: dims for ch, dims in zip(letters, mdm, strict=True) if dims}
+    return {ch: dims for ch, dims in zip(letters, mdm) if dims}  # noqa: B905 - equal by notation
 
 
 def _merge(
@@ -114,17 +114,25 @@ def _merge(
     mesh_shape: tuple[int, ...],
 ) -> LetterDims:
     """Paddle's matmul merge (see the module doc): per letter, the mesh dims it keeps."""
-    xc = _claims(xl, xm)
-    yc = _claims(yl, ym)
-    contested = [ch for ch, dims in xc.items() if yc.get(ch, dims) != dims]
-    if not contested:
-        merged = {**yc, **xc}
+    # The common case in one pass: no letter and no mesh dim is contested, so only divisibility
+    # remains to check.
+    merged = {ch: dims for ch, dims in zip(yl, ym) if dims}  # noqa: B905 - equal by notation
+    for ch, dims in zip(xl, xm):  # noqa: B905
+        if dims:
+            prev = merged.get(ch)
+            if prev is not None and prev != dims:
+                break
+            merged[ch] = dims
+    else:
         used = [d for dims in merged.values() for d in dims]
-        if len(used) == len(set(used)):  # no mesh dim is contested: only divisibility remains
+        if len(used) == len(set(used)):
             return {
                 ch: dims for ch, dims in merged.items()
                 if ch in _FREE or not sizes[ch] % shard_product(mesh_shape, dims)
             }
+    xc = _claims(xl, xm)
+    yc = _claims(yl, ym)
+    contested = [ch for ch, dims in xc.items() if yc.get(ch, dims) != dims]
     owner: dict[int, str] = {}
     out: LetterDims = {}
     for ch in _priority(xl, yl, xc, yc, contested, sizes):
@@ -244,17 +252,17 @@ def matmul_forward(x: TensorSpec, y: TensorSpec, trans_x: bool, trans_y: bool) -
         x.shape, x.attr.multi_dims_mapping, y.shape, y.attr.multi_dims_mapping, trans_x, trans_y,
         mesh.shape,
     )
-    make = DistAttr._make
-    return SpmdInfo([make(mesh, xm), make(mesh, ym)], [make(mesh, om, part)])
+    return SpmdInfo([attr(x, xm), attr(y, ym)], [DistAttr._make(mesh, om, part)])
 
 
 def matmul_reverse(
     x: TensorSpec, y: TensorSpec, out: TensorSpec, trans_x: bool, trans_y: bool
 ) -> SpmdInfo:
-    _check_trans(len(x.shape), trans_x, "x")
-    _check_trans(len(y.shape), trans_y, "y")
-    xs = _swap_last2(x.shape, trans_x)
-    ys = _swap_last2(y.shape, trans_y)
+    xs, ys = x.shape, y.shape
+    if trans_x or trans_y:
+        _check_trans(len(xs), trans_x, "x")
+        _check_trans(len(ys), trans_y, "y")
+        xs, ys = _swap_last2(xs, trans_x), _swap_last2(ys, trans_y)
     if len(out.shape) != max(len(xs), len(ys)):
         raise RuleArgumentError(
             f"'out' has rank {len(out.shape)} but the reverse rule needs rank "
@@ -269,7 +277,7 @@ def matmul_reverse(
             "rank >= 2"
         )
     sizes = _check_shapes(xl, xs, yl, ys)
-    want = tuple(sizes[ch] for ch in ol)
+    want = tuple([sizes[ch] for ch in ol])
     if out.shape != want:
         raise RuleArgumentError(
             f"'out' has shape {list(out.shape)} but the product of 'x' and 'y' has shape "

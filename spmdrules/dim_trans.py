@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Final, Union
 
 from spmdrules.attr import MultiDims
-from spmdrules.errors import RuleArgumentError, UnsupportedError
+from spmdrules.errors import RuleArgumentError, SpmdError, UnsupportedError
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,11 +124,34 @@ def resolve_shape(src_shape: tuple[int, ...], tgt_shape: tuple[int, ...]) -> tup
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=4096)
 def reshape_plan(
     src_shape: tuple[int, ...], tgt_shape: tuple[int, ...]
 ) -> tuple[Transformation, tuple[int, ...]]:
-    """(transformation, resolved target shape) of ``reshape(src_shape -> tgt_shape)``, memoised."""
+    """(transformation, resolved target shape) of ``reshape(src_shape -> tgt_shape)``, memoised.
+
+    Leading dims that the target keeps as they are (same size, above 1) are matched one to one
+    whatever their size, so the memo is keyed with them set to 2: a new batch size or sequence
+    length reuses the plan. An invalid target is resolved again on the real shapes, so that its
+    error names the real sizes.
+    """
+    k = 0
+    n = min(len(src_shape), len(tgt_shape))
+    while k < n and src_shape[k] == tgt_shape[k] and src_shape[k] > 1:
+        k += 1
+    if k == 0:
+        return _plan(src_shape, tgt_shape)
+    canon = (2,) * k
+    try:
+        trans, tgt = _plan(canon + src_shape[k:], canon + tgt_shape[k:])
+    except SpmdError:
+        return _plan(src_shape, tgt_shape)
+    return trans, src_shape[:k] + tgt[k:]
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(
+    src_shape: tuple[int, ...], tgt_shape: tuple[int, ...]
+) -> tuple[Transformation, tuple[int, ...]]:
     tgt = resolve_shape(src_shape, tgt_shape)
     return _match_groups(src_shape, tgt), tgt
 

@@ -142,8 +142,8 @@ class _Binding:
     """One calling convention: tensor params then attrs; binds, checks and memoises."""
 
     __slots__ = (
-        "attr_types", "attrs", "cached", "fn", "kinds", "n_full", "n_tensors", "names", "op",
-        "params",
+        "attr_types", "attrs", "cached", "fn", "kinds", "may_list", "n_full", "n_tensors", "names",
+        "op", "params",
     )
 
     def __init__(
@@ -158,6 +158,9 @@ class _Binding:
         all_names = [p.name for p in self.params] + [a.name for a in self.attrs]
         self.names = {n: i for i, n in enumerate(all_names)}
         self.kinds = tuple(p.kind for p in self.params)
+        self.may_list = "list" in self.kinds or any(
+            a.type in ("ints", "floats") for a in self.attrs
+        )
         self.attr_types: tuple[type | str | None, ...] = tuple(
             _EXACT_TYPES.get(a.type) for a in self.attrs
         )
@@ -198,7 +201,7 @@ class _Binding:
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SpmdInfo:
         if not kwargs and len(args) == self.n_full:
             # Lists (variadic tensors, int-list attrs) become tuples so the call can be memoised.
-            if list in map(type, args):
+            if self.may_list and list in map(type, args):
                 args = tuple(tuple(a) if type(a) is list else a for a in args)
             try:
                 return self.cached(args)
@@ -322,16 +325,30 @@ class Rule:
 
     def infer_forward(self, *args: Any, **kwargs: Any) -> SpmdInfo:
         """Infer the outputs' attributes (and corrected inputs) from the inputs'."""
-        return self._fwd(args, kwargs)
+        b = self._fwd
+        if not kwargs and not b.may_list and len(args) == b.n_full:
+            try:  # the common call, without a further Python frame
+                return b.cached(args)
+            except TypeError as e:
+                if "unhashable" not in str(e):
+                    raise
+        return b(args, kwargs)
 
     def infer_reverse(self, *args: Any, **kwargs: Any) -> SpmdInfo:
         """Infer the inputs' attributes from the outputs': ``(inputs..., outputs..., **attrs)``."""
-        if self._rev is None:
+        b = self._rev
+        if b is None:
             raise UnsupportedError(
                 f"{self.name}: has no reverse rule (Paddle registers none); infer it forward "
                 "from its inputs instead"
             )
-        return self._rev(args, kwargs)
+        if not kwargs and not b.may_list and len(args) == b.n_full:
+            try:
+                return b.cached(args)
+            except TypeError as e:
+                if "unhashable" not in str(e):
+                    raise
+        return b(args, kwargs)
 
     @property
     def has_reverse(self) -> bool:
