@@ -473,13 +473,7 @@ class _Run:
         if driver < 0:
             return  # nothing known yet; a later change re-queues the op
         op = self.ops[k]
-        self.rule_calls += 1
-        try:
-            need, outs = op.flat_info(op.rule.infer_forward(*op.forward_args(self.spec_fn(mesh))))
-        except SpmdError as e:
-            need, outs = self.settle_conflict(op, mesh, e)
-        st.needs[k] = need
-        st.natural[k] = outs
+        need, outs = self.run_forward(k, op, mesh)
         out_rank = (drank >> 1) << 1
         offer = self.offer
         key = k * 3
@@ -497,6 +491,21 @@ class _Run:
                 if j != i and attrs[j] is not None and ranks[j] > best_r:
                     best, best_r = j, ranks[j]
             offer(i, (need[pos], _WEAK if best < 0 else (best_r >> 1) << 1, k, _DEM, best), key)
+
+    def run_forward(
+        self, k: int, op: Op, mesh: ProcessMesh
+    ) -> tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]]:
+        """Op ``k``'s forward rule on its operands' current attributes: what it needs of its
+        operands and what it makes, remembered for the reshard edges."""
+        st = self.st
+        self.rule_calls += 1
+        try:
+            need, outs = op.flat_info(op.rule.infer_forward(*op.forward_args(self.spec_fn(mesh))))
+        except SpmdError as e:
+            need, outs = self.settle_conflict(op, mesh, e)
+        st.needs[k] = need
+        st.natural[k] = outs
+        return need, outs
 
     def settle_conflict(
         self, op: Op, mesh: ProcessMesh, error: SpmdError
@@ -734,13 +743,7 @@ class _Run:
             if st.attr[i] is None:  # only values downstream of nothing at all
                 st.attr[i] = DistAttr.replicated(self.default_mesh, self.tensors[i].ndim)
         mesh, _, _ = self.best_known(self.ins[k])
-        self.rule_calls += 1
-        try:
-            need, outs = op.flat_info(op.rule.infer_forward(*op.forward_args(self.spec_fn(mesh))))
-        except SpmdError as e:
-            need, outs = self.settle_conflict(op, mesh, e)
-        st.needs[k] = need
-        st.natural[k] = outs
+        self.run_forward(k, op, mesh)
 
     def origin_of(self, t: Tensor) -> Origin:
         st = self.st

@@ -13,17 +13,8 @@ from typing import Any, Final
 from spmdrules import shapes
 from spmdrules.errors import UnknownOpError
 from spmdrules.graph_errors import GraphUnknownOpError, OpAttributeError
+from spmdrules.registry import TYPE_WORDS as _TYPE_WORDS
 from spmdrules.registry import AttrParam, Rule, TensorParam, get_rule, list_rules
-
-_TYPE_WORDS: Final = {
-    "bool": "a bool",
-    "int": "an int",
-    "float": "a float",
-    "str": "a str",
-    "ints": "a list of ints",
-    "floats": "a list of floats",
-    "dtype": "a dtype name",
-}
 
 
 def is_graph_op_name(name: str) -> bool:

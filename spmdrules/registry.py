@@ -88,10 +88,10 @@ def _check_attr(op: str, p: AttrParam, v: Any) -> Any:
             return tuple(float(e) for e in v)
     elif t == "dtype":
         return str(v)
-    raise RuleArgumentError(f"{op}: attribute {p.name!r} must be {_TYPE_WORDS[t]}, got {v!r}")
+    raise RuleArgumentError(f"{op}: attribute {p.name!r} must be {TYPE_WORDS[t]}, got {v!r}")
 
 
-_TYPE_WORDS: Final = {
+TYPE_WORDS: Final = {
     "bool": "a bool",
     "int": "an int",
     "float": "a float",
