@@ -371,7 +371,9 @@ def _reduce(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) ->
 
 
 def _logsumexp(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> Sequence[OutShape]:
-    axes = () if attrs.get("reduce_all", False) else attrs.get("axis")
+    # Paddle 3.3.1's op reads only axis: reduce_all=True does not widen it
+    # (paddle._C_ops.logsumexp(x, [0], False, True) keeps every other dim).
+    axes = attrs.get("axis")
     return (_reduced(ctx, _t(args, 0), axes, bool(attrs.get("keepdims", False))),)
 
 

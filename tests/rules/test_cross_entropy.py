@@ -150,3 +150,38 @@ def test_deviation_rank0_softmax_out_without_softmax() -> None:
     loss = gather({c: v[1] for c, v in blocks.items()}, (8, 1), info.outputs[1])  # type: ignore[arg-type]
     np.testing.assert_allclose(sm, probs)
     np.testing.assert_allclose(loss, -np.log(np.take_along_axis(probs, label, axis=-1)))
+
+
+def test_deviation_soft_label_class_gathered_paddle_wrong_ours_right() -> None:
+    # cross_entropy_with_softmax/forward/42 on mesh [2,4]: x[6] [-1], soft label[6] [0].
+    # Paddle: x, label, softmax [0] and a whole loss [-1]; ours gathers the label's classes.
+    mesh = ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]])
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(6)
+    label = rng.random(6)
+    label /= label.sum()
+
+    def kernel(xb: np.ndarray, lb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        e = np.exp(xb - xb.max())
+        sm = e / e.sum()
+        return sm, np.asarray([-(lb * np.log(sm)).sum()])
+
+    serial_sm, serial_loss = kernel(x, label)
+    got = get_rule(CE).infer_forward(
+        TensorSpec([6], DistAttr(mesh, [-1])), TensorSpec([6], DistAttr(mesh, [0])), True
+    )
+    x_attr, l_attr = got.inputs
+    sm_attr, loss_attr = got.outputs
+    assert [dm(a) for a in (x_attr, l_attr, sm_attr, loss_attr)] == [[-1], [-1], [-1], [-1]]
+    ours = run_local(kernel, [(x, x_attr), (label, l_attr)])
+    np.testing.assert_allclose(gather({c: v[0] for c, v in ours.items()}, (6,), sm_attr), serial_sm)
+    np.testing.assert_allclose(
+        gather({c: v[1] for c, v in ours.items()}, (1,), loss_attr), serial_loss
+    )
+    # Paddle's attributes: each shard normalises its own classes and sums its own loss terms.
+    p_in = DistAttr(mesh, [0])
+    theirs = run_local(kernel, [(x, p_in), (label, p_in)])
+    paddle_sm = gather({c: v[0] for c, v in theirs.items()}, (6,), DistAttr(mesh, [0]))
+    assert not np.allclose(paddle_sm, serial_sm)
+    with pytest.raises(ShardMismatch):  # the "whole" loss differs from shard to shard
+        gather({c: v[1] for c, v in theirs.items()}, (1,), DistAttr(mesh, [-1]))

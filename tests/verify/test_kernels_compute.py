@@ -1,0 +1,873 @@
+"""Local kernels of the compute ops (elementwise, matrix products, reductions), proven by execution.
+
+Every kernel is checked twice: on a one-rank mesh (whole arrays) against an independent serial
+reference (Python's scalar math, Paddle's documented formulas), and on sharded layouts inferred by
+the op's own rule: scatter the global inputs by the inferred input attributes, run the kernel at
+every mesh coordinate, gather by the inferred output attributes (replicas must agree, partials are
+reduced by their type) and compare with the serial answer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+import numpy as np
+import pytest
+
+import spmdrules as sr
+from spmdrules.attr import DistAttr
+from spmdrules.errors import UnsupportedError
+from spmdrules.kernels import LocalContext, get_kernel, list_kernels
+from spmdrules.kernels_elementwise import BINARY_OPS, UNARY_OPS, digamma
+from spmdrules.simulate import coords, gather, scatter
+from spmdrules.spec import TensorSpec
+
+Array = np.ndarray[Any, Any]
+Value = Array | list[Array] | None
+MESH1 = sr.ProcessMesh([0])
+RNG = np.random.default_rng(20240601)
+
+
+def mesh(*shape: int) -> sr.ProcessMesh:
+    return sr.ProcessMesh.from_shape(list(shape))
+
+
+def rep(m: sr.ProcessMesh, ndim: int) -> DistAttr:
+    return DistAttr.replicated(m, ndim)
+
+
+def layout(m: sr.ProcessMesh, mapping: Sequence[Any]) -> DistAttr:
+    """An attribute from a mapping whose entries are a mesh dim, -1, or a list (a co-shard)."""
+    return DistAttr(
+        m,
+        multi_dims_mapping=[d if isinstance(d, list) else [] if d == -1 else [d] for d in mapping],
+    )
+
+
+# ---- the harness: rule -> scatter -> kernel per coordinate -> gather ----------------------------
+def _shape(v: Value) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, list):
+        return tuple(e.shape for e in v)
+    return v.shape
+
+
+def execute(
+    op: str,
+    values: Sequence[Value],
+    in_attrs: Sequence[Any],
+    attrs: dict[str, Any],
+    out_shapes: Sequence[Any],
+) -> list[Any]:
+    """Run ``op`` on ``values`` laid out as its rule infers from ``in_attrs``; the global outputs."""
+    rule = sr.get_rule(op)
+    specs: list[Any] = []
+    for v, a in zip(values, in_attrs, strict=True):
+        if v is None:
+            specs.append(None)
+        elif isinstance(v, list):
+            specs.append([TensorSpec(e.shape, ea) for e, ea in zip(v, a, strict=True)])
+        else:
+            specs.append(TensorSpec(v.shape, a))
+    names = {p.name for p in rule.attrs}
+    info = rule.infer_forward(*specs, **{k: v for k, v in attrs.items() if k in names})
+    full = {p.name: p.default for p in rule.attrs} | attrs
+    if op == "einsum_grad" and len(info.inputs) == 2:
+        # Paddle's EinsumGradInferSpmd answers (inputs, out_grad): inner_cache has no slot.
+        info = sr.SpmdInfo([info.inputs[0], (), info.inputs[1]], info.outputs)
+    rng = np.random.default_rng(5)
+    in_slots: list[Any] = list(info.inputs)
+    out_slots: list[Any] = list(info.outputs)
+    scattered: list[Any] = []
+    for v, ia in zip(values, in_slots, strict=True):
+        if v is None:
+            scattered.append(None)
+        elif isinstance(v, list):
+            scattered.append([scatter(e, a, rng) for e, a in zip(v, ia, strict=True)])
+        else:
+            scattered.append(scatter(v, ia, rng))
+    kernel = get_kernel(op)
+    first = next(a for a in in_slots if a is not None)
+    m = (first[0] if isinstance(first, tuple) else first).mesh
+    results: dict[tuple[int, ...], tuple[Any, ...]] = {}
+    for c in coords(DistAttr.replicated(m, 0)):
+        blocks = [
+            None if s is None else [e[c] for e in s] if isinstance(s, list) else s[c]
+            for s in scattered
+        ]
+        ctx = LocalContext(
+            op=op,
+            mesh=m,
+            coord=c,
+            input_shapes=tuple(_shape(v) for v in values),
+            input_attrs=tuple(info.inputs),
+            output_shapes=tuple(out_shapes),
+            output_attrs=tuple(info.outputs),
+            attrs=full,
+        )
+        results[c] = kernel(ctx, blocks)
+    outs: list[Any] = []
+    for i, (shape, oa) in enumerate(zip(out_shapes, out_slots, strict=True)):
+        if isinstance(oa, tuple):
+            outs.append(
+                [
+                    gather({c: r[i][j] for c, r in results.items()}, shape[j], a)
+                    for j, a in enumerate(oa)
+                ]
+            )
+        else:
+            outs.append(gather({c: r[i] for c, r in results.items()}, shape, oa))
+    return outs
+
+
+def serial(
+    op: str, values: Sequence[Value], attrs: dict[str, Any], out_shapes: Sequence[Any]
+) -> list[Any]:
+    """The kernel on a one-rank mesh: the whole arrays."""
+    in_attrs = [
+        None
+        if v is None
+        else [rep(MESH1, e.ndim) for e in v]
+        if isinstance(v, list)
+        else rep(MESH1, v.ndim)
+        for v in values
+    ]
+    return execute(op, values, in_attrs, attrs, out_shapes)
+
+
+def close(got: Any, want: Any, tol: float = 1e-12) -> None:
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    if want.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+# ---- unary: scalar references ---------------------------------------------------------------------
+def _normal(*shape: int) -> Array:
+    return RNG.standard_normal(shape) * 2.0
+
+
+def _open_unit(*shape: int) -> Array:
+    return RNG.uniform(-0.99, 0.99, shape)
+
+
+def _positive(*shape: int) -> Array:
+    return 0.1 + np.abs(RNG.standard_normal(shape)) * 3.0
+
+
+def _prob(*shape: int) -> Array:
+    return RNG.uniform(0.0, 1.0, shape)
+
+
+def _sig(v: float) -> float:
+    return 1.0 / (1.0 + math.exp(-v))
+
+
+def _half_up(v: float) -> float:
+    return float(Decimal(v).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+SELU_SCALE, SELU_ALPHA = 1.0507009873554804934193349852946, 1.6732632423543772848170429916717
+UNARY_REF: dict[str, tuple[Callable[..., Array], Callable[[Any], Any]]] = {
+    "abs": (_normal, abs),
+    "acos": (_open_unit, math.acos),
+    "acosh": (lambda *s: 1 + _positive(*s), math.acosh),
+    "asin": (_open_unit, math.asin),
+    "asinh": (_normal, math.asinh),
+    "assign": (_normal, lambda v: v),
+    "atan": (_normal, math.atan),
+    "atanh": (_open_unit, math.atanh),
+    "bitwise_not": (lambda *s: RNG.integers(-50, 50, s), lambda v: ~int(v)),
+    "ceil": (_normal, math.ceil),
+    "celu": (_normal, lambda v: max(0.0, v) + min(0.0, math.exp(v) - 1.0)),
+    "clip": (_normal, lambda v: v),
+    "conj": (_normal, lambda v: v),
+    "cos": (_normal, math.cos),
+    "cosh": (_normal, math.cosh),
+    "elementwise_unary": (_normal, lambda v: v),
+    "elu": (_normal, lambda v: v if v > 0 else math.exp(v) - 1.0),
+    "erf": (_normal, math.erf),
+    "exp": (_normal, math.exp),
+    "expm1": (_normal, math.expm1),
+    "fill": (_normal, lambda v: 0.0),
+    "floor": (_normal, math.floor),
+    "hardshrink": (_normal, lambda v: v if abs(v) > 0.5 else 0.0),
+    "hardsigmoid": (_normal, lambda v: min(max(0.2 * v + 0.5, 0.0), 1.0)),
+    "hardswish": (_normal, lambda v: v * min(max(v + 3.0, 0.0), 6.0) / 6.0),
+    "hardtanh": (lambda *s: _normal(*s) * 10, lambda v: min(max(v, 0.0), 24.0)),
+    "leaky_relu": (_normal, lambda v: v if v > 0 else 0.02 * v),
+    "lgamma": (_positive, math.lgamma),
+    "log": (_positive, math.log),
+    "log10": (_positive, math.log10),
+    "log1p": (_positive, math.log1p),
+    "log2": (_positive, math.log2),
+    "logical_not": (lambda *s: RNG.integers(0, 2, s) > 0, lambda v: not v),
+    "logit": (
+        lambda *s: np.concatenate([_prob(*s).ravel()[:-2], [0.0, 1.0]]).reshape(s),
+        lambda v: math.log(min(max(v, 1e-6), 1 - 1e-6) / (1 - min(max(v, 1e-6), 1 - 1e-6))),
+    ),
+    "logsigmoid": (_normal, lambda v: math.log(_sig(v))),
+    "mish": (_normal, lambda v: v * math.tanh(math.log1p(math.exp(v)))),
+    "pow": (_normal, lambda v: v),
+    "reciprocal": (_normal, lambda v: 1.0 / v),
+    "relu": (_normal, lambda v: max(v, 0.0)),
+    "relu6": (lambda *s: _normal(*s) * 4, lambda v: min(max(v, 0.0), 6.0)),
+    "round": (_normal, _half_up),
+    "rsqrt": (_positive, lambda v: 1.0 / math.sqrt(v)),
+    "scale": (_normal, lambda v: v),
+    "selu": (_normal, lambda v: SELU_SCALE * (v if v > 0 else SELU_ALPHA * (math.exp(v) - 1.0))),
+    "sigmoid": (_normal, _sig),
+    "sign": (_normal, lambda v: float((v > 0) - (v < 0))),
+    "silu": (_normal, lambda v: v * _sig(v)),
+    "sin": (_normal, math.sin),
+    "sinh": (_normal, math.sinh),
+    "softplus": (lambda *s: _normal(*s) * 8, lambda v: v if v > 20 else math.log1p(math.exp(v))),
+    "softshrink": (_normal, lambda v: v - 0.5 if v > 0.5 else (v + 0.5 if v < -0.5 else 0.0)),
+    "softsign": (_normal, lambda v: v / (1 + abs(v))),
+    "sqrt": (_positive, math.sqrt),
+    "square": (_normal, lambda v: v * v),
+    "stanh": (_normal, lambda v: 1.7159 * math.tanh(0.67 * v)),
+    "swish": (_normal, lambda v: v * _sig(v)),
+    "tan": (_normal, math.tan),
+    "tanh": (_normal, math.tanh),
+    "tanh_shrink": (_normal, lambda v: v - math.tanh(v)),
+    "thresholded_relu": (_normal, lambda v: v if v > 1.0 else 0.0),
+    "trunc": (_normal, math.trunc),
+}
+# Checked by their own properties below: inverse functions, special values, sampling.
+SPECIAL_UNARY = {"bernoulli", "digamma", "dropout", "erfinv", "poisson"}
+
+
+def _apply(fn: Callable[[Any], Any], x: Array) -> Array:
+    out = np.array([fn(v.item()) for v in x.ravel()]).reshape(x.shape)
+    return out.astype(x.dtype) if x.dtype.kind in "biu" else out.astype(np.float64)
+
+
+def test_every_compute_op_has_a_kernel() -> None:
+    names = set(list_kernels())
+    want = {
+        *UNARY_OPS,
+        *BINARY_OPS,
+        "multiply",
+        "swiglu",
+        "gelu",
+        "gelu_grad",
+        "matmul",
+        "matmul_v2",
+        "bmm",
+        "bmm_grad",
+        "einsum",
+        "einsum_grad",
+        "sum",
+        "reduce_sum",
+        "squared_l2_norm",
+        "max",
+        "amax",
+        "reduce_max",
+        "min",
+        "amin",
+        "prod",
+        "all",
+        "any",
+        "frobenius_norm",
+        "reduce_base",
+        "logsumexp",
+        "p_norm",
+        "mean_all",
+        "mean_all_grad",
+        "argmax",
+        "argmin",
+    }
+    assert want <= names, want - names
+    assert set(UNARY_REF) | SPECIAL_UNARY == set(UNARY_OPS)
+
+
+@pytest.mark.parametrize("op", sorted(UNARY_REF))
+def test_unary_serial(op: str) -> None:
+    gen, ref = UNARY_REF[op]
+    x = gen(3, 5)
+    (got,) = serial(op, [x], {}, [x.shape])
+    close(got, _apply(ref, x))
+
+
+UNARY_ATTRS: list[tuple[str, dict[str, Any], Callable[[float], float]]] = [
+    ("clip", {"min": -0.5, "max": 0.25}, lambda v: min(max(v, -0.5), 0.25)),
+    ("pow", {"y": 3.0}, lambda v: v**3),
+    ("scale", {"scale": 2.0, "bias": 1.5}, lambda v: 2 * v + 1.5),
+    ("scale", {"scale": 2.0, "bias": 1.5, "bias_after_scale": False}, lambda v: 2 * (v + 1.5)),
+    ("leaky_relu", {"negative_slope": 0.3}, lambda v: v if v > 0 else 0.3 * v),
+    ("hardtanh", {"t_min": -1.0, "t_max": 1.0}, lambda v: min(max(v, -1.0), 1.0)),
+    ("elu", {"alpha": 0.5}, lambda v: v if v > 0 else 0.5 * (math.exp(v) - 1)),
+    (
+        "softplus",
+        {"beta": 2.0, "threshold": 3.0},
+        lambda v: v if 2 * v > 3 else math.log1p(math.exp(2 * v)) / 2,
+    ),
+    ("fill", {"value": 7.0}, lambda v: 7.0),
+    (
+        "round",
+        {"decimals": 2},
+        lambda v: float(Decimal(v).quantize(Decimal("0.01"), ROUND_HALF_UP)),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs", "ref"), UNARY_ATTRS, ids=[f"{o}-{a}" for o, a, _ in UNARY_ATTRS]
+)
+def test_unary_attributes_from_context(
+    op: str, attrs: dict[str, Any], ref: Callable[[float], float]
+) -> None:
+    x = _normal(4, 3)
+    (got,) = serial(op, [x], attrs, [x.shape])
+    close(got, _apply(ref, x))
+
+
+def test_round_is_half_away_from_zero() -> None:
+    x = np.array([0.5, 1.5, 2.5, -0.5, -2.5, 0.49999999999999994, 3.0])
+    (got,) = serial("round", [x], {}, [x.shape])
+    assert got.tolist() == [1.0, 2.0, 3.0, -1.0, -3.0, 0.0, 3.0]
+
+
+def test_digamma_values_recurrence_and_reflection() -> None:
+    euler = 0.5772156649015329
+    got = digamma(np.array([1.0, 0.5, 2.0, 0.0, -3.0]))
+    close(got[:3], [-euler, -euler - 2 * math.log(2), 1 - euler], 1e-14)
+    assert np.isnan(got[3:]).all()  # poles
+    x = np.concatenate([RNG.uniform(0.05, 30, 40), RNG.uniform(-6.9, -0.1, 20)])
+    x = x[np.abs(x - np.round(x)) > 1e-3]
+    close(digamma(x + 1), digamma(x) + 1 / x, 1e-11)
+    (got_k,) = serial("digamma", [x], {}, [x.shape])
+    close(got_k, digamma(x))
+
+
+def test_erfinv_inverts_erf() -> None:
+    y = _open_unit(50)
+    (got,) = serial("erfinv", [y], {}, [y.shape])
+    close(np.array([math.erf(v) for v in got]), y, 1e-14)
+    (edge,) = serial("erfinv", [np.array([0.0, 1.0, -1.0])], {}, [(3,)])
+    assert edge.tolist() == [0.0, math.inf, -math.inf]
+
+
+@pytest.mark.parametrize("approximate", [False, True])
+def test_gelu_and_its_gradient(approximate: bool) -> None:
+    x = _normal(4, 6)
+    c = math.sqrt(2 / math.pi)
+    if approximate:
+
+        def ref(v: float) -> float:
+            return 0.5 * v * (1 + math.tanh(c * (v + 0.044715 * v**3)))
+    else:
+
+        def ref(v: float) -> float:
+            return 0.5 * v * (1 + math.erf(v / math.sqrt(2)))
+
+    (got,) = serial("gelu", [x], {"approximate": approximate}, [x.shape])
+    close(got, _apply(ref, x))
+    g = _normal(4, 6)
+    (dx,) = serial("gelu_grad", [x, g], {"approximate": approximate}, [x.shape])
+    h = 1e-6
+    numeric = (_apply(ref, x + h) - _apply(ref, x - h)) / (2 * h)
+    close(dx, numeric * g, 1e-7)
+    m = mesh(2, 2)
+    (sharded,) = execute(
+        "gelu_grad",
+        [x, g],
+        [rep(m, 2), DistAttr(m, [1, 0])],
+        {"approximate": approximate},
+        [x.shape],
+    )
+    close(sharded, dx)
+
+
+@pytest.mark.parametrize("op", ["bernoulli", "dropout", "poisson"])
+def test_random_ops_draw_per_global_element(op: str) -> None:
+    x = _prob(40, 50) * (4.0 if op == "poisson" else 1.0)
+    (whole,) = serial(op, [x], {}, [x.shape])
+    for m, dm in ((mesh(2, 2), [0, 1]), (mesh(4), [0, -1]), (mesh(2, 3), [-1, [1, 0]])):
+        attr = layout(m, dm)
+        (got,) = execute(op, [x], [attr], {}, [x.shape])
+        np.testing.assert_array_equal(got, whole)
+    if op == "bernoulli":
+        assert set(np.unique(whole)) <= {0.0, 1.0}
+        assert abs(whole.mean() - x.mean()) < 0.03
+    elif op == "dropout":
+        kept = whole != 0
+        assert abs(kept.mean() - 0.5) < 0.03
+        close(whole[kept], 2 * x[kept])
+        (test_mode,) = serial(op, [x], {"is_test": True}, [x.shape])
+        close(test_mode, x)
+    else:
+        assert (whole == np.round(whole)).all() and (whole >= 0).all()
+        assert abs(whole.mean() - x.mean()) < 0.1
+    (other_seed,) = serial(op, [x], {"seed": 1}, [x.shape])
+    assert not np.array_equal(other_seed, whole)
+
+
+UNARY_LAYOUTS: list[tuple[tuple[int, ...], list[Any]]] = [
+    ((2,), [0, -1]),
+    ((2, 2), [1, 0]),
+    ((2, 3), [[0, 1], -1]),
+    ((3,), [-1, 0]),
+]
+
+
+@pytest.mark.parametrize("op", sorted(UNARY_REF))
+def test_unary_sharded(op: str) -> None:
+    gen, ref = UNARY_REF[op]
+    x = gen(6, 6)
+    want = _apply(ref, x)
+    for shape, dm in UNARY_LAYOUTS:
+        m = mesh(*shape)
+        attr = layout(m, dm)
+        (got,) = execute(op, [x], [attr], {}, [x.shape])
+        close(got, want)
+
+
+# ---- binary ---------------------------------------------------------------------------------------
+def _heaviside(a: float, b: float) -> float:
+    return 0.0 if a < 0 else (b if a == 0 else 1.0)
+
+
+BINARY_REF: dict[str, tuple[str, Callable[[Any, Any], Any]]] = {
+    "add": ("f", lambda a, b: a + b),
+    "elementwise_add": ("f", lambda a, b: a + b),
+    "elementwise_binary": ("f", lambda a, b: a + b),
+    "subtract": ("f", lambda a, b: a - b),
+    "multiply": ("f", lambda a, b: a * b),
+    "elementwise_mul": ("f", lambda a, b: a * b),
+    "divide": ("f", lambda a, b: a / b),
+    "elementwise_div": ("f", lambda a, b: a / b),
+    "elementwise_pow": ("pos", lambda a, b: a**b),
+    "floor_divide": ("f", lambda a, b: float(math.floor(a / b))),
+    "trunc_divide": ("f", lambda a, b: float(math.trunc(a / b))),
+    "remainder": ("f", lambda a, b: a % b),
+    "fmax": ("nan", lambda a, b: b if math.isnan(a) else a if math.isnan(b) else max(a, b)),
+    "fmin": ("nan", lambda a, b: b if math.isnan(a) else a if math.isnan(b) else min(a, b)),
+    "maximum": ("f", max),
+    "minimum": ("f", min),
+    "greater_than": ("f", lambda a, b: a > b),
+    "less_than": ("f", lambda a, b: a < b),
+    "not_equal": ("int", lambda a, b: a != b),
+    "heaviside": ("zero", _heaviside),
+    "logical_and": ("bool", lambda a, b: a and b),
+    "logical_or": ("bool", lambda a, b: a or b),
+    "logical_xor": ("bool", lambda a, b: a != b),
+    "bitwise_and": ("int", lambda a, b: a & b),
+    "bitwise_or": ("int", lambda a, b: a | b),
+    "bitwise_xor": ("int", lambda a, b: a ^ b),
+}
+
+
+def _operands(kind: str, xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[Array, Array]:
+    if kind == "bool":
+        return RNG.integers(0, 2, xs) > 0, RNG.integers(0, 2, ys) > 0
+    if kind == "int":
+        return RNG.integers(-20, 20, xs), RNG.integers(-20, 20, ys)
+    if kind == "pos":
+        return _positive(*xs), RNG.standard_normal(ys)
+    x, y = _normal(*xs), _normal(*ys)
+    if kind == "nan":
+        x.ravel()[::3] = np.nan
+        y.ravel()[::4] = np.nan
+    if kind == "zero":
+        x.ravel()[::3] = 0.0
+    return x, y
+
+
+def _apply2(fn: Callable[[Any, Any], Any], x: Array, y: Array) -> Array:
+    bx, by = np.broadcast_arrays(x, y)
+    out = np.array([fn(a.item(), b.item()) for a, b in zip(bx.ravel(), by.ravel(), strict=True)])
+    return out.reshape(bx.shape)
+
+
+def _close_nan(got: Array, want: Array) -> None:
+    assert got.shape == want.shape
+    assert (np.isnan(got) == np.isnan(want.astype(float))).all()
+    ok = ~np.isnan(got)
+    close(got[ok], want[ok])
+
+
+@pytest.mark.parametrize("op", sorted(BINARY_REF))
+def test_binary_serial_and_sharded(op: str) -> None:
+    kind, ref = BINARY_REF[op]
+    for xs, ys in (((4, 6), (4, 6)), ((5, 6), (6,)), ((3, 1, 6), (4, 1))):
+        x, y = _operands(kind, xs, ys)
+        want = _apply2(ref, x, y)
+        (got,) = serial(op, [x, y], {}, [want.shape])
+        _close_nan(got, want) if kind == "nan" else close(got, want.astype(got.dtype))
+        m = mesh(2, 2)
+        for xm in ([0, 1], [1, -1], [-1, 0]):
+            xa = DistAttr(m, xm[-len(xs) :] if len(xs) < 3 else [-1, *xm])
+            (sh,) = execute(op, [x, y], [xa, rep(m, len(ys))], {}, [want.shape])
+            _close_nan(sh, want) if kind == "nan" else close(sh, want.astype(sh.dtype))
+
+
+def test_integer_division_semantics() -> None:
+    x, y = np.array([-7, 7, -7, 7, 6]), np.array([2, -2, -2, 2, 3])
+    assert serial("divide", [x, y], {}, [(5,)])[0].tolist() == [-3, -3, 3, 3, 2]
+    assert serial("trunc_divide", [x, y], {}, [(5,)])[0].tolist() == [-3, -3, 3, 3, 2]
+    assert serial("floor_divide", [x, y], {}, [(5,)])[0].tolist() == [-4, -4, 3, 3, 2]
+    assert serial("remainder", [x, y], {}, [(5,)])[0].tolist() == [1, -1, -1, 1, 0]
+
+
+def test_multiply_keeps_a_sum_partial_operand() -> None:
+    m = mesh(2, 2)
+    x, y = _normal(4, 6), _normal(4, 6)
+    for part in ("sum", "avg"):
+        xa = DistAttr(m, [0, -1], {1: part})
+        info = sr.get_rule("multiply").infer_forward(
+            TensorSpec(x.shape, xa), TensorSpec(y.shape, rep(m, 2))
+        )
+        out = info.outputs[0]
+        assert isinstance(out, DistAttr)
+        assert out.partial == {1: part}  # the rule keeps it: the kernel must too
+        (got,) = execute("multiply", [x, y], [xa, rep(m, 2)], {}, [x.shape])
+        close(got, x * y)
+        # y's pending sum stays when x has none; the product broadcasts y's bias-like shape
+        b = _normal(6)
+        ya = DistAttr(m, [1], {0: part})
+        (got,) = execute("multiply", [x, b], [rep(m, 2), ya], {}, [x.shape])
+        close(got, x * b)
+
+
+def _silu(v: Array) -> Array:
+    return np.asarray(v / (1 + np.exp(-v)))
+
+
+def test_swiglu_with_and_without_y() -> None:
+    x, y = _normal(4, 8), _normal(4, 8)
+    m = mesh(2, 2)
+    (got,) = serial("swiglu", [x, y], {}, [x.shape])
+    close(got, _silu(x) * y)
+    (got,) = execute("swiglu", [x, y], [DistAttr(m, [0, 1]), DistAttr(m, [0, 1])], {}, [x.shape])
+    close(got, _silu(x) * y)
+    want = _silu(x[:, :4]) * x[:, 4:]
+    (got,) = serial("swiglu", [x, None], {}, [want.shape])
+    close(got, want)
+    # the rule keeps the [gate | value] dim whole though it is asked to shard it
+    (got,) = execute("swiglu", [x, None], [DistAttr(m, [0, 1]), None], {}, [want.shape])
+    close(got, want)
+
+
+# ---- matrix products ------------------------------------------------------------------------------
+def _mm_ref(x: Array, y: Array, tx: bool, ty: bool) -> Array:
+    if tx and x.ndim > 1:
+        x = np.swapaxes(x, -1, -2)
+    if ty and y.ndim > 1:
+        y = np.swapaxes(y, -1, -2)
+    if x.ndim == 1 and y.ndim == 1:
+        return np.asarray(sum(a * b for a, b in zip(x, y, strict=True)))
+    xv = x[None, :] if x.ndim == 1 else x
+    yv = y[:, None] if y.ndim == 1 else y
+    out = np.einsum("...mk,...kn->...mn", xv, yv)
+    if x.ndim == 1:
+        out = out[..., 0, :]
+    if y.ndim == 1:
+        out = out[..., 0]
+    return np.asarray(out)
+
+
+MATMUL_CASES: list[
+    tuple[tuple[int, ...], tuple[int, ...], bool, bool, list[Any], list[Any], tuple[int, ...]]
+] = [
+    # x shape, y shape, trans_x, trans_y, x mapping, y mapping, mesh
+    ((4, 6), (6, 5), False, False, [0, 1], [1, -1], (2, 2)),  # k sharded: partial sum
+    ((5, 6), (6, 3), False, False, [0, -1], [-1, 1], (2, 2)),  # uneven m
+    ((6, 4), (5, 6), True, True, [1, 0], [-1, 1], (2, 2)),
+    ((2, 3, 4, 6), (6, 5), False, False, [0, -1, -1, 1], [1, -1], (2, 2)),  # batch broadcast
+    ((1, 4, 6), (3, 6, 5), False, False, [-1, -1, 0], [1, 0, -1], (3, 2)),  # size-1 batch
+    ((6,), (2, 6, 4), False, False, [0], [1, 0, -1], (2, 2)),  # 1-D x
+    ((3, 4, 8), (8,), False, False, [-1, 1, 0], [0], (2, 2)),  # 1-D y
+    ((8,), (8,), False, False, [0], [0], (2,)),  # dot: a 0-d partial
+    ((4, 8), (8, 6), False, False, [-1, [0, 1]], [[0, 1], -1], (2, 2)),  # co-sharded k
+    ((4, 8, 6), (4, 6, 3), False, False, [0, 1, 2], [0, 2, -1], (2, 2, 2)),
+]
+
+
+@pytest.mark.parametrize("case", MATMUL_CASES, ids=[str(i) for i in range(len(MATMUL_CASES))])
+def test_matmul(case: Any) -> None:
+    xs, ys, tx, ty, xm, ym, ms = case
+    x, y = _normal(*xs), _normal(*ys)
+    attrs = {"trans_x": tx, "trans_y": ty}
+    want = _mm_ref(x, y, tx, ty)
+    for op in ("matmul", "matmul_v2"):
+        close(serial(op, [x, y], attrs, [want.shape])[0], want)
+    m = mesh(*ms)
+
+    def attr(mp: list[Any]) -> DistAttr:
+        return layout(m, mp)
+
+    (got,) = execute("matmul", [x, y], [attr(xm), attr(ym)], attrs, [want.shape])
+    close(got, want)
+
+
+def test_k_sharded_product_is_a_partial() -> None:
+    m = mesh(2)
+    info = sr.get_rule("matmul").infer_forward(
+        TensorSpec((4, 6), DistAttr(m, [-1, 0])),
+        TensorSpec((6, 3), DistAttr(m, [0, -1])),
+        False,
+        False,
+    )
+    out = info.outputs[0]
+    assert isinstance(out, DistAttr) and out.partial == {0: "sum"}
+
+
+def test_bmm_and_its_gradient() -> None:
+    x, y, g = _normal(4, 4, 6), _normal(4, 6, 5), _normal(4, 4, 5)
+    want = np.einsum("bmk,bkn->bmn", x, y)
+    close(serial("bmm", [x, y], {}, [want.shape])[0], want)
+    m = mesh(2, 2)
+    close(
+        execute(
+            "bmm", [x, y], [DistAttr(m, [0, -1, 1]), DistAttr(m, [0, 1, -1])], {}, [want.shape]
+        )[0],
+        want,
+    )
+    dx, dy = np.einsum("bmn,bkn->bmk", g, y), np.einsum("bmk,bmn->bkn", x, g)
+    for layouts in (
+        [rep(m, 3), rep(m, 3), rep(m, 3)],
+        [DistAttr(m, [0, -1, 1]), DistAttr(m, [0, 1, -1]), DistAttr(m, [0, -1, -1])],
+        # m sharded in x and out_grad: y_grad = x^T @ out_grad is a pending sum over mesh dim 1
+        [DistAttr(m, [0, 1, -1]), DistAttr(m, [0, -1, -1]), DistAttr(m, [0, 1, -1])],
+    ):
+        gx, gy = execute("bmm_grad", [x, y, g], layouts, {}, [x.shape, y.shape])
+        close(gx, dx)
+        close(gy, dy)
+
+
+EINSUM_CASES: list[tuple[str, list[tuple[int, ...]], list[list[int]], tuple[int, ...]]] = [
+    ("ij,jk->ik", [(4, 6), (6, 5)], [[0, 1], [1, -1]], (2, 2)),
+    ("bij,bjk->bik", [(4, 3, 6), (4, 6, 2)], [[0, -1, 1], [0, 1, -1]], (2, 2)),
+    ("ij,kj->ik", [(5, 6), (3, 6)], [[-1, 0], [1, 0]], (2, 2)),
+    ("i,j->ij", [(4,), (6,)], [[0], [1]], (2, 2)),
+    ("ij->ji", [(4, 6)], [[0, 1]], (2, 2)),
+    ("ijk->i", [(4, 6, 3)], [[0, 1, -1]], (2, 3)),
+    ("ii->i", [(5, 5)], [[0, -1]], (2,)),
+    ("ij,j->i", [(6, 8), (8,)], [[-1, 0], [0]], (4,)),
+    ("ab,bc->", [(4, 6), (6, 2)], [[0, 1], [1, -1]], (2, 2)),
+]
+
+
+def _einsum_grads(eq: str, ops: list[Array], g: Array) -> list[Array]:
+    """d sum(g * einsum(ops)) / d ops[i], entry by entry: einsum is linear in each operand."""
+    grads = []
+    for i, a in enumerate(ops):
+        grad = np.zeros_like(a)
+        for idx in np.ndindex(a.shape):
+            unit = np.zeros_like(a)
+            unit[idx] = 1.0
+            grad[idx] = np.sum(
+                g * np.einsum(eq, *[unit if j == i else o for j, o in enumerate(ops)])
+            )
+        grads.append(grad)
+    return grads
+
+
+@pytest.mark.parametrize(
+    ("eq", "shapes", "maps", "ms"), EINSUM_CASES, ids=[c[0] for c in EINSUM_CASES]
+)
+def test_einsum_and_its_gradient(
+    eq: str, shapes: list[tuple[int, ...]], maps: list[list[int]], ms: tuple[int, ...]
+) -> None:
+    ops = [_normal(*s) for s in shapes]
+    want = np.einsum(eq, *ops)
+    close(serial("einsum", [ops], {"equation": eq}, [want.shape])[0], want)
+    m = mesh(*ms)
+    attrs = [DistAttr(m, mp) for mp in maps]
+    close(execute("einsum", [ops], [attrs], {"equation": eq}, [want.shape])[0], want)
+    g = _normal(*want.shape)
+    grads = _einsum_grads(eq, ops, g)
+    shapes_out = [tuple(o.shape for o in ops)]
+    (got,) = serial("einsum_grad", [ops, [], g], {"equation": eq}, shapes_out)
+    for a, b in zip(got, grads, strict=True):
+        close(a, b)
+    (got,) = execute(
+        "einsum_grad",
+        [ops, [], g],
+        [attrs, [], DistAttr(m, [-1] * g.ndim)],
+        {"equation": eq},
+        shapes_out,
+    )
+    for a, b in zip(got, grads, strict=True):
+        close(a, b)
+
+
+# ---- reductions -----------------------------------------------------------------------------------
+def _red_ref(op: str, x: Array, axes: tuple[int, ...], keep: bool, attrs: dict[str, Any]) -> Array:
+    ax = axes or tuple(range(x.ndim))
+    moved = np.moveaxis(x, ax, tuple(range(len(ax))))
+    rows = moved.reshape(-1, *moved.shape[len(ax) :]) if ax else moved[None]
+
+    def fold(fn: Callable[[list[Any]], Any]) -> Array:
+        flat = rows.reshape(rows.shape[0], -1)
+        out = np.array([fn([v.item() for v in flat[:, j]]) for j in range(flat.shape[1])])
+        out = out.reshape(rows.shape[1:])
+        if keep:
+            out = np.expand_dims(out, ax)
+        return out
+
+    what = {
+        "sum": "sum",
+        "reduce_sum": "sum",
+        "amax": "max",
+        "reduce_max": "max",
+        "amin": "min",
+    }.get(op, op)
+    if op == "reduce_base":
+        what = ("sum", "max", "min", "prod", "mean", "any", "all")[attrs["reduce_type"]]
+    return {
+        "sum": lambda: fold(math.fsum),
+        "max": lambda: fold(max),
+        "min": lambda: fold(min),
+        "prod": lambda: fold(math.prod),
+        "mean": lambda: fold(lambda v: math.fsum(v) / len(v)),
+        "any": lambda: fold(any),
+        "all": lambda: fold(all),
+        "squared_l2_norm": lambda: fold(lambda v: math.fsum(e * e for e in v)),
+        "frobenius_norm": lambda: fold(lambda v: math.sqrt(math.fsum(e * e for e in v))),
+        "logsumexp": lambda: fold(
+            lambda v: max(v) + math.log(math.fsum(math.exp(e - max(v)) for e in v))
+        ),
+    }[what]()
+
+
+REDUCTIONS = [
+    "sum",
+    "reduce_sum",
+    "squared_l2_norm",
+    "max",
+    "amax",
+    "reduce_max",
+    "min",
+    "amin",
+    "prod",
+    "all",
+    "any",
+    "frobenius_norm",
+    "logsumexp",
+]
+RED_LAYOUTS: list[tuple[tuple[int, ...], list[Any]]] = [
+    ((2,), [0, -1, -1]),
+    ((2, 2), [0, 1, -1]),
+    ((4,), [-1, -1, 0]),  # dim 2 (size 3) on 4: an empty block
+    ((2, 3), [1, -1, 0]),
+    ((2, 2), [[0, 1], -1, -1]),
+]
+
+
+@pytest.mark.parametrize("op", [*REDUCTIONS, *(f"reduce_base:{t}" for t in range(7))])
+def test_reductions(op: str) -> None:
+    attrs: dict[str, Any] = {}
+    if op.startswith("reduce_base"):
+        op, t = op.split(":")
+        attrs["reduce_type"] = int(t)
+    boolean = op in ("all", "any") or attrs.get("reduce_type") in (5, 6)
+    x = RNG.integers(0, 2, (4, 6, 3)) > 0 if boolean else _normal(4, 6, 3)
+    if boolean:
+        x[0] = True  # so that all() is true somewhere
+    keep_name = "keepdims" if op == "logsumexp" else "keep_dim"
+    for axes in ((), (0,), (1, -1), (2,)):
+        for keep in (False, True):
+            a = {**attrs, "axis": list(axes), keep_name: keep}
+            want = _red_ref(op, x, tuple(sorted(d % 3 for d in axes)), keep, attrs)
+            close(serial(op, [x], a, [want.shape])[0], want)
+            for ms, mp in RED_LAYOUTS:
+                m = mesh(*ms)
+                xa = layout(m, mp)
+                close(execute(op, [x], [xa], a, [want.shape])[0], want)
+
+
+@pytest.mark.parametrize("porder", [0.0, 1.0, 2.0, 3.0, math.inf, -math.inf])
+def test_p_norm(porder: float) -> None:
+    x = _normal(4, 6, 3)
+    x[0, 0, :] = 0.0
+    for axis, asvector, keep in ((-1, False, False), (1, False, True), (0, True, False)):
+        absx = np.abs(x)
+        ax = None if asvector else axis
+        if porder == 0:
+            want = np.sum(absx != 0, axis=ax, keepdims=keep).astype(float)
+        elif porder == math.inf:
+            want = np.max(absx, axis=ax, keepdims=keep)
+        elif porder == -math.inf:
+            want = np.min(absx, axis=ax, keepdims=keep)
+        else:
+            want = np.sum(absx**porder, axis=ax, keepdims=keep) ** (1 / porder)
+        if asvector and keep:
+            want = want.reshape((1,) * x.ndim)
+        attrs = {"porder": porder, "axis": axis, "keepdims": keep, "asvector": asvector}
+        close(serial("p_norm", [x], attrs, [np.shape(want)])[0], want)
+        for ms, mp in RED_LAYOUTS:
+            m = mesh(*ms)
+            xa = layout(m, mp)
+            close(execute("p_norm", [x], [xa], attrs, [np.shape(want)])[0], want)
+
+
+def test_mean_all_and_its_gradient() -> None:
+    x = _normal(4, 6)
+    want = np.asarray(math.fsum(x.ravel()) / x.size)
+    close(serial("mean_all", [x], {}, [()])[0], want)
+    for ms, mp in (((2, 2), [0, 1]), ((2, 3), [1, 0]), ((4,), [0, -1]), ((4,), [-1, 0])):
+        m = mesh(*ms)
+        close(execute("mean_all", [x], [DistAttr(m, mp)], {}, [()])[0], want)
+    g = np.asarray(0.75)
+    close(serial("mean_all_grad", [x, g], {}, [x.shape])[0], np.full(x.shape, 0.75 / x.size))
+    m = mesh(2, 2)
+    close(
+        execute("mean_all_grad", [x, g], [DistAttr(m, [0, 1]), DistAttr(m, [])], {}, [x.shape])[0],
+        np.full(x.shape, 0.75 / x.size),
+    )
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+def test_arg_reductions(op: str) -> None:
+    x = RNG.integers(0, 4, (4, 5, 6)).astype(float)  # ties: the first index wins
+    fn = np.argmax if op == "argmax" else np.argmin
+
+    def first(v: list[float]) -> int:
+        best = max(v) if op == "argmax" else min(v)
+        return v.index(best)
+
+    m = mesh(2, 2)
+    for axis in (0, 1, -1):
+        for keep in (False, True):
+            want = np.apply_along_axis(lambda r: first(list(r)), axis, x)
+            if keep:
+                want = np.expand_dims(want, axis)
+            attrs = {"axis": axis, "keepdims": keep, "flatten": False}
+            got = serial(op, [x], attrs, [want.shape])[0]
+            assert got.dtype == np.int64
+            close(got, want)
+            for mp in ([0, 1, -1], [1, -1, 0], [[0, 1], -1, -1]):
+                xa = layout(m, mp)
+                close(execute(op, [x], [xa], attrs, [want.shape])[0], want)
+    for keep in (False, True):
+        want = fn(x, keepdims=keep) if keep else np.asarray(fn(x))
+        attrs = {"axis": 0, "keepdims": keep, "flatten": True}
+        close(serial(op, [x], attrs, [want.shape])[0], want)
+        close(execute(op, [x], [DistAttr(m, [0, 1, -1])], attrs, [want.shape])[0], want)
+
+
+def test_arg_kernel_refuses_a_sharded_axis() -> None:
+    m = mesh(2)
+    x = _normal(4, 6)
+    xa = DistAttr(m, [-1, 0])
+    ctx = LocalContext(
+        op="argmax",
+        mesh=m,
+        coord=(0,),
+        input_shapes=(x.shape,),
+        input_attrs=(xa,),
+        output_shapes=((4,),),
+        output_attrs=(DistAttr(m, [-1]),),
+        attrs={"axis": 1, "keepdims": False, "flatten": False},
+    )
+    with pytest.raises(UnsupportedError, match="dim 1 is sharded"):
+        get_kernel("argmax")(ctx, [x[:, :3]])
