@@ -1,91 +1,175 @@
-"""``python -m spmdrules.demo``: a Megatron-style MLP, annotated, inferred op by op, printed.
+"""``python -m spmdrules.demo`` (``make demo``): annotate, complete, lower, run on MPI, check.
 
-The block is ``y = gelu(x @ W1 + b1) @ W2 + b2`` on a 2x2 mesh with dims (dp, mp). Only x (batch
-on dp) and the weights (W1 column-parallel, W2 row-parallel on mp) are annotated; every other
-tensor's attribute comes from the rules, forward op by op. The row-parallel matmul leaves a pending
-sum on mp: that is the one all-reduce of a Megatron MLP.
+Two models on a 2x2 mesh (dp, mp), annotated Megatron-style by :mod:`spmdrules.examples`: the
+MLP block and a 2-layer GPT decoder with small sizes. For each: complete the graph, print the
+annotation table and the reshard plan with bytes, lower it, run it under ``mpiexec -n 4`` (the
+venv's), compare every tensor with the same model run serially in numpy (float64 data), check
+that the bytes sent equal the plans', and print the wall time of each phase.
+
+Without mpiexec or mpi4py (or with ``--sim``) the programs run on the in-process simulated mesh
+instead, and the demo says so.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from spmdrules import DistAttr, ProcessMesh, TensorSpec, get_rule
+from spmdrules.completion import Completion, complete
+from spmdrules.examples import gpt_decoder, mlp
+from spmdrules.executor import Traffic, max_error, random_feeds, run_serial
+from spmdrules.executor_sim import run_simulated
+from spmdrules.graph import Graph
+from spmdrules.lowering import Program, lower
+from spmdrules.mesh import ProcessMesh
+from spmdrules.reshard import fmt_bytes
+from spmdrules.runtime.errors import MPIUnavailableError
 
-
-@dataclass(frozen=True)
-class Step:
-    op: str
-    inputs: tuple[str, ...]
-    output: str
-    attrs: tuple[object, ...] = ()
-
-
-def mlp_steps() -> tuple[Step, ...]:
-    return (
-        Step("matmul", ("x", "w1"), "h1", (False, False)),
-        Step("add", ("h1", "b1"), "h1b"),
-        Step("gelu", ("h1b",), "a", (False,)),
-        Step("matmul", ("a", "w2"), "h2", (False, False)),
-        Step("add", ("h2", "b2"), "y"),
-    )
+#: float64 data must reproduce the serial result to this relative error
+TOLERANCE = 1e-12
+#: GPT sizes: small enough for a demo, every dim divisible by the mesh
+GPT_SIZES = {"batch": 4, "seq": 16, "hidden": 32, "heads": 4, "ffn": 64, "vocab": 128}
+MLP_SIZES = {"batch": 4, "seq": 16, "hidden": 32, "ffn": 64}
 
 
-def run(batch: int = 8, seq: int = 128, hidden: int = 256) -> list[tuple[str, str, str, str]]:
-    mesh = ProcessMesh([[0, 1], [2, 3]], dim_names=["dp", "mp"])
-    ffn = 4 * hidden
-    specs: dict[str, TensorSpec] = {
-        "x": TensorSpec([batch, seq, hidden], DistAttr(mesh, ["dp", None, None])),
-        "w1": TensorSpec([hidden, ffn], DistAttr(mesh, [None, "mp"])),
-        "b1": TensorSpec([ffn], DistAttr(mesh, ["mp"])),
-        "w2": TensorSpec([ffn, hidden], DistAttr(mesh, ["mp", None])),
-        "b2": TensorSpec([hidden], DistAttr(mesh, [None])),
-    }
-    rows = [
-        (name, str(list(s.shape)), s.attr.mapping_str(), "annotated") for name, s in specs.items()
+@dataclass
+class Outcome:
+    """One model's trip through the pipeline."""
+
+    name: str
+    graph: Graph
+    result: Completion
+    program: Program
+    executor: str
+    error: float
+    worst: str
+    traffic: Traffic
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error <= TOLERANCE and not self.traffic.mismatches(self.program)
+
+
+def demo_mesh() -> ProcessMesh:
+    return ProcessMesh([[0, 1], [2, 3]], dim_names=["dp", "mp"])
+
+
+def models(mesh: ProcessMesh) -> list[tuple[str, Callable[[], Graph], dict[str, int]]]:
+    v, s = GPT_SIZES["vocab"], GPT_SIZES["seq"]
+    return [
+        ("MLP", lambda: mlp(mesh, batch=MLP_SIZES["batch"], seq=MLP_SIZES["seq"],
+                            hidden=MLP_SIZES["hidden"], ffn=MLP_SIZES["ffn"]), {}),
+        ("GPT decoder, 2 layers", lambda: gpt_decoder(
+            2, mesh, batch=GPT_SIZES["batch"], seq=s, hidden=GPT_SIZES["hidden"],
+            heads=GPT_SIZES["heads"], ffn=GPT_SIZES["ffn"], vocab=v),
+         {"input_ids": v, "labels": v, "position_ids": s}),
     ]
-    shapes = {
-        "h1": [batch, seq, ffn],
-        "h1b": [batch, seq, ffn],
-        "a": [batch, seq, ffn],
-        "h2": [batch, seq, hidden],
-        "y": [batch, seq, hidden],
-    }
-    for step in mlp_steps():
-        info = get_rule(step.op).infer_forward(*(specs[n] for n in step.inputs), *step.attrs)
-        for name, want in zip(step.inputs, info.inputs, strict=True):
-            assert isinstance(want, DistAttr)
-            if want != specs[name].attr:
-                rows.append((name, "", want.mapping_str(), f"{step.op} wants it as"))
-        out = info.outputs[0]
-        assert isinstance(out, DistAttr)
-        specs[step.output] = TensorSpec(shapes[step.output], out)
-        rows.append((step.output, str(shapes[step.output]), out.mapping_str(), f"{step.op} output"))
-    return rows
 
 
-def main() -> int:
-    t0 = time.perf_counter()
-    rows = run()
-    elapsed = time.perf_counter() - t0
-    print("Megatron-style MLP on mesh [[0,1],[2,3]] (dp, mp): y = gelu(x @ W1 + b1) @ W2 + b2")
-    print(
-        "dims_mapping: tensor dim -> mesh dim (0 = dp, 1 = mp, -1 = replicated); P{d:sum} = pending"
-    )
-    print()
-    head = ("tensor", "shape", "attribute", "source")
-    widths = [max(len(r[i]) for r in (*rows, head)) for i in range(4)]
-    print("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)))
-    print("  ".join("-" * w for w in widths))
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
-    print()
-    print(
-        f"inferred {sum(1 for r in rows if r[3].endswith('output'))} tensors in {elapsed * 1e3:.1f} ms"
-    )
-    return 0
+def run_model(name: str, build: Callable[[], Graph], limits: dict[str, int], *, use_mpi: bool,
+              seed: int = 0) -> Outcome:
+    sec: dict[str, float] = {}
+    t = time.perf_counter()
+    g = build()
+    sec["build + annotate"] = time.perf_counter() - t
+    t = time.perf_counter()
+    r = complete(g)
+    sec["complete"] = time.perf_counter() - t
+    t = time.perf_counter()
+    prog = lower(r)
+    sec["lower"] = time.perf_counter() - t
+    feeds = random_feeds(prog, seed, vocab_limits=limits)
+    executor = "simulated mesh (in process)"
+    if use_mpi:
+        from spmdrules.executor_mpi import run_mpi
+
+        t = time.perf_counter()
+        mr = run_mpi(prog, feeds, nprocs=4, timeout=50)
+        sec["run: mpiexec -n 4 (wall, start-up included)"] = time.perf_counter() - t
+        sec["  of which the forward (slowest rank)"] = mr.seconds.get("run", 0.0)
+        sec["  of which collectives (slowest rank)"] = mr.seconds.get("collective", 0.0)
+        values, traffic, executor = mr.values, mr.traffic, "MPI, 4 ranks"
+    else:
+        t = time.perf_counter()
+        res = run_simulated(prog, feeds)
+        values, traffic = res.fetch_all(), res.traffic
+        sec["run: simulated mesh"] = time.perf_counter() - t
+    t = time.perf_counter()
+    serial = run_serial(g, feeds)
+    sec["serial numpy"] = time.perf_counter() - t
+    t = time.perf_counter()
+    err, worst = max_error(values, serial)
+    sec["check"] = time.perf_counter() - t
+    return Outcome(name, g, r, prog, executor, err, worst, traffic, sec)
+
+
+def report(o: Outcome) -> str:
+    r, g = o.result, o.graph
+    annotated = [t for t in g.tensors if t.annotation is not None]
+    lines = [f"== {o.name}: {g.num_ops} ops, {g.num_tensors} tensors, mesh (dp=2, mp=2) ==", "",
+             "annotation table (what the user wrote; completion inferred the rest):",
+             r.table(annotated), ""]
+    if g.num_tensors <= 12:
+        lines += ["every tensor after completion:", r.table(), ""]
+    lines += [r.summary(), "", o.program.summary()]
+    for e in o.program.edges:
+        lines.append(f"  {e.label}: {e.plan}".replace("\n", "\n    "))
+    predicted = o.traffic.predicted(o.program)
+    counted = o.traffic.planned_bytes
+    lines += [
+        "",
+        f"ran on: {o.executor}",
+        f"bytes sent by reshards: counted {counted} B, plans predict {sum(predicted.values())} B"
+        f" (float64 data, so twice the float32 plan) -> "
+        + ("equal" if not o.traffic.mismatches(o.program) else
+           f"DIFFERENT: {o.traffic.mismatches(o.program)}"),
+    ]
+    if o.traffic.internal:
+        lines.append("bytes of ops' own reductions (no reshard plan covers them): " + ", ".join(
+            f"{k} {fmt_bytes(v)}" for k, v in o.traffic.internal.items()))
+    verdict = "MATCHES" if o.error <= TOLERANCE else "DOES NOT MATCH"
+    lines += [f"result {verdict} serial numpy: max relative error {o.error:.1e} "
+              f"(worst tensor {o.worst or '-'}; tolerance {TOLERANCE:.0e}) over "
+              f"{g.num_tensors} tensors", "", "wall time per phase:"]
+    lines += [f"  {k:<46} {v * 1e3:9.1f} ms" for k, v in o.seconds.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m spmdrules.demo", description=__doc__)
+    ap.add_argument("--sim", action="store_true",
+                    help="run on the in-process simulated mesh instead of mpiexec")
+    args = ap.parse_args(argv)
+    t_all = time.perf_counter()
+    use_mpi = not args.sim
+    if use_mpi:
+        try:
+            import mpi4py  # noqa: F401
+
+            from spmdrules.executor_mpi import mpiexec_path
+
+            if mpiexec_path() is None:
+                raise ImportError("no mpiexec")
+        except ImportError as e:
+            print(f"MPI is unavailable ({e}); running on the simulated mesh instead\n")
+            use_mpi = False
+    ok = True
+    for name, build, limits in models(demo_mesh()):
+        try:
+            o = run_model(name, build, limits, use_mpi=use_mpi)
+        except MPIUnavailableError as e:
+            print(f"MPI is unavailable ({e}); running on the simulated mesh instead\n")
+            use_mpi = False
+            o = run_model(name, build, limits, use_mpi=False)
+        print(report(o))
+        print()
+        ok &= o.ok
+    print(f"demo {'passed' if ok else 'FAILED'} in {time.perf_counter() - t_all:.1f} s")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,43 @@
+"""``make demo`` keeps working: the simulated fast path in process, the MPI path as a command."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spmdrules import demo
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_demo_simulated_path_matches_serial() -> None:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = demo.main(["--sim"])
+    text = out.getvalue()
+    assert code == 0, text
+    assert text.count("MATCHES serial numpy") == 2
+    assert "ran on: simulated mesh" in text and "-> equal" in text
+    assert "annotation table" in text and "all-reduce(mp)" in text
+    assert "demo passed" in text
+
+
+@pytest.mark.timeout(90)
+def test_demo_command_runs_on_mpi_within_a_minute() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "spmdrules.demo"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=80)
+    elapsed = time.perf_counter() - t0
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("ran on: MPI, 4 ranks") == 2
+    assert proc.stdout.count("MATCHES serial numpy") == 2
+    assert "wall time per phase" in proc.stdout and "demo passed" in proc.stdout
+    assert elapsed < 60

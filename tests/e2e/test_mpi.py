@@ -1,0 +1,62 @@
+"""The MPI executor under real ``mpiexec`` (hard timeouts): serial results and the plans' bytes.
+
+Each case is one mpiexec job; together they exercise every MPI path: AllSumReduce, Allreduce with
+max, Reduce_scatter, the box exchange for all-gathers and all-to-alls, local slices, and the
+vocab-parallel cross entropy's own reductions.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spmdrules.completion import complete
+from spmdrules.executor import max_error, random_feeds, run_serial
+from spmdrules.executor_mpi import run_mpi
+from spmdrules.executor_sim import run_simulated
+from spmdrules.lowering import lower
+
+
+def _pipeline_cases() -> Any:
+    name = "e2e_test_pipeline"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, Path(__file__).with_name("test_pipeline.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("case", "nprocs"), [("2d-gpt", 4), ("2d-reduce-scatter", 4),
+                                               ("2d-partial-max-input", 4),
+                                               ("3d-mixed-coshard", 8)])
+def test_mpi_run_equals_serial_and_the_simulated_bytes(case: str, nprocs: int) -> None:
+    mod = _pipeline_cases()
+    g = mod.CASES[case]()
+    prog = lower(complete(g))
+    feeds = random_feeds(prog, seed=3, vocab_limits=mod.LIMITS)
+    run = run_mpi(prog, feeds, nprocs=nprocs, timeout=90)
+    err, worst = max_error(run.values, run_serial(g, feeds))
+    assert err <= 1e-12, f"{case}: {worst} differs by {err}"
+    assert run.traffic.mismatches(prog) == []
+    sim = run_simulated(prog, feeds)
+    assert run.traffic.per_edge == sim.traffic.per_edge
+    assert run.traffic.internal == sim.traffic.internal
+    assert run.seconds["run"] > 0 and run.wall > run.seconds["run"]
+
+
+def test_a_failing_rank_ends_the_job_with_its_error() -> None:
+    mod = _pipeline_cases()
+    prog = lower(complete(mod.CASES["2d-megatron"]()))
+    feeds = random_feeds(prog, seed=3)
+    from spmdrules.executor import ExecutionError
+
+    with pytest.raises(ExecutionError, match="uses process ids up to 3"):
+        run_mpi(prog, feeds, nprocs=2, timeout=60)
