@@ -6,6 +6,8 @@ import doctest
 import importlib
 import pkgutil
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,21 +25,22 @@ BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
 
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
-def test_markdown_examples_run(path: Path) -> None:
+def test_markdown_examples_run(path: Path, tmp_path: Path) -> None:
+    """The ```python blocks run top to bottom in one fresh interpreter (an example may register
+    a rule: it must not leak into other tests), and the ```pycon blocks are doctests."""
     blocks = BLOCK.findall(path.read_text())
-    namespace: dict[str, object] = {"__name__": f"doc_{path.stem}"}
-    for i, code in enumerate(blocks):
-        try:
-            exec(compile(code, f"{path.name}[block {i}]", "exec"), namespace)
-        except Exception as e:  # pragma: no cover - the failure message is the point
-            raise AssertionError(f"{path.name} block {i} failed: {type(e).__name__}: {e}") from e
-    # ```pycon blocks are doctests: their printed results are checked.
-    result = doctest.testfile(
-        str(path),
-        module_relative=False,
-        optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
+    script = tmp_path / f"doc_{path.stem}.py"
+    script.write_text("\n".join(f"# --- block {i}\n{code}" for i, code in enumerate(blocks)))
+    run = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
-    assert result.failed == 0, f"{path.name}: {result.failed} doctest example(s) failed"
+    assert run.returncode == 0, f"{path.name} examples failed:\n{run.stderr[-3000:]}"
+    doc = subprocess.run(
+        [sys.executable, "-m", "doctest", "-o", "ELLIPSIS", "-o", "NORMALIZE_WHITESPACE",
+         str(path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert doc.returncode == 0, f"{path.name} doctest examples failed:\n{doc.stdout[-3000:]}"
 
 
 def _modules() -> list[str]:

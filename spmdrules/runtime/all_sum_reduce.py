@@ -12,7 +12,12 @@ from spmdrules.runtime._mpi import mpi, mpi_datatype
 from spmdrules.runtime.decomposition import aligned_empty
 from spmdrules.runtime.errors import RuntimeSetupError, TensorStructureError
 from spmdrules.runtime.partition import MPIPartition, free_communicator
-from spmdrules.runtime.structure import LocalStructure, PlanCache, StructureExchange
+from spmdrules.runtime.structure import (
+    LocalStructure,
+    PlanCache,
+    StructureExchange,
+    speculate,
+)
 
 Array = np.ndarray[Any, Any]
 
@@ -54,17 +59,24 @@ class AllSumReduce:
         x = np.asarray(x)
         if self._comm is None or self._structure is None:
             return x.copy()
-        key = self._structure.exchange(x, "AllSumReduce")
-        out = self._plans.get(key, lambda: self._plan(self._structure_list()))
-        size = self._size
-        if size == 1:
+        return speculate(
+            self._structure,
+            self._plans,
+            x,
+            "AllSumReduce",
+            lambda: self._plan(self._structure_list()),
+            self._move,
+        )
+
+    def _move(self, out: Array, x: Array | None) -> None:
+        assert x is not None
+        if self._size == 1:
             np.copyto(out, x)
-        else:
-            mtype = mpi_datatype(x.dtype)
-            self._comm.Allreduce([np.ascontiguousarray(x), mtype], [out, mtype], self._sum)
-            # An allreduce moves at least 2 (k-1)/k of the data out of each worker.
-            self.bytes_sent += 2 * (size - 1) * x.nbytes // size
-        return out
+            return
+        mtype = mpi_datatype(x.dtype)
+        self._comm.Allreduce([np.ascontiguousarray(x), mtype], [out, mtype], self._sum)
+        # An allreduce moves at least 2 (k-1)/k of the data out of each worker.
+        self.bytes_sent += 2 * (self._size - 1) * x.nbytes // self._size
 
     def _structure_list(self) -> list[LocalStructure]:
         assert self._structure is not None
@@ -100,8 +112,9 @@ class AllSumReduce:
                 )
         assert self.P_x.index is not None
         st = structures[self.P_x.rank]
-        assert st is not None
-        return aligned_empty(st[1], st[0])
+        assert st is not None and self._structure is not None
+        # the sum sits at the page offset of this worker's input (see _mpi.py)
+        return aligned_empty(st[1], st[0], self._structure.page_offsets()[self.P_x.rank])
 
     adjoint = forward
     __call__ = forward

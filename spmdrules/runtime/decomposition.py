@@ -76,18 +76,25 @@ def relative(inner: Box, outer: Box) -> tuple[slice, ...]:
     return tuple(slice(i0 - o0, i1 - o0) for (i0, i1), (o0, _) in zip(inner, outer, strict=True))
 
 
-# Plan-owned buffers start on a page boundary, so copies and MPI transfers behave the same
-# whatever state the allocator is in (a heap chunk's offset can make them much slower).
+# Plan-owned buffers start at a chosen offset in a memory page (a page boundary by default),
+# so copies and MPI transfers behave the same whatever state the allocator is in (a heap
+# chunk's offset can make them much slower); buffers that receive from another array are
+# placed at that array's offset in its page.
 BUFFER_ALIGNMENT = 4096
 
 
-def aligned_empty(shape: Sequence[int] | int, dtype: npt.DTypeLike) -> npt.NDArray[Any]:
-    """An uninitialised C-ordered array whose data starts on a page boundary."""
+def aligned_empty(
+    shape: Sequence[int] | int, dtype: npt.DTypeLike, page_offset: int = 0
+) -> npt.NDArray[Any]:
+    """An uninitialised C-ordered array whose data starts ``page_offset`` bytes (rounded down
+    to the dtype's alignment) into a memory page."""
     dims = (int(shape),) if isinstance(shape, int) else tuple(int(s) for s in shape)
     dt = np.dtype(dtype)
+    offset = int(page_offset) % BUFFER_ALIGNMENT
+    offset -= offset % dt.alignment
     nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
-    raw = np.empty(nbytes + BUFFER_ALIGNMENT, dtype=np.uint8)
-    start = (-raw.ctypes.data) % BUFFER_ALIGNMENT
+    raw = np.empty(nbytes + 2 * BUFFER_ALIGNMENT, dtype=np.uint8)
+    start = (-raw.ctypes.data) % BUFFER_ALIGNMENT + offset
     return raw[start : start + nbytes].view(dt).reshape(dims)
 
 

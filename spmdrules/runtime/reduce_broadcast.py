@@ -8,8 +8,10 @@ forward.
 Data movement, per reduction group (one small-partition worker and the big-partition
 workers paired with it, with the small worker as group rank 0):
 
-* broadcast: ``MPI_Ibcast`` on the group communicator (a root that is also a destination
-  makes its own copy while the data is in flight);
+* broadcast: of at least ``FLAT_BROADCAST_MIN_BYTES``, the source sends to every member
+  directly (over shared memory each member copies straight from the source's array, all in
+  parallel); smaller ones use ``MPI_Bcast`` on the group communicator, or ``MPI_Ibcast``
+  when the root is also a destination (it makes its own copy while the data is in flight);
 * reduce: a reduce-scatter with numpy adds (group rank ``j`` sums chunk ``j`` of every
   source's array, in source order, so results are deterministic) followed by a gather of
   the summed chunks to rank 0; groups of two reduce directly at rank 0.
@@ -35,13 +37,26 @@ from spmdrules.runtime.decomposition import (
 from spmdrules.runtime.errors import PartitionMismatchError, TensorStructureError
 from spmdrules.runtime.partition import MPIPartition, free_communicator, sub_communicator
 from spmdrules.runtime.reduction_rules import ReductionMatch, match_reduction
-from spmdrules.runtime.structure import LocalStructure, PlanCache, StructureExchange
+from spmdrules.runtime.structure import (
+    LocalStructure,
+    PlanCache,
+    StructureExchange,
+    speculate,
+)
 
 Array = np.ndarray[Any, Any]
 
 # Point-to-point tags of the reduce algorithm (each group has its own communicator).
 TAG_REDUCE_SCATTER = 4201
 TAG_REDUCE_GATHER = 4202
+TAG_BROADCAST = 4203
+
+# Broadcasts of at least this many bytes go from the source to every member directly (a
+# flat tree): over shared memory each member then copies the data once, straight from the
+# source's array, and all members copy in parallel.  MPI_Bcast's scatter-allgather moves
+# every byte through several workers, which costs more on an oversubscribed node.  Smaller
+# broadcasts are latency-bound and use MPI_Bcast's tree.
+FLAT_BROADCAST_MIN_BYTES = 64 * 1024
 
 # Groups of at most this many workers reduce directly (every source sends everything to
 # the destination, which adds): fewer bytes and one round instead of two.
@@ -80,8 +95,32 @@ class _GroupPlan:
     mtype: Any  # the MPI datatype of dtype
     out: Array  # dest: the reduced tensor / source: the broadcast tensor
     bounds: list[tuple[int, int]] = field(default_factory=list)  # flat chunk of each rank
-    rows: Array | None = None  # reduce: my chunk of every other source
+    rows: list[Array] | None = None  # reduce: my chunk of every other source
     acc: Array | None = None  # reduce: my summed chunk (non-dest ranks)
+    flat: bool = False  # broadcast: the source sends to every member directly
+    # Precomputed steady path: persistent requests for the plan-owned buffers (receives into
+    # rows, out and the flat broadcast's out; sends from acc), and what the call must do.
+    scatter_recvs: list[Any] = field(default_factory=list)
+    send_chunks: list[tuple[int, int, int]] = field(default_factory=list)  # (rank, a, b)
+    send_bytes: int = 0
+    order: list[int] = field(default_factory=list)  # per source: row index, -1 = my own
+    target: Array | None = None  # where my chunk's sum goes
+    gather: list[Any] = field(default_factory=list)
+    gather_bytes: int = 0
+    bcast_recv: Any = None
+
+    def free(self) -> None:
+        """Free the persistent requests."""
+        for request in (*self.scatter_recvs, *self.gather):
+            request.Free()
+        if self.bcast_recv is not None:
+            self.bcast_recv.Free()
+        self.scatter_recvs, self.gather, self.bcast_recv = [], [], None
+
+
+def _free_plans(plans: list[_GroupPlan]) -> None:
+    for plan in plans:
+        plan.free()
 
 
 class ReduceBroadcast:
@@ -147,16 +186,20 @@ class ReduceBroadcast:
                     sources=tuple(members.index(s) for s in sources),
                 )
             )
-        self._reduce_plans: PlanCache[list[_GroupPlan]] = PlanCache()
-        self._bcast_plans: PlanCache[list[_GroupPlan]] = PlanCache()
+        self._reduce_plans: PlanCache[list[_GroupPlan]] = PlanCache(_free_plans)
+        self._bcast_plans: PlanCache[list[_GroupPlan]] = PlanCache(_free_plans)
         self._zeros: dict[tuple[int | None, str], Array] = {}
         self.bytes_sent = 0  # payload bytes this worker handed to MPI (headers excluded)
 
     def free(self) -> None:
         """Free the communicators of this layer (call on every worker of both partitions)."""
+        self._reduce_plans.clear()
+        self._bcast_plans.clear()
         for g in self._groups:
             free_communicator(g.comm)
         self._groups = []
+        if self._structure_bcast is not None:
+            self._structure_bcast.free()
         if self._structure is not None:
             self._structure.free()
 
@@ -169,11 +212,6 @@ class ReduceBroadcast:
             zero = self._zeros[key] = zero_volume_tensor(batch, dtype=like.dtype)
         return zero
 
-    def _exchange(self, local: Array | None, *, reduce: bool) -> bytes:
-        ex = self._structure if reduce else self._structure_bcast
-        assert ex is not None
-        return ex.exchange(local, self.op)
-
     def _structures(self, *, reduce: bool) -> list[LocalStructure]:
         ex = self._structure if reduce else self._structure_bcast
         assert ex is not None
@@ -185,67 +223,58 @@ class ReduceBroadcast:
         x = np.asarray(x)
         if not (self.in_big or self.in_small):
             return x.copy()
-        key = self._exchange(x if self.in_big else None, reduce=True)
-        plans = self._reduce_plans.get(
-            key, lambda: self._plan(self._structures(reduce=True), reduce=True)
+        assert self._structure is not None
+        plans = speculate(
+            self._structure,
+            self._reduce_plans,
+            x if self.in_big else None,
+            self.op,
+            lambda: self._plan(self._structures(reduce=True), reduce=True),
+            self._move_reduce,
         )
-        xflat = np.ascontiguousarray(x).reshape(-1) if self.in_big else None
-        result: Array | None = None
         for group, plan in zip(self._groups, plans, strict=True):
-            self._reduce_group(group, plan, xflat)
             if group.i_am_dest:
-                result = plan.out
-        if result is not None:
-            return result
+                return plan.out
         return self._zero(x)
 
+    def _move_reduce(self, plans: list[_GroupPlan], x: Array | None) -> None:
+        xflat = np.ascontiguousarray(x).reshape(-1) if x is not None else None
+        for group, plan in zip(self._groups, plans, strict=True):
+            self._reduce_group(group, plan, xflat)
+
     def _reduce_group(self, g: _Group, p: _GroupPlan, xflat: Array | None) -> None:
-        out_flat = p.out.reshape(-1)
         if g.size == 1:
             assert xflat is not None
-            np.copyto(out_flat, xflat)
+            np.copyto(p.out.reshape(-1), xflat)
             return
         MPI = mpi()
-        mtype = p.mtype
-        comm, me = g.comm, g.my_rank
-        lo, hi = p.bounds[me]
-        reqs = []
-        assert p.rows is not None
-        if hi > lo:
-            for slot, src in enumerate(g.remote_sources):
-                reqs.append(comm.Irecv([p.rows[slot], mtype], src, TAG_REDUCE_SCATTER))
+        mtype, comm = p.mtype, g.comm
+        reqs = list(p.scatter_recvs)
+        if reqs:
+            MPI.Prequest.Startall(reqs)
         if g.i_am_source:
             assert xflat is not None
-            for j, (a, b) in enumerate(p.bounds):
-                if j != me and b > a:
-                    reqs.append(comm.Isend([xflat[a:b], mtype], j, TAG_REDUCE_SCATTER))
-                    self.bytes_sent += (b - a) * p.dtype.itemsize
+            for j, a, b in p.send_chunks:
+                reqs.append(comm.Isend([xflat[a:b], mtype], j, TAG_REDUCE_SCATTER))
+            self.bytes_sent += p.send_bytes
         MPI.Request.Waitall(reqs)
-        target: Array | None = out_flat[lo:hi] if g.i_am_dest else p.acc
-        assert target is not None
-        if hi > lo:
+        target = p.target
+        if target is not None:
             # add in source order (deterministic); this worker's own chunk is read in place
-            remote = iter(p.rows)
-            parts = [
-                xflat[lo:hi] if src == me and xflat is not None else next(remote)
-                for src in g.sources
-            ]
+            assert p.rows is not None
+            lo, hi = p.bounds[g.my_rank]
+            rows = p.rows
+            parts = [rows[i] if i >= 0 else xflat[lo:hi] for i in p.order]  # type: ignore[index]
             if len(parts) == 1:
                 np.copyto(target, parts[0])
             else:
                 np.add(parts[0], parts[1], out=target)
                 for part in parts[2:]:
                     np.add(target, part, out=target)
-        if g.i_am_dest:
-            reqs = [
-                comm.Irecv([out_flat[a:b], mtype], j, TAG_REDUCE_GATHER)
-                for j, (a, b) in enumerate(p.bounds)
-                if j != 0 and b > a
-            ]
-            MPI.Request.Waitall(reqs)
-        elif hi > lo:
-            comm.Send([p.acc, mtype], 0, TAG_REDUCE_GATHER)
-            self.bytes_sent += (hi - lo) * p.dtype.itemsize
+        if p.gather:
+            MPI.Prequest.Startall(p.gather)
+            MPI.Request.Waitall(p.gather)
+            self.bytes_sent += p.gather_bytes
 
     # -- broadcast (small -> big) ------------------------------------------------------
     def broadcast(self, y: Array) -> Array:
@@ -253,19 +282,24 @@ class ReduceBroadcast:
         y = np.asarray(y)
         if not (self.in_big or self.in_small):
             return y.copy()
-        key = self._exchange(y if self.in_small else None, reduce=False)
-        plans = self._bcast_plans.get(
-            key, lambda: self._plan(self._structures(reduce=False), reduce=False)
+        assert self._structure_bcast is not None
+        plans = speculate(
+            self._structure_bcast,
+            self._bcast_plans,
+            y if self.in_small else None,
+            self.op,
+            lambda: self._plan(self._structures(reduce=False), reduce=False),
+            self._move_broadcast,
         )
-        ysrc = np.ascontiguousarray(y) if self.in_small else None
-        result: Array | None = None
+        for group, plan in zip(self._groups, plans, strict=True):
+            if group.i_am_source:
+                return plan.out
+        return self._zero(y)
+
+    def _move_broadcast(self, plans: list[_GroupPlan], y: Array | None) -> None:
+        ysrc = np.ascontiguousarray(y) if y is not None else None
         for group, plan in zip(self._groups, plans, strict=True):
             self._broadcast_group(group, plan, ysrc)
-            if group.i_am_source:
-                result = plan.out
-        if result is not None:
-            return result
-        return self._zero(y)
 
     def _broadcast_group(self, g: _Group, p: _GroupPlan, ysrc: Array | None) -> None:
         mtype = p.mtype
@@ -275,14 +309,29 @@ class ReduceBroadcast:
                 np.copyto(p.out, ysrc)
                 return
             self.bytes_sent += ysrc.nbytes * (g.size - 1)
-            # Nonblocking, so this worker makes its own copy while the data is in flight
-            # (every member must then use Ibcast: it never matches a blocking Bcast).
-            request = g.comm.Ibcast([ysrc, mtype], 0)
-            if g.i_am_source:
+            if p.flat:
+                # every member reads the data straight from this worker's array (single
+                # copy over shared memory), in parallel, while this worker makes its copy
+                reqs = [g.comm.Isend([ysrc, mtype], j, TAG_BROADCAST) for j in range(1, g.size)]
+                if g.i_am_source:
+                    np.copyto(p.out, ysrc)
+                MPI = mpi()
+                MPI.Request.Waitall(reqs)
+            elif g.i_am_source:
+                # Nonblocking, so this worker makes its own copy while the data is in flight
+                # (every member then uses Ibcast: it never matches a blocking Bcast).
+                request = g.comm.Ibcast([ysrc, mtype], 0)
                 np.copyto(p.out, ysrc)
-            request.Wait()
-        else:
+                request.Wait()
+            else:
+                g.comm.Bcast([ysrc, mtype], 0)
+        elif p.flat:
+            p.bcast_recv.Start()
+            p.bcast_recv.Wait()
+        elif 0 in g.sources:
             g.comm.Ibcast([p.out, mtype], 0).Wait()
+        else:
+            g.comm.Bcast([p.out, mtype], 0)
 
     # -- planning ----------------------------------------------------------------------
     def _plan(self, structures: list[LocalStructure], *, reduce: bool) -> list[_GroupPlan]:
@@ -318,17 +367,25 @@ class ReduceBroadcast:
                 group_structure.append(found.pop())
             else:
                 group_structure.append(structures[slot_of[members[0]]])
+        # Buffers sit at the page offset of the array they receive from (see _mpi.py).
+        ex = self._structure if reduce else self._structure_bcast
+        assert ex is not None
+        page_offsets = ex.page_offsets()
         plans: list[_GroupPlan] = []
         for g in self._groups:
             st = group_structure[g.small_rank]
             assert st is not None
             dtype, shape = st
+            members = self.group_members[g.small_rank]
+            offset = [page_offsets[slot_of[m]] for m in members]  # by group rank
             plan = _GroupPlan(
                 dtype=dtype, shape=shape, mtype=mpi_datatype(dtype), out=np.empty(0, dtype=dtype)
             )
             if reduce:
+                # the destination's sum sits where its own input does (0 if it has none)
+                out_offset = offset[0] if 0 in g.sources else 0
                 if g.i_am_dest:
-                    plan.out = aligned_empty(shape, dtype)
+                    plan.out = aligned_empty(shape, dtype, out_offset)
                 n = int(np.prod(shape, dtype=np.int64))
                 if g.size <= DIRECT_REDUCE_MAX_GROUP:
                     sizes = (n,) + (0,) * (g.size - 1)
@@ -337,12 +394,53 @@ class ReduceBroadcast:
                 starts = starts_from_sizes(sizes)
                 plan.bounds = [(a, a + s) for a, s in zip(starts, sizes, strict=True)]
                 mine = sizes[g.my_rank]
-                plan.rows = aligned_empty((len(g.remote_sources), mine), dtype)
-                plan.acc = aligned_empty(mine, dtype)
-            elif g.i_am_source:
-                plan.out = aligned_empty(shape, dtype)
+                lo = starts[g.my_rank] * dtype.itemsize
+                plan.rows = [
+                    aligned_empty(mine, dtype, offset[src] + lo) for src in g.remote_sources
+                ]
+                plan.acc = aligned_empty(mine, dtype, out_offset + lo)
+                self._prepare_reduce(g, plan)
+            else:
+                if g.i_am_source:
+                    plan.out = aligned_empty(shape, dtype, offset[0])
+                nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                plan.flat = nbytes >= FLAT_BROADCAST_MIN_BYTES
+                if plan.flat and g.i_am_source and not g.i_am_dest and g.size > 1:
+                    plan.bcast_recv = g.comm.Recv_init([plan.out, plan.mtype], 0, TAG_BROADCAST)
             plans.append(plan)
         return plans
+
+
+    @staticmethod
+    def _prepare_reduce(g: _Group, p: _GroupPlan) -> None:
+        """The steady path of a reduce plan: persistent requests and the order of adds."""
+        if g.size == 1:
+            return
+        comm, mtype, me = g.comm, p.mtype, g.my_rank
+        itemsize = p.dtype.itemsize
+        lo, hi = p.bounds[me]
+        assert p.rows is not None and p.acc is not None
+        if hi > lo:
+            p.scatter_recvs = [
+                comm.Recv_init([row, mtype], src, TAG_REDUCE_SCATTER)
+                for row, src in zip(p.rows, g.remote_sources, strict=True)
+            ]
+            remote = iter(range(len(p.rows)))
+            p.order = [-1 if src == me else next(remote) for src in g.sources]
+            p.target = p.out.reshape(-1)[lo:hi] if g.i_am_dest else p.acc
+        if g.i_am_source:
+            p.send_chunks = [(j, a, b) for j, (a, b) in enumerate(p.bounds) if j != me and b > a]
+            p.send_bytes = sum(b - a for _, a, b in p.send_chunks) * itemsize
+        if g.i_am_dest:
+            out_flat = p.out.reshape(-1)
+            p.gather = [
+                comm.Recv_init([out_flat[a:b], mtype], j, TAG_REDUCE_GATHER)
+                for j, (a, b) in enumerate(p.bounds)
+                if j != 0 and b > a
+            ]
+        elif hi > lo:
+            p.gather = [comm.Send_init([p.acc, mtype], 0, TAG_REDUCE_GATHER)]
+            p.gather_bytes = (hi - lo) * itemsize
 
 
 def _describe(st: LocalStructure) -> str:

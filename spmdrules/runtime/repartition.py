@@ -21,7 +21,7 @@ from spmdrules.runtime.decomposition import Box, aligned_empty, box_shape, zero_
 from spmdrules.runtime.errors import PartitionMismatchError, TensorStructureError
 from spmdrules.runtime.layout import GridLayout, layout_from_structures
 from spmdrules.runtime.partition import MPIPartition
-from spmdrules.runtime.structure import PlanCache, StructureExchange
+from spmdrules.runtime.structure import PlanCache, StructureExchange, speculate
 
 Array = np.ndarray[Any, Any]
 
@@ -31,6 +31,17 @@ class _Plan:
     exchange: BoxExchange
     src_layout: GridLayout
     out: Array | None
+
+
+def _bound(plan: _Plan) -> _Plan:
+    """Make the plan's steady gathers use persistent requests into its output buffer."""
+    if plan.out is not None:
+        plan.exchange.bind(plan.out)
+    return plan
+
+
+def _free_plan(plan: _Plan) -> None:
+    plan.exchange.free()
 
 
 class Repartition:
@@ -67,15 +78,20 @@ class Repartition:
             else None
         )
         self._adjoint_structure = self._structure.twin() if self._structure else None
-        self._forward_plans: PlanCache[_Plan] = PlanCache()
-        self._adjoint_plans: PlanCache[_Plan] = PlanCache()
+        self._forward_plans: PlanCache[_Plan] = PlanCache(_free_plan)
+        self._adjoint_plans: PlanCache[_Plan] = PlanCache(_free_plan)
         self._last_x_layout: GridLayout | None = None
+        self._layout_keys: dict[int, tuple[GridLayout, bytes]] = {}
         self._zeros: dict[tuple[int | None, str], Array] = {}
         self.bytes_sent = 0
 
     def free(self) -> None:
         """Free the layer's communicator (call on every worker of P_x and P_y)."""
         if self._structure is not None:
+            self._forward_plans.clear()
+            self._adjoint_plans.clear()
+            if self._adjoint_structure is not None:
+                self._adjoint_structure.free()
             self._structure.free()
             self._structure = self._adjoint_structure = None
 
@@ -106,7 +122,6 @@ class Repartition:
         x = np.asarray(x)
         if self._structure is None:
             return x.copy()
-        key = self._structure.exchange(x if self.P_x.active else None, "Repartition")
 
         def build() -> _Plan:
             assert self._structure is not None
@@ -118,14 +133,23 @@ class Repartition:
             out = None
             if self.P_y.active:
                 out = aligned_empty(box_shape(dst.boxes[self.P_y.rank]), src.dtype)
-            return _Plan(self._exchange_for(src, self.P_x, dst, self.P_y), src, out)
+            return _bound(_Plan(self._exchange_for(src, self.P_x, dst, self.P_y), src, out))
 
-        plan = self._forward_plans.get(key, build)
+        plan = speculate(
+            self._structure,
+            self._forward_plans,
+            x if self.P_x.active else None,
+            "Repartition",
+            build,
+            lambda p, local: self._move(p, local, x),
+        )
         self._last_x_layout = plan.src_layout
-        out = plan.out if plan.out is not None else self._zero(x)
-        plan.exchange.gather(x, out)
-        self.bytes_sent += plan.exchange.bytes_gather
         return plan.out if plan.out is not None else self._zero(x)
+
+    def _move(self, plan: _Plan, local: Array | None, like: Array) -> None:
+        out = plan.out if plan.out is not None else self._zero(like)
+        plan.exchange.gather(local if local is not None else like, out)
+        self.bytes_sent += plan.exchange.bytes_gather
 
     def adjoint(self, dy: Array) -> Array:
         """Move ``dy`` (balanced on ``P_y``) back to the layout of the last forward input."""
@@ -133,9 +157,6 @@ class Repartition:
         if self._structure is None:
             return dy.copy()
         assert self._adjoint_structure is not None
-        key = self._adjoint_structure.exchange(
-            dy if self.P_y.active else None, "Repartition.adjoint"
-        )
         last = self._last_x_layout
 
         def build() -> _Plan:
@@ -158,13 +179,25 @@ class Repartition:
             out = None
             if self.P_x.active:
                 out = aligned_empty(box_shape(dst.boxes[self.P_x.rank]), src.dtype)
-            return _Plan(self._exchange_for(src, self.P_y, dst, self.P_x), dst, out)
+            return _bound(_Plan(self._exchange_for(src, self.P_y, dst, self.P_x), dst, out))
 
-        layout_key = b"" if last is None else repr(last.boxes).encode()
-        plan = self._adjoint_plans.get(key + layout_key, build)
-        out = plan.out if plan.out is not None else self._zero(dy)
-        plan.exchange.gather(dy, out)
-        self.bytes_sent += plan.exchange.bytes_gather
+        layout_key = b"" if last is None else self._layout_key(last)
+        plan = speculate(
+            self._adjoint_structure,
+            self._adjoint_plans,
+            dy if self.P_y.active else None,
+            "Repartition.adjoint",
+            build,
+            lambda p, local: self._move(p, local, dy),
+            layout_key,
+        )
         return plan.out if plan.out is not None else self._zero(dy)
+
+    def _layout_key(self, layout: GridLayout) -> bytes:
+        key = self._layout_keys.get(id(layout))
+        if key is None or key[0] is not layout:
+            key = (layout, repr(layout.boxes).encode())
+            self._layout_keys = {id(layout): key}
+        return key[1]
 
     __call__ = forward

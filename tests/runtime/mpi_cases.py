@@ -481,6 +481,115 @@ def unchecked_steady_path(comm: Any) -> None:
 
 
 @case(2)
+def speculative_structure_checks(comm: Any) -> None:
+    """Steady calls move data before the structure check completes; a worker whose tensor
+    changed (legitimately or not) is caught by every worker, and the layer recovers."""
+    n, me = comm.size, comm.rank
+    P_world = world(comm)
+    P_x = cart(P_world, range(n), [n])
+    P_y = cart(P_world, [0], [1])
+    TSE = rt().TensorStructureError
+
+    sr = rt().SumReduce(P_x, P_y)
+    for _ in range(3):
+        y = sr(np.full((2, 3), 1.0))
+        if P_y.active:
+            assert np.all(y == n)
+    bad = np.zeros((2, 3 + (me == n - 1)))  # one source changes shape
+    msg = expect_all_raise(comm, TSE, lambda: sr(bad), "one source changed shape")
+    assert "same shape" in msg, msg
+    same_size = np.full((3, 2), 2.0)  # same byte count, other shape: still a new structure
+    y = sr(same_size)
+    if P_y.active:
+        assert y.shape == (3, 2) and np.all(y == 2 * n), y
+    y = sr(np.full((2, 3), 3.0))
+    if P_y.active:
+        assert y.shape == (2, 3) and np.all(y == 3 * n)
+    odd = np.zeros(3, dtype=np.float16)  # an unsupported dtype on one worker
+    expect_all_raise(comm, TSE, lambda: sr(odd if me == n - 1 else np.zeros((2, 3))),
+                     "unsupported dtype in a steady layer")
+    expect_all_raise(comm, TSE, lambda: sr(np.zeros((1,) * 13) if me == 0 else np.zeros(3)),
+                     "too many dimensions")
+
+    asr = rt().AllSumReduce(P_x)
+    for i in range(3):
+        assert np.all(asr(np.full(4, float(i))) == i * n)
+    expect_all_raise(comm, TSE, lambda: asr(np.zeros(4 + (me == 0))), "AllSumReduce change")
+    assert np.all(asr(np.full(5, 1.0)) == n)
+
+    bc = rt().Broadcast(P_y, P_x)
+    for shape, dtype in [((4,), np.float64), ((4,), np.float64), ((2, 2), np.float64),
+                         ((5,), np.int32), ((4,), np.float64)]:
+        src = np.arange(int(np.prod(shape))).reshape(shape).astype(dtype)
+        z = bc(src if P_y.active else zero())
+        assert z.shape == shape and z.dtype == dtype and np.array_equal(z, src), (z, shape)
+    expect_all_raise(comm, TSE, lambda: bc(odd if P_y.active else zero()), "bcast dtype")
+    assert np.array_equal(bc(np.ones(4) if P_y.active else zero()), np.ones(4))
+
+    P_a = cart(P_world, range(n), [n, 1])
+    P_b = cart(P_world, range(n), [1, n])
+    rep = rt().Repartition(P_a, P_b)
+    G = np.arange(6.0 * n * n).reshape(2 * n, 3 * n)
+    for _ in range(2):
+        out = rep(G[balanced_slices(G.shape, [n, 1], [me, 0])])
+        assert_equal(out, G[balanced_slices(G.shape, [1, n], [0, me])], "steady repartition")
+    expect_all_raise(comm, TSE, lambda: rep(np.zeros((2, 3 * n), dtype=np.float16)
+                                            if me == 0 else np.zeros((2, 3 * n))),
+                     "repartition dtype")
+    G2 = np.arange(4.0 * n * n).reshape(4 * n, n)  # a new global shape: re-agreed
+    out = rep(G2[balanced_slices(G2.shape, [n, 1], [me, 0])])
+    assert_equal(out, G2[balanced_slices(G2.shape, [1, n], [0, me])], "new global shape")
+
+    halo = rt().HaloExchange(P_x, [rt().Window(3, padding=1)])
+    expect_all_raise(comm, TSE, lambda: halo(np.zeros(3, dtype=np.float16 if me else float)),
+                     "halo dtype")
+    first_call = rt().SumReduce(P_x, P_y)
+    expect_all_raise(comm, TSE, lambda: first_call(odd if me == 0 else np.zeros(3)),
+                     "unsupported dtype on a first call")
+
+
+@case(2)
+def unchecked_change_never_hangs(comm: Any) -> None:
+    """check_structure=False: one worker's changed tensor raises there; nobody waits."""
+    n, me = comm.size, comm.rank
+    P_world = world(comm)
+    P_x = cart(P_world, range(n), [n])
+    for layer in (rt().SumReduce(P_x, cart(P_world, [0], [1]), check_structure=False),
+                  rt().AllSumReduce(P_x, check_structure=False)):
+        layer(np.ones(3))
+        raised = False
+        try:
+            layer(np.ones(4) if me == n - 1 else np.ones(3))
+        except rt().TensorStructureError:
+            raised = True
+        assert comm.allgather(raised) == [r == n - 1 for r in range(n)]
+
+
+@case(2)
+def large_message_paths(comm: Any) -> None:
+    """The paths taken only by large messages (flat broadcasts, subarray datatypes for strided
+    pieces), forced on small tensors by lowering their thresholds."""
+    from spmdrules.runtime import box_exchange, reduce_broadcast
+
+    saved = box_exchange.DATATYPE_MIN_BYTES, reduce_broadcast.FLAT_BROADCAST_MIN_BYTES
+    box_exchange.DATATYPE_MIN_BYTES, reduce_broadcast.FLAT_BROADCAST_MIN_BYTES = 1, 0
+    try:
+        n = comm.size
+        check_sum_reduce(comm, [n], [1])
+        check_sum_reduce(comm, [n, 1], [1, 1], dtype=np.int32)
+        if n >= 4:
+            check_sum_reduce(comm, [2, n // 2], [1, n // 2], tx=False)
+        check_repartition(comm, [n, 1], [1, n], [2 * n + 1, 3 * n - 1], unbalanced=True)
+        check_repartition(comm, [1, n, 1], [1, 1, n], [3, 2 * n, n + 2], unbalanced=True,
+                          dtype=np.float32)
+        W = rt().Window
+        check_halo(comm, [n, 1], [3 * n, 7], [W(3, 1, 1), W(3, 1, 1)], seed=9)
+        check_halo(comm, [1, n], [5, 3 * n + 1], [None, W(4, 2, 1)], seed=10)
+    finally:
+        box_exchange.DATATYPE_MIN_BYTES, reduce_broadcast.FLAT_BROADCAST_MIN_BYTES = saved
+
+
+@case(2)
 def layers_free_their_communicators(comm: Any) -> None:
     """free() releases communicators: more layers than MPICH has context ids (~2000)."""
     P_world = world(comm)
