@@ -142,8 +142,8 @@ class _Binding:
     """One calling convention: tensor params then attrs; binds, checks and memoises."""
 
     __slots__ = (
-        "attr_types", "attrs", "cached", "fn", "kinds", "may_list", "n_full", "n_tensors", "names",
-        "op", "params",
+        "attr_types", "attrs", "cached", "fn", "kinds", "list_at", "may_list", "n_full",
+        "n_tensors", "names", "op", "params",
     )
 
     def __init__(
@@ -158,9 +158,11 @@ class _Binding:
         all_names = [p.name for p in self.params] + [a.name for a in self.attrs]
         self.names = {n: i for i, n in enumerate(all_names)}
         self.kinds = tuple(p.kind for p in self.params)
-        self.may_list = "list" in self.kinds or any(
-            a.type in ("ints", "floats") for a in self.attrs
+        #: positions that may receive a Python list (variadic tensors, list attributes)
+        self.list_at = tuple(i for i, k in enumerate(self.kinds) if k == "list") + tuple(
+            self.n_tensors + j for j, a in enumerate(self.attrs) if a.type in ("ints", "floats")
         )
+        self.may_list = bool(self.list_at)
         self.attr_types: tuple[type | str | None, ...] = tuple(
             _EXACT_TYPES.get(a.type) for a in self.attrs
         )
@@ -201,8 +203,11 @@ class _Binding:
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SpmdInfo:
         if not kwargs and len(args) == self.n_full:
             # Lists (variadic tensors, int-list attrs) become tuples so the call can be memoised.
-            if self.may_list and list in map(type, args):
-                args = tuple(tuple(a) if type(a) is list else a for a in args)
+            if self.may_list:
+                for i in self.list_at:
+                    if type(args[i]) is list:
+                        args = tuple(tuple(a) if type(a) is list else a for a in args)
+                        break
             try:
                 return self.cached(args)
             except TypeError as e:  # still unhashable (e.g. a list nested in a tuple): bind it
