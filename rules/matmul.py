@@ -86,20 +86,21 @@ def _check_trans(ndim: int, trans: bool, name: str) -> None:
 
 def _check_shapes(xl: str, xs: tuple[int, ...], yl: str, ys: tuple[int, ...]) -> dict[str, int]:
     """Letter sizes; k must agree and batch dims must broadcast."""
-    sizes = dict(zip(xl, xs, strict=True))
-    for i, (ch, n) in enumerate(zip(yl, ys, strict=True)):
-        prev = sizes.get(ch)
+    sizes = dict(zip(xl, xs))  # noqa: B905 - the notation has one letter per dim
+    get = sizes.get
+    for ch, n in zip(yl, ys):  # noqa: B905
+        prev = get(ch)
         if prev is None or prev == n or prev == 1:
             sizes[ch] = n
         elif ch == "k":
             raise RuleArgumentError(
-                f"the contracted dim of 'x' has size {prev} but 'y' dim {i} has size {n}; "
-                "x's columns must match y's rows (check trans_x / trans_y)"
+                f"the contracted dim of 'x' has size {prev} but 'y' dim {yl.index(ch)} has size "
+                f"{n}; x's columns must match y's rows (check trans_x / trans_y)"
             )
         elif n != 1:
             raise RuleArgumentError(
-                f"batch dim of size {prev} in 'x' and 'y' dim {i} of size {n} do not broadcast; "
-                "sizes must match or one must be 1"
+                f"batch dim of size {prev} in 'x' and 'y' dim {yl.index(ch)} of size {n} do not "
+                "broadcast; sizes must match or one must be 1"
             )
     return sizes
 
