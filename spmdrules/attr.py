@@ -69,6 +69,10 @@ def _normalise_partial(mesh: ProcessMesh, partial: Any, where: str) -> PartialIt
     return tuple(sorted(out.items()))
 
 
+# Immutable value types set their slots once; bound here to keep construction cheap.
+_set = object.__setattr__
+
+
 class DistAttr:
     """The distributed attribute of one tensor. Immutable, hashable, compares by value.
 
@@ -138,20 +142,20 @@ class DistAttr:
         self._init(mesh, tuple(mdm), part)
 
     def _init(self, mesh: ProcessMesh, mdm: MultiDims, part: PartialItems) -> None:
-        object.__setattr__(self, "mesh", mesh)
-        object.__setattr__(self, "_mdm", mdm)
-        object.__setattr__(self, "_partial", part)
-        object.__setattr__(self, "_hash", -1)
+        _set(self, "mesh", mesh)
+        _set(self, "_mdm", mdm)
+        _set(self, "_partial", part)
+        _set(self, "_hash", -1)
 
     @classmethod
     def _make(cls, mesh: ProcessMesh, mdm: MultiDims, part: PartialItems = ()) -> DistAttr:
         """Build without validation: for rules, whose results are valid by construction."""
         self = object.__new__(cls)
-        object.__setattr__(self, "mesh", mesh)
-        object.__setattr__(self, "_mdm", mdm)
-        object.__setattr__(self, "_partial", part)
+        _set(self, "mesh", mesh)
+        _set(self, "_mdm", mdm)
+        _set(self, "_partial", part)
         # Rules build many attributes that are never hashed: hash lazily.
-        object.__setattr__(self, "_hash", -1)
+        _set(self, "_hash", -1)
         return self
 
     @classmethod
@@ -298,7 +302,7 @@ class DistAttr:
         h = self._hash
         if h == -1:
             h = hash((self.mesh, self._mdm, self._partial))
-            object.__setattr__(self, "_hash", h)
+            _set(self, "_hash", h)
         return h
 
     def __reduce__(self) -> tuple[Any, ...]:

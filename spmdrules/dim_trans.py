@@ -312,9 +312,17 @@ def infer(
     Every input dim keeps exactly the mesh dims its output dim carries (the other dims of a merge
     are replicated), so the returned pair is consistent.
     """
+    if not any(mdm):
+        return mdm, ((),) * len(trans)
     kept: list[tuple[int, ...]] = [()] * len(shape)
     out: list[tuple[int, ...]] = []
     for t in trans:
+        if type(t) is InputDim:  # the common case, without a call
+            dims = mdm[t.dim]
+            if dims:
+                kept[t.dim] = dims
+            out.append(dims)
+            continue
         src = _source(t, shape, mdm, mesh_shape, checked, coshard_splits)
         if src is None:
             out.append(())

@@ -113,13 +113,6 @@ _EXACT_TYPES: Final[dict[str, type | str]] = {
 }
 
 
-def _int_tuple(v: Any) -> bool:
-    return type(v) is tuple and set(map(type, v)) <= _INT_ONLY
-
-
-_INT_ONLY: Final = {int}
-
-
 def _check_tensor(op: str, p: TensorParam, v: Any) -> Any:
     if p.kind == "list":
         if isinstance(v, list | tuple):
@@ -239,9 +232,16 @@ class _Binding:
                         return False
             else:
                 return False
-        if self.attr_types:
-            for want, v in zip(self.attr_types, full[self.n_tensors :], strict=True):
-                if type(v) is not want and (want != "ints" or not _int_tuple(v)):
+        i = self.n_tensors
+        for want in self.attr_types:
+            v = full[i]
+            i += 1
+            if type(v) is want:
+                continue
+            if want != "ints" or type(v) is not tuple:
+                return False
+            for e in v:
+                if type(e) is not int:
                     return False
         return True
 

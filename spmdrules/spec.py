@@ -8,6 +8,9 @@ from typing import Any
 from spmdrules.attr import DistAttr
 from spmdrules.errors import InvalidDistAttrError
 
+# Immutable value types set their slots once; bound here to keep construction cheap.
+_set = object.__setattr__
+
 
 class TensorSpec:
     """A tensor's global shape and its DistAttr. Immutable, hashable, compares by value.
@@ -57,9 +60,9 @@ class TensorSpec:
         self._init(tuple(dims), attr)
 
     def _init(self, shape: tuple[int, ...], attr: DistAttr) -> None:
-        object.__setattr__(self, "shape", shape)
-        object.__setattr__(self, "attr", attr)
-        object.__setattr__(self, "_hash", hash((shape, attr)))
+        _set(self, "shape", shape)
+        _set(self, "attr", attr)
+        _set(self, "_hash", hash((shape, attr)))
 
     @classmethod
     def _make(cls, shape: tuple[int, ...], attr: DistAttr) -> TensorSpec:
@@ -119,8 +122,8 @@ class SpmdInfo:
     outputs: tuple[AttrSlot, ...]
 
     def __init__(self, inputs: Sequence[AttrSlot], outputs: Sequence[AttrSlot]) -> None:
-        object.__setattr__(self, "inputs", tuple(inputs))
-        object.__setattr__(self, "outputs", tuple(outputs))
+        _set(self, "inputs", tuple(inputs))
+        _set(self, "outputs", tuple(outputs))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("SpmdInfo is immutable")
