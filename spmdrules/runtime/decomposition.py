@@ -106,6 +106,26 @@ def zero_volume_tensor(
     return np.zeros(shape, dtype=dtype)
 
 
+class ZeroVolumeCache:
+    """The zero-volume array an inactive worker returns, made once per (batch, dtype): the
+    steady path allocates nothing."""
+
+    __slots__ = ("_zeros", "preserve_batch")
+
+    def __init__(self, preserve_batch: bool) -> None:
+        self.preserve_batch = preserve_batch
+        self._zeros: dict[tuple[int | None, str], npt.NDArray[Any]] = {}
+
+    def like(self, a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """Zero volume, keeping ``a``'s batch size when ``preserve_batch`` is set."""
+        batch = a.shape[0] if self.preserve_batch and a.ndim > 0 else None
+        key = (batch, a.dtype.str)
+        zero = self._zeros.get(key)
+        if zero is None:
+            zero = self._zeros[key] = zero_volume_tensor(batch, dtype=a.dtype)
+        return zero
+
+
 def _check_split(n: int, parts: int, i: int) -> None:
     if parts < 1 or n < 0 or not 0 <= i < parts:
         raise RuntimeSetupError(

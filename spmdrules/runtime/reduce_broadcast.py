@@ -29,10 +29,10 @@ import numpy as np
 
 from spmdrules.runtime._mpi import mpi, mpi_datatype
 from spmdrules.runtime.decomposition import (
+    ZeroVolumeCache,
     aligned_empty,
     balanced_sizes,
     starts_from_sizes,
-    zero_volume_tensor,
 )
 from spmdrules.runtime.errors import PartitionMismatchError, TensorStructureError
 from spmdrules.runtime.partition import MPIPartition, free_communicator, sub_communicator
@@ -188,7 +188,7 @@ class ReduceBroadcast:
             )
         self._reduce_plans: PlanCache[list[_GroupPlan]] = PlanCache(_free_plans)
         self._bcast_plans: PlanCache[list[_GroupPlan]] = PlanCache(_free_plans)
-        self._zeros: dict[tuple[int | None, str], Array] = {}
+        self._zero = ZeroVolumeCache(self.preserve_batch).like
         self.bytes_sent = 0  # payload bytes this worker handed to MPI (headers excluded)
 
     def free(self) -> None:
@@ -204,14 +204,6 @@ class ReduceBroadcast:
             self._structure.free()
 
     # -- helpers -----------------------------------------------------------------------
-    def _zero(self, like: Array) -> Array:
-        batch = like.shape[0] if self.preserve_batch and like.ndim > 0 else None
-        key = (batch, like.dtype.str)
-        zero = self._zeros.get(key)
-        if zero is None:
-            zero = self._zeros[key] = zero_volume_tensor(batch, dtype=like.dtype)
-        return zero
-
     def _structures(self, *, reduce: bool) -> list[LocalStructure]:
         ex = self._structure if reduce else self._structure_bcast
         assert ex is not None

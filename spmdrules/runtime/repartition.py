@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from spmdrules.runtime.box_exchange import BoxExchange
-from spmdrules.runtime.decomposition import Box, aligned_empty, box_shape, zero_volume_tensor
+from spmdrules.runtime.decomposition import Box, ZeroVolumeCache, aligned_empty, box_shape
 from spmdrules.runtime.errors import PartitionMismatchError, TensorStructureError
 from spmdrules.runtime.layout import GridLayout, layout_from_structures
 from spmdrules.runtime.partition import MPIPartition
@@ -82,7 +82,7 @@ class Repartition:
         self._adjoint_plans: PlanCache[_Plan] = PlanCache(_free_plan)
         self._last_x_layout: GridLayout | None = None
         self._layout_keys: dict[int, tuple[GridLayout, bytes]] = {}
-        self._zeros: dict[tuple[int | None, str], Array] = {}
+        self._zero = ZeroVolumeCache(self.preserve_batch).like
         self.bytes_sent = 0
 
     def free(self) -> None:
@@ -108,14 +108,6 @@ class Repartition:
         for r, s in enumerate(self._slots(P_dst)):
             needed[s] = dst.boxes[r]
         return BoxExchange(self._structure.comm, self._slot, dst.dtype, owned, needed)
-
-    def _zero(self, like: Array) -> Array:
-        batch = like.shape[0] if self.preserve_batch and like.ndim > 0 else None
-        key = (batch, like.dtype.str)
-        zero = self._zeros.get(key)
-        if zero is None:
-            zero = self._zeros[key] = zero_volume_tensor(batch, dtype=like.dtype)
-        return zero
 
     def forward(self, x: Array) -> Array:
         """Move ``x`` (this worker's block on ``P_x``) to the balanced layout on ``P_y``."""
