@@ -2,9 +2,11 @@
 
 Two models on a 2x2 mesh (dp, mp), annotated Megatron-style by :mod:`spmdrules.examples`: the
 MLP block and a 2-layer GPT decoder with small sizes. For each: complete the graph, print the
-annotation table and the reshard plan with bytes, lower it, run it under ``mpiexec -n 4`` (the
-venv's), compare every tensor with the same model run serially in numpy (float64 data), check
-that the bytes sent equal the plans', and print the wall time of each phase.
+annotation table and the reshard plan with bytes, lower it, add its reverse mode
+(:mod:`spmdrules.adjoint`), run forward and reverse under ``mpiexec -n 4`` (the venv's), compare
+every tensor with the same model run serially in numpy (float64 data) and every parameter's
+gradient with numerical derivatives of the serial model, check that the bytes sent equal the
+plans', and print the wall time of each phase.
 
 Without mpiexec or mpi4py (or with ``--sim``) the programs run on the in-process simulated mesh
 instead, and the demo says so.
@@ -18,10 +20,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from spmdrules.adjoint import gradient_program
 from spmdrules.completion import Completion, complete
 from spmdrules.examples import gpt_decoder, mlp
 from spmdrules.executor import Traffic, max_error, random_feeds, run_serial
 from spmdrules.executor_sim import run_simulated
+from spmdrules.gradcheck import check_gradients
 from spmdrules.graph import Graph
 from spmdrules.lowering import Program, lower
 from spmdrules.mesh import ProcessMesh
@@ -30,6 +36,8 @@ from spmdrules.runtime.errors import MPIUnavailableError
 
 #: float64 data must reproduce the serial result to this relative error
 TOLERANCE = 1e-12
+#: gradients against numerical derivatives (Richardson-extrapolated central differences)
+GRAD_TOLERANCE = 1e-7
 #: GPT sizes: small enough for a demo, every dim divisible by the mesh
 GPT_SIZES = {"batch": 4, "seq": 16, "hidden": 32, "heads": 4, "ffn": 64, "vocab": 128}
 MLP_SIZES = {"batch": 4, "seq": 16, "hidden": 32, "ffn": 64}
@@ -47,11 +55,16 @@ class Outcome:
     error: float
     worst: str
     traffic: Traffic
+    #: the program that ran: the forward followed by its reverse mode
+    gradient: Program
+    grad_error: float
+    grad_worst: str
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        return self.error <= TOLERANCE and not self.traffic.mismatches(self.program)
+        return (self.error <= TOLERANCE and self.grad_error <= GRAD_TOLERANCE
+                and not self.traffic.mismatches(self.gradient))
 
 
 def demo_mesh() -> ProcessMesh:
@@ -82,29 +95,43 @@ def run_model(name: str, build: Callable[[], Graph], limits: dict[str, int], *, 
     t = time.perf_counter()
     prog = lower(r)
     sec["lower"] = time.perf_counter() - t
+    t = time.perf_counter()
+    loss = prog.tensors[-1]
+    gp = gradient_program(prog, [loss])
+    sec["reverse mode (gradient program)"] = time.perf_counter() - t
     feeds = random_feeds(prog, seed, vocab_limits=limits)
+    shape = prog.buffers[loss].shape
+    seeds = {loss: np.random.default_rng(seed).standard_normal(shape) if shape else 1.0}
+    feeds[gp.seeds[loss]] = np.asarray(seeds[loss])
+    fetch = [*prog.tensors, *gp.grads.values()]
     executor = "simulated mesh (in process)"
     if use_mpi:
         from spmdrules.executor_mpi import run_mpi
 
         t = time.perf_counter()
-        mr = run_mpi(prog, feeds, nprocs=4, timeout=50)
+        mr = run_mpi(gp, feeds, nprocs=4, fetch=fetch, timeout=50)
         sec["run: mpiexec -n 4 (wall, start-up included)"] = time.perf_counter() - t
-        sec["  of which the forward (slowest rank)"] = mr.seconds.get("run", 0.0)
+        sec["  of which forward + reverse (slowest rank)"] = mr.seconds.get("run", 0.0)
         sec["  of which collectives (slowest rank)"] = mr.seconds.get("collective", 0.0)
         values, traffic, executor = mr.values, mr.traffic, "MPI, 4 ranks"
     else:
         t = time.perf_counter()
-        res = run_simulated(prog, feeds)
-        values, traffic = res.fetch_all(), res.traffic
+        res = run_simulated(gp, feeds)
+        values, traffic = res.fetch_all(fetch), res.traffic
         sec["run: simulated mesh"] = time.perf_counter() - t
     t = time.perf_counter()
     serial = run_serial(g, feeds)
     sec["serial numpy"] = time.perf_counter() - t
     t = time.perf_counter()
-    err, worst = max_error(values, serial)
-    sec["check"] = time.perf_counter() - t
-    return Outcome(name, g, r, prog, executor, err, worst, traffic, sec)
+    err, worst = max_error({n: values[n] for n in prog.tensors}, serial)
+    sec["check forward"] = time.perf_counter() - t
+    t = time.perf_counter()
+    checks = check_gradients(g, feeds, seeds, {n: values[b] for n, b in gp.grads.items()},
+                             directions=1, entries=0)
+    worst_grad = max(checks, key=lambda c: c.error)
+    sec["check gradients (numerical, serial)"] = time.perf_counter() - t
+    return Outcome(name, g, r, prog, executor, err, worst, traffic, gp, worst_grad.error,
+                   worst_grad.tensor, sec)
 
 
 def report(o: Outcome) -> str:
@@ -118,23 +145,37 @@ def report(o: Outcome) -> str:
     lines += [r.summary(), "", o.program.summary()]
     for e in o.program.edges:
         lines.append(f"  {e.label}: {e.plan}".replace("\n", "\n    "))
-    predicted = o.traffic.predicted(o.program)
+    gp = o.gradient
+    predicted = o.traffic.predicted(gp)
     counted = o.traffic.planned_bytes
+    n_rev = len(gp.edges) - len(o.program.edges)
     lines += [
+        f"reverse mode: {gp.summary()}",
+        f"  {n_rev} adjoint reshard edges (grad[...]) mirror the forward plans; "
+        f"{len(gp.grads)} parameter gradients, each all-reduced into its parameter's layout",
         "",
         f"ran on: {o.executor}",
-        f"bytes sent by reshards: counted {counted} B, plans predict {sum(predicted.values())} B"
-        f" (float64 data, so twice the float32 plan) -> "
-        + ("equal" if not o.traffic.mismatches(o.program) else
-           f"DIFFERENT: {o.traffic.mismatches(o.program)}"),
+        f"bytes sent by reshards, forward and reverse: counted {counted} B, plans predict "
+        f"{sum(predicted.values())} B (float64 data, so twice the float32 plan) -> "
+        + ("equal" if not o.traffic.mismatches(gp) else
+           f"DIFFERENT: {o.traffic.mismatches(gp)}"),
     ]
-    if o.traffic.internal:
+    ops_own = {k: v for k, v in o.traffic.internal.items() if not k.startswith("gradient of")}
+    grad_sums = [v for k, v in o.traffic.internal.items() if k.startswith("gradient of")]
+    if ops_own:
         lines.append("bytes of ops' own reductions (no reshard plan covers them): " + ", ".join(
-            f"{k} {fmt_bytes(v)}" for k, v in o.traffic.internal.items()))
+            f"{k} {fmt_bytes(v)}" for k, v in ops_own.items()))
+    if grad_sums:
+        lines.append(f"bytes of the gradients' all-reduces ({len(grad_sums)} parameters "
+                     f"replicated over some mesh dim): {fmt_bytes(sum(grad_sums))}")
     verdict = "MATCHES" if o.error <= TOLERANCE else "DOES NOT MATCH"
     lines += [f"result {verdict} serial numpy: max relative error {o.error:.1e} "
               f"(worst tensor {o.worst or '-'}; tolerance {TOLERANCE:.0e}) over "
-              f"{g.num_tensors} tensors", "", "wall time per phase:"]
+              f"{g.num_tensors} tensors",
+              f"gradients {'MATCH' if o.grad_error <= GRAD_TOLERANCE else 'DO NOT MATCH'} "
+              f"numerical derivatives of the serial model: max relative error "
+              f"{o.grad_error:.1e} (worst {o.grad_worst}; tolerance {GRAD_TOLERANCE:.0e}) over "
+              f"{len(gp.grads)} parameters", "", "wall time per phase:"]
     lines += [f"  {k:<46} {v * 1e3:9.1f} ms" for k, v in o.seconds.items()]
     return "\n".join(lines)
 

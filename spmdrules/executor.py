@@ -19,7 +19,7 @@ from spmdrules import shapes
 from spmdrules.attr import DistAttr
 from spmdrules.errors import SpmdError
 from spmdrules.graph import Graph, Op, Tensor
-from spmdrules.kernels import Block, LocalContext, get_kernel
+from spmdrules.kernels import Block, LocalContext, get_kernel, get_vjp
 from spmdrules.lowering import Collective, KernelCall, Layout, Program
 from spmdrules.mesh import ProcessMesh
 from spmdrules.simulate import gather
@@ -129,24 +129,39 @@ def check_feeds(program: Program, feeds: Mapping[str, Array]) -> None:
 # ---- kernels ----------------------------------------------------------------------------------
 def call_kernel(call: KernelCall, coord: Coord, blocks: Sequence[Block],
                 layouts: Mapping[str, Layout]) -> dict[str, Array]:
-    """Run ``call``'s kernel on one process's blocks; check and name each output block."""
-    outs = get_kernel(call.op_type)(call.context(coord), blocks)
+    """Run ``call``'s kernel (or, in ``"vjp"`` mode, its VJP) on one process's blocks; check and
+    name each output block."""
+    ctx = call.context(coord)
+    if call.mode == "vjp":
+        n_in, n_out = len(call.input_shapes), len(call.output_shapes)
+        outs = get_vjp(call.op_type)(ctx, blocks[:n_in], blocks[n_in:n_in + n_out],
+                                     blocks[n_in + n_out:])
+    else:
+        outs = get_kernel(call.op_type)(ctx, blocks)
+    what = "VJP" if call.mode == "vjp" else "kernel"
     if len(outs) != len(call.outputs):
-        raise ExecutionError(f"op {call.op!r} ({call.op_type}): the kernel returned {len(outs)} "
+        raise ExecutionError(f"op {call.op!r} ({call.op_type}): the {what} returned {len(outs)} "
                              f"results for {len(call.outputs)} outputs")
     named: dict[str, Array] = {}
     for slot, val in zip(call.outputs, outs, strict=True):
-        names = (slot,) if isinstance(slot, str) else tuple(slot or ())
+        if slot is None:
+            continue  # a cotangent nobody asked for (reverse mode)
+        names = (slot,) if isinstance(slot, str) else tuple(slot)
         vals = (val,) if isinstance(slot, str) else tuple(val or ())
         if len(names) != len(vals):
-            raise ExecutionError(f"op {call.op!r} ({call.op_type}): the kernel returned "
+            raise ExecutionError(f"op {call.op!r} ({call.op_type}): the {what} returned "
                                  f"{len(vals)} blocks for the {len(names)} outputs {list(names)}")
         for n, v in zip(names, vals, strict=True):
+            if n is None:
+                continue
+            if v is None:
+                raise ExecutionError(f"op {call.op!r} ({call.op_type}): the {what} returned no "
+                                     f"block for {n!r}")
             arr = np.asarray(v)
             want = layouts[n].local_shape(coord)
             if arr.shape != want:
                 raise ExecutionError(
-                    f"op {call.op!r} ({call.op_type}): the kernel's block of {n!r} at mesh "
+                    f"op {call.op!r} ({call.op_type}): the {what}'s block of {n!r} at mesh "
                     f"coordinate {coord} has shape {list(arr.shape)}; its layout "
                     f"{layouts[n].attr.mapping_str()} of {list(layouts[n].shape)} needs "
                     f"{list(want)}")
@@ -181,30 +196,61 @@ def _shape_of(v: Tensor | tuple[Tensor, ...] | None) -> Any:
     return tuple(t.shape for t in v)
 
 
-def serial_op(op: Op, values: Mapping[str, Array]) -> dict[str, Array]:
-    """One op on whole arrays: its kernel on a one-process mesh with everything replicated."""
-    ctx = LocalContext(op.type, _SERIAL_MESH, (0,),
-                       tuple(_shape_of(v) for v in op.operands),
-                       tuple(_replicated(v) for v in op.operands),
-                       tuple(_shape_of(v) for v in op.results),
-                       tuple(_replicated(v) for v in op.results), op.attr_dict)
+def serial_context(op: Op) -> LocalContext:
+    """The context of ``op`` on a one-process mesh with everything replicated."""
+    return LocalContext(op.type, _SERIAL_MESH, (0,),
+                        tuple(_shape_of(v) for v in op.operands),
+                        tuple(_replicated(v) for v in op.operands),
+                        tuple(_shape_of(v) for v in op.results),
+                        tuple(_replicated(v) for v in op.results), op.attr_dict)
+
+
+def _blocks(slots: Sequence[Tensor | tuple[Tensor, ...] | None], values: Mapping[str, Any]
+            ) -> list[Block]:
     blocks: list[Block] = []
-    for v in op.operands:
+    for v in slots:
         if v is None:
             blocks.append(None)
         elif isinstance(v, Tensor):
-            blocks.append(values[v.name])
+            blocks.append(values.get(v.name))
         else:
-            blocks.append([values[t.name] for t in v])
-    outs = get_kernel(op.type)(ctx, blocks)
+            blocks.append([values.get(t.name) for t in v])
+    return blocks
+
+
+def _named(slots: Sequence[Tensor | tuple[Tensor, ...] | None], results: Sequence[Block]
+           ) -> dict[str, Array]:
+    """Results by tensor name; a tensor in several slots (``add(h, h)``) gets their sum."""
     named: dict[str, Array] = {}
-    for rv, val in zip(op.results, outs, strict=True):
+    for rv, val in zip(slots, results, strict=True):
+        if rv is None or val is None:
+            continue
+        pairs: list[tuple[Tensor, Any]]
         if isinstance(rv, Tensor):
-            named[rv.name] = np.asarray(val)
+            pairs = [(rv, val)]
         else:
             assert isinstance(val, list | tuple)
-            named.update((t.name, np.asarray(b)) for t, b in zip(rv, val, strict=True))
+            pairs = list(zip(rv, list(val), strict=True))
+        for t, b in pairs:
+            if b is not None:
+                arr = np.asarray(b)
+                named[t.name] = named[t.name] + arr if t.name in named else arr
     return named
+
+
+def serial_op(op: Op, values: Mapping[str, Array]) -> dict[str, Array]:
+    """One op on whole arrays: its kernel on a one-process mesh with everything replicated."""
+    outs = get_kernel(op.type)(serial_context(op), _blocks(op.operands, values))
+    return _named(op.results, outs)
+
+
+def serial_vjp(op: Op, values: Mapping[str, Array], cotangents: Mapping[str, Array]
+               ) -> dict[str, Array]:
+    """One op's VJP on whole arrays: the cotangents of its inputs (by tensor name) from
+    ``values`` (its inputs and outputs) and the cotangents of its outputs (absent: zero)."""
+    outs = get_vjp(op.type)(serial_context(op), _blocks(op.operands, values),
+                            _blocks(op.results, values), _blocks(op.results, cotangents))
+    return _named(op.operands, outs)
 
 
 def run_serial(graph: Graph, feeds: Mapping[str, Array]) -> dict[str, Array]:
@@ -248,5 +294,7 @@ __all__ = [
     "max_error",
     "random_feeds",
     "run_serial",
+    "serial_context",
     "serial_op",
+    "serial_vjp",
 ]

@@ -189,7 +189,7 @@ class MPIExecutor:
             elif isinstance(slot, str):
                 args.append(blocks[slot])
             else:
-                args.append([blocks[n] for n in slot])
+                args.append([None if n is None else blocks[n] for n in slot])
         try:
             blocks.update(call_kernel(call, coord, args, self.program.buffers))
         except SpmdError:

@@ -232,7 +232,7 @@ class SimulatedMesh:
                 elif isinstance(slot, str):
                     args.append(blocks[slot][pid])
                 else:
-                    args.append([blocks[n][pid] for n in slot])
+                    args.append([None if n is None else blocks[n][pid] for n in slot])
             try:
                 named = call_kernel(call, coord, args, layouts)
             except SpmdError:

@@ -12,6 +12,14 @@ partial must produce the matching partial output piece (e.g. a vocab-sharded emb
 outside its rows and yields a partial sum).
 
 Kernels are registered per op name with :func:`register_kernel`; :func:`get_kernel` finds them.
+
+Reverse mode (:mod:`spmdrules.adjoint`) needs each op's vector-Jacobian product on the blocks: a
+:data:`Vjp` receives the same context, the rank's input blocks, its output blocks and the
+cotangents of its outputs (``None`` for an output nothing depends on: a zero), and returns the
+cotangent of every input (``None`` for an input that takes none: integer ids, labels). It is the
+exact adjoint of the *local* kernel, so its results are derivatives with respect to the rank's own
+blocks: where an input is replicated over a mesh dim they are pieces of a pending sum, the dual of
+the input's layout. :func:`register_vjp` and :func:`get_vjp` mirror the kernel registry.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from spmdrules.errors import UnsupportedError
 from spmdrules.mesh import ProcessMesh
 
 Array = NDArray[Any]
-Block = Array | list[Array] | None
+Block = Array | list[Array] | list[Array | None] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +58,11 @@ class LocalContext:
 
 Kernel = Callable[[LocalContext, Sequence[Block]], tuple[Block, ...]]
 
+#: (context, input blocks, output blocks, output cotangents) -> input cotangents
+Vjp = Callable[[LocalContext, Sequence[Block], Sequence[Block], Sequence[Block]], tuple[Block, ...]]
+
 _KERNELS: dict[str, Kernel] = {}
+_VJPS: dict[str, Vjp] = {}
 
 
 def register_kernel(*names: str) -> Callable[[Kernel], Kernel]:
@@ -66,6 +78,35 @@ def register_kernel(*names: str) -> Callable[[Kernel], Kernel]:
     return deco
 
 
+def register_vjp(*names: str) -> Callable[[Vjp], Vjp]:
+    """Register one vector-Jacobian product under one or more op names."""
+
+    def deco(fn: Vjp) -> Vjp:
+        for n in names:
+            if n in _VJPS:
+                raise ValueError(f"a VJP for {n!r} is already registered")
+            _VJPS[n] = fn
+        return fn
+
+    return deco
+
+
+def get_vjp(op: str) -> Vjp:
+    _ensure_loaded()
+    fn = _VJPS.get(op)
+    if fn is None:
+        raise UnsupportedError(
+            f"{op}: no vector-Jacobian product is registered, so reverse mode cannot pass through "
+            f"it; ops with one: {', '.join(sorted(_VJPS))}"
+        )
+    return fn
+
+
+def list_vjps() -> list[str]:
+    _ensure_loaded()
+    return sorted(_VJPS)
+
+
 def get_kernel(op: str) -> Kernel:
     _ensure_loaded()
     fn = _KERNELS.get(op)
@@ -79,11 +120,24 @@ def list_kernels() -> list[str]:
     return sorted(_KERNELS)
 
 
+def cotangent(cts: Sequence[Block], i: int, like: Array) -> Array:
+    """Output ``i``'s cotangent block, zeros shaped like its output block when none flows."""
+    g = cts[i] if i < len(cts) else None
+    if g is None:
+        return np.zeros_like(like)
+    if not isinstance(g, np.ndarray) or g.shape != like.shape:
+        raise UnsupportedError(
+            f"the cotangent of output {i} must be one block shaped like the output "
+            f"{list(like.shape)}, got {getattr(g, 'shape', type(g).__name__)}"
+        )
+    return g
+
+
 _loaded = False
 
 
 def _ensure_loaded() -> None:
-    """Kernels live next to their rules (``kernels_*`` modules in spmdrules) and load on demand."""
+    """Kernels (``kernels_*`` modules in spmdrules) and their VJPs (``vjp_*``) load on demand."""
     global _loaded
     if not _loaded:
         _loaded = True
@@ -93,7 +147,7 @@ def _ensure_loaded() -> None:
         import spmdrules
 
         for m in pkgutil.iter_modules(spmdrules.__path__):
-            if m.name.startswith("kernels_"):
+            if m.name.startswith(("kernels_", "vjp_")):
                 importlib.import_module(f"spmdrules.{m.name}")
 
 
@@ -103,8 +157,13 @@ __all__ = [
     "DistAttr",
     "Kernel",
     "LocalContext",
+    "Vjp",
+    "cotangent",
     "get_kernel",
+    "get_vjp",
     "list_kernels",
+    "list_vjps",
     "np",
     "register_kernel",
+    "register_vjp",
 ]

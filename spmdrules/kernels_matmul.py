@@ -64,7 +64,7 @@ def _operands(ctx: LocalContext, blocks: Sequence[Block], i: int, name: str) -> 
             f"{ctx.op}: {name!r} must be a list of local blocks (numpy arrays), got "
             f"{type(b).__name__}"
         )
-    return list(b)
+    return [a for a in b if a is not None]  # none is None: checked above
 
 
 def _notation(ctx: LocalContext, n: int) -> einsum.Notation:

@@ -58,7 +58,7 @@ def arrays(ctx: LocalContext, blocks: Sequence[Block], i: int, name: str) -> lis
             f"{ctx.op}: argument {i} ({name!r}) is a list argument; pass a list of numpy blocks, "
             f"got {type(b).__name__}"
         )
-    return list(b)
+    return [a for a in b if a is not None]  # none is None: checked above
 
 
 def output(ctx: LocalContext, index: int = 0) -> tuple[Shape, DistAttr]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -44,7 +44,7 @@ from spmdrules.runtime.decomposition import Box, box_shape, box_volume
 Array = NDArray[Any]
 Coord = tuple[int, ...]
 #: a kernel argument or result: one buffer, a list of buffers, or an absent optional
-Slot = str | tuple[str, ...] | None
+Slot = str | tuple[str | None, ...] | None
 
 #: the runtime primitive each planned step runs as (docs/execution.md)
 PRIMITIVES: Final[dict[str, str]] = {
@@ -149,7 +149,12 @@ def groups(mesh: ProcessMesh, mesh_dim: int) -> list[tuple[int, ...]]:
 # ---- instructions -----------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class KernelCall:
-    """Run ``op_type``'s local kernel on every process of ``mesh``."""
+    """Run ``op_type``'s local kernel on every process of ``mesh``.
+
+    In ``"vjp"`` mode (reverse mode, :mod:`spmdrules.adjoint`) it runs the op's vector-Jacobian
+    product instead: ``inputs`` are the op's inputs, then its outputs, then their cotangents, and
+    ``outputs`` are the cotangents of the op's inputs (None where none is wanted). The shapes and
+    attributes stay the forward op's, which the VJP reads as the kernel does."""
 
     op: str
     op_type: str
@@ -161,6 +166,7 @@ class KernelCall:
     output_shapes: tuple[Any, ...]
     output_attrs: tuple[Any, ...]
     attrs: dict[str, Any]
+    mode: Literal["forward", "vjp"] = "forward"
 
     def context(self, coord: Coord) -> LocalContext:
         return LocalContext(self.op_type, self.mesh, coord, self.input_shapes, self.input_attrs,
@@ -181,6 +187,8 @@ class Collective:
     predicted_bytes: int | None
     #: the reduce type of a pending reduction the step resolves or creates
     reduce_type: str | None = None
+    #: the op whose own lowering the step belongs to (None for a planned reshard step)
+    op: str | None = None
 
     @property
     def primitive(self) -> str:
@@ -228,6 +236,12 @@ class Program:
     #: every graph tensor, by name (a buffer of the same name holds it)
     tensors: tuple[str, ...]
     edges: list[EdgePlan] = field(default_factory=list)
+    #: every op's call as its kernel would run it, by op name (also for ops lowered otherwise)
+    calls: dict[str, KernelCall] = field(default_factory=dict)
+    #: reverse mode (:func:`spmdrules.adjoint.gradient_program`): the fed cotangent of each
+    #: seeded tensor, and the buffer holding the gradient of each requested tensor
+    seeds: dict[str, str] = field(default_factory=dict)
+    grads: dict[str, str] = field(default_factory=dict)
 
     @property
     def predicted_bytes(self) -> int:
@@ -264,6 +278,7 @@ class _Lowering:
         self.buffers: dict[str, Layout] = {}
         self.code: list[Instruction] = []
         self.edges: list[EdgePlan] = []
+        self.calls: dict[str, KernelCall] = {}
         self.by_edge: dict[tuple[str, str, str], ReshardEdge] = {
             (e.tensor, e.op, e.side): e for e in result.reshards
         }
@@ -310,7 +325,7 @@ class _Lowering:
             self.lower_op(op)
         feeds = tuple(t.name for t in self.g.tensors if t.producer is None)
         return Program(self.g.name, self.buffers, self.code, feeds,
-                       tuple(t.name for t in self.g.tensors), self.edges)
+                       tuple(t.name for t in self.g.tensors), self.edges, self.calls)
 
     def lower_op(self, op: Op) -> None:
         ins: list[Slot] = []
@@ -361,6 +376,7 @@ class _Lowering:
                 )
         call = KernelCall(op.name, op.type, mesh, tuple(ins), tuple(outs), tuple(in_shapes),
                           tuple(in_attrs), tuple(out_shapes), tuple(out_attrs), op.attr_dict)
+        self.calls[op.name] = call
         special = _SPECIAL.get(op.type)
         if special is None or not special(self, call):
             self.code.append(call)
@@ -416,19 +432,28 @@ class _SoftmaxLoss:
         return np.exp(x - gmax) / gsum, loss.astype(x.dtype)
 
 
-def _all_reduce_chain(lw: _Lowering, src: str, dst: str, dims: tuple[int, ...], rt: str,
-                      label: str) -> None:
-    """All-reduce ``src`` over ``dims`` into ``dst``, one mesh dim per step like a plan."""
-    lay = lw.buffers[src]
+def all_reduce_chain(buffers: dict[str, Layout], code: list[Instruction], src: str, dst: str,
+                     dims: Sequence[int], rt: str, label: str, op: str | None) -> None:
+    """All-reduce ``src`` over ``dims`` into ``dst``, one mesh dim per step like a plan (an op's
+    own reduction: no plan predicts its bytes)."""
+    lay = buffers[src]
     cur, left = src, dict(lay.pending)
     for k, m in enumerate(dims):
-        del left[m]
+        left.pop(m, None)
         nxt = dst if k == len(dims) - 1 else f"{dst}#{k}"
-        lw.buffers[nxt] = Layout(lay.shape, lay.dtype,
-                                 DistAttr._make(lay.mesh, lay.attr.multi_dims_mapping,
-                                                tuple(sorted(left.items()))))
-        lw.code.append(Collective("all_reduce", m, cur, nxt, label, None, rt))
+        buffers[nxt] = Layout(lay.shape, lay.dtype,
+                              DistAttr._make(lay.mesh, lay.attr.multi_dims_mapping,
+                                             tuple(sorted(left.items()))))
+        code.append(Collective("all_reduce", m, cur, nxt, label, None, rt, op))
         cur = nxt
+
+
+def class_axis(call: KernelCall) -> tuple[int, tuple[int, ...]]:
+    """A cross entropy's class axis and the mesh dims (of size > 1) that split it."""
+    x_attr = call.input_attrs[0]
+    assert isinstance(x_attr, DistAttr)
+    axis = int(call.attrs.get("axis", -1)) % len(call.input_shapes[0])
+    return axis, tuple(m for m in x_attr.multi_dims_mapping[axis] if x_attr.mesh.shape[m] > 1)
 
 
 def _lower_vocab_parallel_ce(lw: _Lowering, call: KernelCall) -> bool:
@@ -442,8 +467,7 @@ def _lower_vocab_parallel_ce(lw: _Lowering, call: KernelCall) -> bool:
     x_attr = call.input_attrs[0]
     assert isinstance(x_attr, DistAttr)
     x_shape = call.input_shapes[0]
-    axis = int(call.attrs.get("axis", -1)) % len(x_shape)
-    class_dims = tuple(m for m in x_attr.multi_dims_mapping[axis] if x_attr.mesh.shape[m] > 1)
+    axis, class_dims = class_axis(call)
     if not class_dims:
         return False
     if call.attrs.get("soft_label") or not call.attrs.get("use_softmax", True):
@@ -472,11 +496,14 @@ def _lower_vocab_parallel_ce(lw: _Lowering, call: KernelCall) -> bool:
     lw.buffers[n["pick_p"]] = Layout(stat_shape, x_lay.dtype, stat("sum"))
     label = f"{call.op} (vocab-parallel)"
     lw.code.append(LocalStep(call.op, mesh, _LocalMax(axis), (x_name,), (n["max_p"],)))
-    _all_reduce_chain(lw, n["max_p"], n["max"], class_dims, "max", label)
+    all_reduce_chain(lw.buffers, lw.code, n["max_p"], n["max"], class_dims,
+                     "max", label, call.op)
     lw.code.append(LocalStep(call.op, mesh, _ExpSumPick(axis, x_lay),
                              (x_name, label_name, n["max"]), (n["sum_p"], n["pick_p"])))
-    _all_reduce_chain(lw, n["sum_p"], n["sum"], class_dims, "sum", label)
-    _all_reduce_chain(lw, n["pick_p"], n["pick"], class_dims, "sum", label)
+    all_reduce_chain(lw.buffers, lw.code, n["sum_p"], n["sum"], class_dims,
+                     "sum", label, call.op)
+    all_reduce_chain(lw.buffers, lw.code, n["pick_p"], n["pick"], class_dims,
+                     "sum", label, call.op)
     lw.code.append(LocalStep(call.op, mesh, _SoftmaxLoss(int(call.attrs.get("ignore_index", -100))),
                              (x_name, label_name, n["max"], n["sum"], n["pick"]),
                              (soft_out, loss_out)))
@@ -510,6 +537,8 @@ __all__ = [
     "LocalStep",
     "LoweringError",
     "Program",
+    "all_reduce_chain",
+    "class_axis",
     "groups",
     "lower",
     "mesh_coords",

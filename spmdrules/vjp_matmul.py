@@ -1,0 +1,59 @@
+"""Vector-Jacobian products of the matrix products (:mod:`spmdrules.kernels_matmul`).
+
+``dx = g @ y^T`` and ``dy = x^T @ g`` on the rank's blocks, with numpy's reading of 1-D operands
+and of broadcast batch dims (summed back with :func:`spmdrules.vjp_elementwise.unbroadcast`), and
+Paddle's ``trans_x`` / ``trans_y``. A rank holding a block of the contracted dim gets the block of
+``dx`` for that part of it; a weight replicated over the batch's mesh dim gets the sum over the
+rank's rows only, one piece of the pending sum that the dual of its layout names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from spmdrules.kernels import Array, Block, LocalContext, cotangent, register_vjp
+from spmdrules.kernels_elementwise import tensor_block
+from spmdrules.vjp_elementwise import unbroadcast
+
+
+def _t(a: Array) -> Array:
+    return np.swapaxes(a, -1, -2)
+
+
+def matmul_grads(x: Array, y: Array, g: Array, trans_x: bool, trans_y: bool
+                 ) -> tuple[Array, Array]:
+    """(dx, dy) of ``matmul(x, y, trans_x, trans_y)`` for the output cotangent ``g``."""
+    xs = _t(x) if trans_x and x.ndim >= 2 else x
+    ys = _t(y) if trans_y and y.ndim >= 2 else y
+    x2 = xs[None, :] if xs.ndim == 1 else xs
+    y2 = ys[:, None] if ys.ndim == 1 else ys
+    g2 = g[..., None] if ys.ndim == 1 else g
+    g2 = np.expand_dims(g2, -2) if xs.ndim == 1 else g2
+    dx = unbroadcast(np.asarray(np.matmul(g2, _t(y2))), x2.shape).reshape(xs.shape)
+    dy = unbroadcast(np.asarray(np.matmul(_t(x2), g2)), y2.shape).reshape(ys.shape)
+    dx = _t(dx) if trans_x and x.ndim >= 2 else dx
+    dy = _t(dy) if trans_y and y.ndim >= 2 else dy
+    return dx, dy
+
+
+@register_vjp("matmul", "matmul_v2")
+def matmul_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+               cts: Sequence[Block]) -> tuple[Block, ...]:
+    x = tensor_block(ctx, ins, 0, "x")
+    y = tensor_block(ctx, ins, 1, "y")
+    g = cotangent(cts, 0, tensor_block(ctx, outs, 0, "out"))
+    dx, dy = matmul_grads(x, y, g, bool(ctx.attrs.get("trans_x", False)),
+                          bool(ctx.attrs.get("trans_y", False)))
+    return dx.astype(x.dtype), dy.astype(y.dtype)
+
+
+@register_vjp("bmm")
+def bmm_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+            cts: Sequence[Block]) -> tuple[Block, ...]:
+    x = tensor_block(ctx, ins, 0, "x")
+    y = tensor_block(ctx, ins, 1, "y")
+    g = cotangent(cts, 0, tensor_block(ctx, outs, 0, "out"))
+    dx, dy = matmul_grads(x, y, g, False, False)
+    return dx.astype(x.dtype), dy.astype(y.dtype)
