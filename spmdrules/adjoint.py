@@ -18,7 +18,7 @@ all-gather                    reduce-scatter (sum)
 all-to-all S(i) -> S(j)       all-to-all S(j) -> S(i)
 slice R -> S                  local: the block written into zeros (S -> P)
 zero-partial R -> P           the same step (one replica keeps the cotangent)
-transfer to a counterpart     the transfer back
+transfer between meshes       the pieces returned to their owners, which add them up
 vocab-parallel cross entropy  its own lowering: two all-reduces over the class shards
 ============================  ===================================================================
 
@@ -306,8 +306,9 @@ class _Reverse:
         m, rt, kind = step.mesh_dim, step.reduce_type or "sum", step.kind
         mesh = self.buffers[step.src].mesh
 
-        def emit(kind_: Any, dst: str, rt_: str | None) -> None:
-            self.code.append(Collective(kind_, m, ct, dst, label, step.predicted_bytes, rt_))
+        def emit(kind_: Any, dst: str, rt_: str | None, adjoint: bool = False) -> None:
+            self.code.append(Collective(kind_, m, ct, dst, label, step.predicted_bytes, rt_,
+                                        adjoint=adjoint))
 
         if kind == "all_reduce":
             if rt not in ("sum", "avg"):
@@ -341,13 +342,13 @@ class _Reverse:
             emit("zero_partial", target, "sum" if rt in ("sum", "product") else "avg")
         else:  # p2p
             a, b = self.p.buffers[step.src], self.p.buffers[step.dst]
-            if a.mesh.shape != b.mesh.shape or (
-                    a.attr.multi_dims_mapping != b.attr.multi_dims_mapping):
-                raise UnsupportedError(
-                    f"reverse mode through the transfer of {step.edge}, which changes the layout "
-                    "between meshes, is not supported; give both stages the same layout"
-                )
-            emit("p2p", target, None)
+            counterparts = bool(a.attr.partial_items) or (
+                a.mesh.shape == b.mesh.shape
+                and a.attr.multi_dims_mapping == b.attr.multi_dims_mapping)
+            # counterparts send back what they received; otherwise every receiver returns its
+            # pieces to their owners, which add them up (the replicas of the destination each
+            # hold a piece of the sum)
+            emit("p2p", target, None, adjoint=not counterparts)
 
     def own_lowering(self, call: KernelCall) -> None:
         """Ops the lowering ran without their kernel: the vocab-parallel cross entropy."""

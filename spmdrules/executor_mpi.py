@@ -203,7 +203,7 @@ class MPIExecutor:
         lays = self.program.buffers
         a, b = lays[step.src], lays[step.dst]
         if step.kind == "p2p":
-            return self._p2p(step, a, b, x, traffic)
+            return self._p2p(step, a, b, x, traffic, step.adjoint)
         assert step.mesh_dim is not None
         m = step.mesh_dim
         coord = self._coords[a.mesh].get(self.rank)
@@ -255,9 +255,13 @@ class MPIExecutor:
         return out
 
     def _p2p(self, step: Collective, a: Layout, b: Layout, x: Array | None,
-             traffic: Traffic) -> Array | None:
+             traffic: Traffic, adjoint: bool = False) -> Array | None:
         from spmdrules.runtime.box_exchange import BoxExchange
 
+        # every rank takes part in agreeing on the dtype (a collective on the whole job)
+        dtype = self._dtype_of(step, x)
+        if adjoint:
+            return self._p2p_adjoint(step, a, b, x, traffic, dtype)
         ca, cb = self._coords[a.mesh], self._coords[b.mesh]
         mine_src, mine_dst = ca.get(self.rank), cb.get(self.rank)
         if a.attr.partial_items or (a.mesh.shape == b.mesh.shape
@@ -268,7 +272,7 @@ class MPIExecutor:
             reqs = []
             out = None
             if mine_dst is not None:
-                out = np.empty(b.local_shape(mine_dst), dtype=self._dtype_of(step, x))
+                out = np.empty(b.local_shape(mine_dst), dtype=dtype)
                 peer = by_coord_src[mine_dst]
                 if peer == self.rank:
                     assert x is not None
@@ -290,12 +294,39 @@ class MPIExecutor:
                 owned[p] = a.box(c)
         for p, c in cb.items():
             needed[p] = b.box(c)
-        dtype = self._dtype_of(step, x)
         ex = BoxExchange(self.comm, self.rank, dtype, owned, needed)
         out = np.empty(b.local_shape(mine_dst), dtype=dtype) if mine_dst is not None else None
         src = x if owned[self.rank] is not None and x is not None else np.empty(0, dtype)
         ex.gather(src, out if out is not None else np.empty(0, dtype))
         traffic.add(step, ex.bytes_gather, len(ex.sends), dtype.itemsize)
+        return out
+
+    def _p2p_adjoint(self, step: Collective, a: Layout, b: Layout, x: Array | None,
+                     traffic: Traffic, dtype: np.dtype[Any]) -> Array | None:
+        """The adjoint of a layout-changing transfer (see ``executor_sim``): the box exchange's
+        ``scatter_add`` returns each received piece to its owner, which adds them up."""
+        from spmdrules.runtime.box_exchange import BoxExchange
+
+        ca, cb = self._coords[a.mesh], self._coords[b.mesh]
+        size = self.comm.Get_size()
+        spread = tuple(m for m, _ in b.pending)
+        owned: list[Box | None] = [None] * size
+        needed: list[Box | None] = [None] * size
+        for p, c in cb.items():
+            if not any(c[d] for d in spread):
+                owned[p] = b.box(c)
+        for p, c in ca.items():
+            needed[p] = a.box(c)
+        ex = BoxExchange(self.comm, self.rank, dtype, owned, needed)
+        mine = cb.get(self.rank)
+        out = np.zeros(b.local_shape(mine), dtype=dtype) if mine is not None else None
+        grad = x if x is not None and needed[self.rank] is not None else np.empty(0, dtype)
+        if owned[self.rank] is not None:
+            assert out is not None
+            ex.scatter_add(grad, out)
+        else:
+            ex.scatter_add(grad, np.empty(0, dtype))
+        traffic.add(step, ex.bytes_scatter, len(ex.recvs), dtype.itemsize)
         return out
 
     def _dtype_of(self, step: Collective, x: Array | None) -> np.dtype[Any]:

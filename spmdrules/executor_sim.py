@@ -255,7 +255,8 @@ class SimulatedMesh:
         kind, m = step.kind, step.mesh_dim
         out: Blocks = {}
         if kind == "p2p":
-            out, sent, msgs = self._p2p(step, a, b, src)
+            out, sent, msgs = (self._p2p_adjoint(a, b, src) if step.adjoint
+                               else self._p2p(step, a, b, src))
             traffic.add(step, sent, msgs, _itemsize(src))
             return out
         assert m is not None
@@ -305,6 +306,32 @@ class SimulatedMesh:
         needed = {q: b.box(c) for q, c in cb.items()}
         dtype = next(iter(src.values())).dtype
         return box_exchange(owned, needed, dtype, f"p2p of {step.edge}")
+
+
+    def _p2p_adjoint(self, a: Layout, b: Layout, src: Blocks) -> tuple[Blocks, int, int]:
+        """The adjoint of a layout-changing transfer, from the cotangent ``a`` of its
+        destination to the cotangent ``b`` of its source: each process returns the pieces it
+        received to their owners (coordinate 0 of every mesh dim ``b`` sums over, where the
+        source replicated), which add them up; the other source processes hold zeros."""
+        ca, cb = self.coords(a), self.coords(b)
+        spread = tuple(m for m, _ in b.pending)
+        out: Blocks = {p: np.zeros(b.local_shape(c), dtype=next(iter(src.values())).dtype)
+                       for p, c in cb.items()}
+        sent = msgs = 0
+        for p, c in cb.items():
+            if any(c[d] for d in spread):
+                continue
+            have = b.box(c)
+            for q, cq in ca.items():
+                want = a.box(cq)
+                inter = intersect(have, want)
+                if inter is None:
+                    continue
+                out[p][relative(inter, have)] += src[q][relative(inter, want)]
+                if p != q:
+                    sent += box_volume(inter) * out[p].itemsize
+                    msgs += 1
+        return out, sent, msgs
 
 
 def run_simulated(program: Program, feeds: Mapping[str, Any],

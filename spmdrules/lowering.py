@@ -189,6 +189,10 @@ class Collective:
     reduce_type: str | None = None
     #: the op whose own lowering the step belongs to (None for a planned reshard step)
     op: str | None = None
+    #: reverse mode: run the adjoint of a layout-changing ``p2p`` (each process returns the
+    #: pieces it received to their owners, which add them up), from the cotangent of the
+    #: transfer's destination (``src``) to that of its source (``dst``)
+    adjoint: bool = False
 
     @property
     def primitive(self) -> str:

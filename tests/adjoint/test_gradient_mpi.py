@@ -21,16 +21,20 @@ from spmdrules.gradcheck import check_gradients
 from spmdrules.lowering import lower
 
 
-def _pipeline() -> Any:
-    name = "e2e_test_pipeline"
+def _load(name: str, file: str) -> Any:
+    """tests/ is no package (pytest imports with importlib): load a sibling test module."""
     if name not in sys.modules:
-        path = Path(__file__).parents[1] / "e2e" / "test_pipeline.py"
+        path = Path(__file__).parent / file
         spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def _pipeline() -> Any:
+    return _load("e2e_test_pipeline", "../e2e/test_pipeline.py")
 
 
 @pytest.mark.timeout(150)
@@ -56,3 +60,23 @@ def test_mpi_gradients_equal_the_serial_numerical_ones(case: str, nprocs: int) -
     assert run.traffic.mismatches(gp) == []
     assert run.traffic.per_edge == sim.traffic.per_edge
     assert any(label.startswith("grad[") for label in run.traffic.per_edge)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("w1_spec", [("mp", None), (None, "mp")])
+def test_mpi_gradients_across_pipeline_stages(w1_spec: tuple[Any, ...]) -> None:
+    stages = _load("adjoint_test_gradient_program", "test_gradient_program.py")
+    g = stages._stages(w1_spec)
+    prog = lower(complete(g))
+    gp = gradient_program(prog, ["out"])
+    feeds = random_feeds(prog, seed=5)
+    seeds = {"out": np.random.default_rng(6).standard_normal(prog.buffers["out"].shape)}
+    feeds[gp.seeds["out"]] = seeds["out"]
+    run = run_mpi(gp, feeds, nprocs=8, fetch=list(gp.grads.values()), timeout=120)
+    sim = run_simulated(gp, feeds)
+    for t, b in gp.grads.items():
+        np.testing.assert_allclose(run.values[b], sim.fetch(b), rtol=1e-12, atol=1e-12)
+    checks = check_gradients(g, feeds, seeds, {t: run.values[b] for t, b in gp.grads.items()})
+    assert max(c.error for c in checks) <= 1e-7
+    assert run.traffic.mismatches(gp) == []
+    assert run.traffic.per_edge == sim.traffic.per_edge

@@ -119,7 +119,7 @@ def _stages(w1_spec: tuple[Any, ...]) -> Graph:
     return g
 
 
-@pytest.mark.parametrize("w1_spec", [("mp", None), (None, None)])
+@pytest.mark.parametrize("w1_spec", [("mp", None), (None, None), (None, "mp")])
 def test_gradients_cross_pipeline_stages(w1_spec: tuple[Any, ...]) -> None:
     g = _stages(w1_spec)
     prog = lower(complete(g))
@@ -134,10 +134,17 @@ def test_gradients_cross_pipeline_stages(w1_spec: tuple[Any, ...]) -> None:
                    for i in gp.instructions)
 
 
-def test_a_transfer_that_changes_the_layout_is_refused_by_name() -> None:
+def test_a_transfer_that_changes_the_layout_returns_its_pieces_to_their_owners() -> None:
     prog = lower(complete(_stages((None, "mp"))))
-    with pytest.raises(UnsupportedError, match="transfer of h -> mm1, which changes the layout"):
-        gradient_program(prog, ["out"])
+    gp = gradient_program(prog, ["out"])
+    [back] = [i for i in gp.instructions if isinstance(i, Collective) and i.kind == "p2p"
+              and i.edge.startswith("grad[")]
+    assert back.adjoint
+    # h [0,1] on stage 0 goes to [0,-1] on stage 1: replicated over stage 1's mp dim, its
+    # cotangent there is a pending sum, whose pieces go back to h's blocks and add up
+    assert prog.buffers["h"].attr.mapping_str() == "[0,1]"
+    assert gp.buffers[back.src].attr.partial_items == ((1, "sum"),)
+    assert gp.buffers[back.dst].attr.partial_items == ()
 
 
 def test_a_pending_max_is_refused_with_the_fix() -> None:
