@@ -60,15 +60,14 @@ class OpSchema:
         self.attr_index = {a.name: i for i, a in enumerate(self.attrs)}
         # A reverse rule may take fewer attributes than the forward one (reduce_base drops
         # reduce_type); the registry keeps them on the reverse binding.
-        rev = rule._rev if rule.has_reverse else None
-        self.reverse_attrs = None if rev is None else rev.attrs
+        self.reverse_attrs = rule.reverse_attrs
 
     def reverse_attr_values(self, forward_values: tuple[Any, ...]) -> tuple[Any, ...]:
         """The reverse rule's positional attributes, from the forward values an Op stores:
         ``rule.infer_reverse(*inputs, *outputs, *schema.reverse_attr_values(op.attrs))``."""
         if self.reverse_attrs is None:
             return ()
-        if self.reverse_attrs is self.attrs:
+        if self.reverse_attrs == self.attrs:
             return forward_values
         out = []
         for a in self.reverse_attrs:

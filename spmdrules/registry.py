@@ -359,6 +359,12 @@ class Rule:
     def has_reverse(self) -> bool:
         return self._rev is not None
 
+    @property
+    def reverse_attrs(self) -> tuple[AttrParam, ...] | None:
+        """The reverse rule's attributes (None without a reverse rule); usually the forward
+        ones, but some reverse rules take fewer (reduce_base's drops reduce_type)."""
+        return None if self._rev is None else tuple(self._rev.attrs)
+
     def signature(self, direction: Literal["forward", "reverse"] = "forward") -> str:
         b = self._fwd if direction == "forward" else self._rev
         if b is None:

@@ -592,13 +592,13 @@ def draft_case(name: str, direction: Direction, draft: Draft, rng: Rng, *, gener
     attrs = {a.name: draft.attrs.get(a.name, a.default) for a in op_rule.attrs}
     out_metas = infer_meta(draft.op, metas, attrs)
     rule = sr.get_rule(name)
-    rev = getattr(rule, "_rev", None)  # the registry keeps the reverse binding's attrs private
+    rev_attrs = rule.reverse_attrs
     return Case(
         rule=name, direction=direction, op=draft.op, mesh=mesh,
         inputs=tuple(_given(rng, mesh, m) for m in metas),
         outputs=tuple(_given(rng, mesh, m) for m in out_metas),
         attrs=attrs, domains=draft.domains, generic=generic,
-        reverse_attr_names=tuple(a.name for a in rev.attrs) if rev is not None else (),
+        reverse_attr_names=tuple(a.name for a in rev_attrs) if rev_attrs is not None else (),
     )
 
 

@@ -98,3 +98,12 @@ def test_register_rule_with_list_argument_and_duplicates(monkeypatch: pytest.Mon
     assert rule.infer_forward([x, x], 1) is rule.infer_forward([x, x], axis=1)
     with pytest.raises(sr.SpmdError, match="already registered"):
         register_rule("test_only_listy", forward=fwd, inputs=[Vec("xs")], outputs=[T("out")])
+
+
+def test_reverse_attrs_are_public_and_may_differ_from_the_forward_ones() -> None:
+    rb = sr.get_rule("reduce_base")
+    assert [a.name for a in rb.attrs] == ["axis", "keepdim", "reduce_type"]
+    assert rb.reverse_attrs is not None
+    assert [a.name for a in rb.reverse_attrs] == ["axis", "keepdim"]
+    assert sr.get_rule("matmul").reverse_attrs == sr.get_rule("matmul").attrs
+    assert sr.get_rule("bmm_grad").reverse_attrs is None
