@@ -4,10 +4,12 @@
 
 Every rank builds, annotates (Megatron-style on a 2x2 mesh), completes and lowers the same GPT
 decoder, then runs the forward ``--reps`` times with the MPI executor; rank 0 also runs the serial
-numpy forward and checks every tensor. Reports time per phase, the measured communication time
-against the plan's alpha-beta prediction under the default cost model and under the one
-calibrated here (bench/calibrate.py's measurements, taken in the same job), and the calibrated
-parameters.
+numpy forward and checks every tensor. Then it runs forward and reverse mode together (the
+gradient program of spmdrules.adjoint, seeded with the loss) and checks the gradients against
+the simulated executor's. Reports time per phase, the measured communication time against the
+plan's alpha-beta prediction under the default cost model (calibrated on this machine class,
+spmdrules/calibration.json) and under one calibrated here (bench/calibrate.py's measurements,
+taken in the same job), and the parameters measured here.
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import calibrate  # bench/ is not a package: found through the path entry above
+import numpy as np
 
+from spmdrules.adjoint import gradient_program
 from spmdrules.completion import complete
 from spmdrules.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.examples import gpt_decoder
 from spmdrules.executor import max_error, random_feeds, run_serial
+from spmdrules.executor_sim import run_simulated
 from spmdrules.lowering import Collective, Program, lower
 from spmdrules.mesh import ProcessMesh
 
@@ -122,6 +127,22 @@ def main() -> int:
     phases["fetch every tensor to rank 0"] = time.perf_counter() - t
     assert report is not None
     traffic = ex.reduce_reports(report)
+    synced: list[float] = []
+    for _ in range(args.reps):
+        _, sreport = ex.run(feeds, sync_collectives=True)
+        stotal = ex.reduce_reports(sreport)
+        if stotal is not None:
+            synced.append(stotal.seconds["collective"])
+    gp = gradient_program(prog, ["loss"])
+    feeds[gp.seeds["loss"]] = np.asarray(1.0)
+    gex = MPIExecutor(gp, comm)
+    both: list[float] = []
+    for i in range(args.reps + 1):
+        gblocks, greport = gex.run(feeds)
+        gtotal = gex.reduce_reports(greport)
+        if i and gtotal is not None:
+            both.append(gtotal.seconds["run"])
+    grads = gex.fetch(gblocks, list(gp.grads.values()))
     results = calibrate.measure(comm)
     if rank != 0:
         return 0
@@ -133,6 +154,9 @@ def main() -> int:
         serial = run_serial(g, feeds)
         serial_times.append(time.perf_counter() - t)
     err, worst = max_error(values, serial)
+    sim = run_simulated(gp, feeds)
+    assert grads is not None
+    g_err, g_worst = max_error(grads, {b: sim.fetch(b) for b in gp.grads.values()})
     calibrated = calibrate.calibrated_cost_model(results)
     d_plan, d_int = predicted_seconds(prog, DEFAULT_COST_MODEL, 8)
     c_plan, c_int = predicted_seconds(prog, calibrated, 8)
@@ -148,9 +172,12 @@ def main() -> int:
     print(f"{'  kernels and local steps (slowest rank)':<44} {med(kern) * 1e3:10.1f}")
     print(f"{'  communication (slowest rank)':<44} {med(comms) * 1e3:10.1f}")
     print(f"{'forward serial numpy (1 process)':<44} {med(serial_times) * 1e3:10.1f}")
+    print(f"{'forward + reverse on 4 ranks (slowest rank)':<44} {med(both) * 1e3:10.1f}"
+          f"   ({len(gp.grads)} parameter gradients)")
     print()
     print(f"{'communication':<44} {'ms':>10}")
-    print(f"{'measured (all collective steps)':<44} {med(comms) * 1e3:10.1f}")
+    print(f"{'measured in the forward (waits included)':<44} {med(comms) * 1e3:10.1f}")
+    print(f"{'measured, each step after a barrier':<44} {med(synced) * 1e3:10.1f}")
     print(f"{'predicted, default cost model':<44} {(d_plan + d_int) * 1e3:10.3f}"
           f"   (reshards {d_plan * 1e3:.3f} + vocab-parallel CE {d_int * 1e3:.3f})")
     print(f"{'predicted, calibrated cost model':<44} {(c_plan + c_int) * 1e3:10.3f}"
@@ -161,6 +188,9 @@ def main() -> int:
           f"{traffic.traffic.internal_bytes}")
     verdict = "matches" if err <= 1e-12 else "DOES NOT match"
     print(f"result {verdict} serial numpy: max relative error {err:.1e} ({worst or '-'})")
+    g_verdict = "match" if g_err <= 1e-12 else "DO NOT match"
+    print(f"gradients {g_verdict} the simulated executor's: max relative error {g_err:.1e} "
+          f"({g_worst or '-'})")
     print()
     print(calibrate.report(results).split("\n\n", 1)[1])
     return 0

@@ -136,9 +136,13 @@ class MPIExecutor:
         return self.comm.Split(color, coord[m])
 
     # ---- running -----------------------------------------------------------------------------
-    def run(self, feeds: Mapping[str, Any], rng_seed: int = 0) -> tuple[dict[str, Array],
-                                                                         RankReport]:
-        """Run every instruction; return this rank's blocks and what it measured."""
+    def run(self, feeds: Mapping[str, Any], rng_seed: int = 0, *,
+            sync_collectives: bool = False) -> tuple[dict[str, Array], RankReport]:
+        """Run every instruction; return this rank's blocks and what it measured.
+
+        With ``sync_collectives`` every rank waits at a barrier before each collective step, so
+        the seconds booked under "collective" are the steps' own (the barrier's are booked under
+        "sync"), not time spent waiting for slower ranks: for comparing with a cost model."""
         prog = self.program
         check_feeds(prog, feeds)
         rng = np.random.default_rng(rng_seed)  # same on every rank: partial feeds agree
@@ -155,6 +159,8 @@ class MPIExecutor:
                 blocks[name] = np.array(x[tuple(slice(lo, hi) for lo, hi in lay.box(coord))])
         report = RankReport()
         sec = {"kernel": 0.0, "collective": 0.0, "local": 0.0}
+        if sync_collectives:
+            sec["sync"] = 0.0
         self.comm.Barrier()
         t_run = time.perf_counter()
         for k, ins in enumerate(prog.instructions):
@@ -169,6 +175,11 @@ class MPIExecutor:
                     blocks.update(zip(ins.outputs, (np.asarray(o) for o in outs), strict=True))
                 sec["local"] += time.perf_counter() - t0
             else:
+                if sync_collectives:
+                    self.comm.Barrier()
+                    t1 = time.perf_counter()
+                    sec["sync"] += t1 - t0
+                    t0 = t1
                 out = self._collective(k, ins, blocks.get(ins.src), report.traffic)
                 if out is not None:
                     blocks[ins.dst] = out
