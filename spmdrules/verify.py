@@ -15,7 +15,8 @@ replica mismatch, bad block shape). A correct case is **over-replicated** when a
 alternative also computes the right answer with less communication; see docs/verify.md for the
 precise definition and how the alternatives are enumerated.
 
-``<op>_grad`` rules are not executable ops and are skipped; generic rules (``default_``,
+``<op>_grad`` rules run on their backward op (``bmm_grad``: x, y and the output's cotangent in,
+the cotangents of x and y out) on cases drawn for the forward op; generic rules (``default_``,
 ``default_data_parallel``, ``replicated``) run on stand-in ops whose semantics they claim to cover.
 """
 
@@ -49,7 +50,6 @@ from spmdrules.verify_cases import (
     case_rng,
     draw_case,
     draw_values,
-    is_gradient_rule,
 )
 
 Array = simulate.Array
@@ -127,7 +127,12 @@ def answer(case: Case, info: SpmdInfo) -> tuple[list[Slot], list[Slot]]:
         outs = _unflatten(case.outputs, info.outputs)
     else:
         rule = sr.get_rule(case.rule)
-        ins = _side(info.inputs, rule.inputs, "input")
+        answered = list(info.inputs)
+        for k in case.unanswered:
+            given = case.inputs[k]
+            answered.insert(k, None if given is None else given.attr if isinstance(
+                given, TensorSpec) else tuple(t.attr for t in given))
+        ins = _side(tuple(answered), rule.inputs, "input")
         outs = _side(info.outputs, rule.outputs, "output")
     return _checked(case.inputs, ins, "input"), _checked(case.outputs, outs, "output")
 
@@ -628,9 +633,6 @@ def verify_op(
     """Verify rule ``name`` in both directions on ``cases`` random cases each."""
     rule = sr.get_rule(name)
     start = time.perf_counter()
-    if is_gradient_rule(name):
-        return OpReport(name, rule.family, "skipped",
-                        "a gradient rule: it lays out a backward op, not an executable op")
     directions: list[Direction] = ["forward", "reverse"] if rule.has_reverse else ["forward"]
     reps: dict[str, DirectionReport] = {}
     try:
@@ -735,6 +737,17 @@ def format_text(reports: Sequence[OpReport]) -> str:
     return "\n".join(lines)
 
 
+def markdown_table(reports: Sequence[OpReport]) -> str:
+    """The per-family totals as the Markdown table docs/verify.md shows."""
+    lines = ["| family | ops | verified | cases | wrong | over-replicated | errors |",
+             "|---|---|---|---|---|---|---|"]
+    for fam, t in totals(reports).items():
+        name = "**all**" if fam == "all" else fam
+        lines.append(f"| {name} | {t['ops']} | {t['ops_verified']} | {t['cases']} | "
+                     f"{t['wrong']} | {t['over_replicated']} | {t['errors']} |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m spmdrules.verify",
@@ -742,6 +755,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--ops", nargs="+", metavar="NAME", help="verify only these ops")
     p.add_argument("--json", action="store_true", help="print per-op and per-family totals as JSON")
+    p.add_argument("--markdown", action="store_true",
+                   help="print only the per-family totals, as docs/verify.md's table")
     p.add_argument("--cases", type=int, default=20, metavar="N",
                    help="random cases per op and direction (default 20)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="the random seed (default 0)")
@@ -766,7 +781,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if bar is not None:
             bar.set_postfix_str(r.op)
             bar.update()
-        elif not args.json:
+        elif not (args.json or args.markdown):
             print(_row(r), file=sys.stderr, flush=True)
 
     reports = verify(names, cases=args.cases, seed=args.seed,
@@ -775,6 +790,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         bar.close()
     if args.json:
         print(json.dumps(to_json(reports, seed=args.seed, cases=args.cases), indent=1))
+    elif args.markdown:
+        print(markdown_table(reports))
     else:
         print(format_text(reports))
     return 1 if any(r.status in ("wrong", "error") for r in reports) else 0

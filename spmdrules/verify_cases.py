@@ -115,6 +115,9 @@ class Case:
     #: generic rules run on a stand-in op: the rule sees every tensor as two flat lists
     generic: bool = False
     reverse_attr_names: tuple[str, ...] = field(default=())
+    #: input arguments the rule answers no attribute for; they keep the given one
+    #: (einsum_grad's inner_cache: Paddle's EinsumGradInferSpmd lays out only inputs and out_grad)
+    unanswered: tuple[int, ...] = field(default=())
 
     def call(self) -> sr.SpmdInfo:
         """Call the rule on the given attributes (raises the rule's SpmdError if it refuses)."""
@@ -545,8 +548,51 @@ class NoCaseError(Exception):
 
 
 def is_gradient_rule(name: str) -> bool:
-    """``<op>_grad`` rules infer a backward op's layout: they are not executable forward ops."""
+    """``<op>_grad`` rules lay out a backward op: the op's inputs and the cotangents of its
+    outputs in, the cotangents of its inputs out."""
     return name.endswith("_grad")
+
+
+def _grad_case(name: str, direction: Direction, rng: Rng) -> Case:
+    """A case of a gradient rule: a forward case of its op, whose inputs and outputs (as their
+    cotangents) are the backward op's inputs and whose input cotangents are its outputs."""
+    rule = sr.get_rule(name)
+    base = name.removesuffix("_grad")
+    base_rule = sr.get_rule(base)
+    last: Exception | None = None
+    for _ in range(50):
+        draft, _ = _draft_for(base_rule, base, rng)
+        try:
+            fwd = draft_case(base, "forward", draft, rng)
+        except sr.SpmdError as e:
+            last = e
+            continue
+        inputs: tuple[Arg, ...] = (*fwd.inputs, *fwd.outputs)
+        domains = (*fwd.domains, *(_cotangent_domain(a) for a in fwd.outputs))
+        unanswered: tuple[int, ...] = ()
+        if name == "einsum_grad":
+            # the forward operands again, as the cache Paddle's backward op receives
+            inputs = (inputs[0], inputs[0], *inputs[1:])
+            domains = (domains[0], domains[0], *domains[1:])
+            unanswered = (1,)
+        if len(inputs) != len(rule.inputs) or len(rule.outputs) > len(fwd.inputs):
+            raise NoCaseError(
+                f"{name}: the backward op takes {len(rule.inputs)} tensors, but {base}'s "
+                f"inputs and outputs are {len(inputs)}"
+            )
+        return Case(
+            rule=name, direction=direction, op=name, mesh=fwd.mesh, inputs=inputs,
+            outputs=fwd.inputs[:len(rule.outputs)],
+            attrs={a.name: fwd.attrs.get(a.name, a.default) for a in rule.attrs},
+            domains=domains, unanswered=unanswered,
+        )
+    raise NoCaseError(f"{name}: no valid case in 50 draws (last: {last})")
+
+
+def _cotangent_domain(arg: Arg) -> DomainArg:
+    if arg is None:
+        return None
+    return "real" if isinstance(arg, TensorSpec) else tuple("real" for _ in arg)
 
 
 def _draft_for(rule: Rule, name: str, rng: Rng) -> tuple[Draft, bool]:
@@ -604,6 +650,8 @@ def draft_case(name: str, direction: Direction, draft: Draft, rng: Rng, *, gener
 
 def draw_case(name: str, direction: Direction, rng: Rng) -> Case:
     """A random valid case for rule ``name`` (shape inference accepts it; the rule may refuse)."""
+    if is_gradient_rule(name):
+        return _grad_case(name, direction, rng)
     rule = sr.get_rule(name)
     last: Exception | None = None
     for _ in range(50):
