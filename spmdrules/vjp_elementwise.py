@@ -122,3 +122,23 @@ def binary_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
     return (unbroadcast(np.asarray(g * dx), x.shape).astype(x.dtype),
             unbroadcast(np.asarray(g * dy), y.shape).astype(y.dtype))
 
+
+
+@register_vjp("swiglu")
+def swiglu_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+               cts: Sequence[Block]) -> tuple[Block, ...]:
+    """out = silu(gate) * value, with gate = x and value = y, or x's two halves without y."""
+    x = tensor_block(ctx, ins, 0, "x")
+    y = ins[1] if len(ins) > 1 else None
+    out = tensor_block(ctx, outs, 0, "out")
+    g = cotangent(cts, 0, out)
+    halves = not isinstance(y, np.ndarray) or (y.ndim == 0 and out.shape != x.shape)
+    gate, value = (x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]) if halves else (x, y)
+    assert isinstance(value, np.ndarray)
+    s = _sigmoid(gate)
+    d_gate = g * value * s * (1.0 + gate * (1.0 - s))
+    d_value = g * gate * s
+    if halves:
+        dx = np.concatenate([d_gate, d_value], axis=-1).astype(x.dtype)
+        return (dx, None if y is None else np.zeros_like(y))
+    return (d_gate.astype(x.dtype), d_value.astype(value.dtype))

@@ -15,6 +15,7 @@ import numpy as np
 
 from spmdrules.kernels import Array, Block, LocalContext, cotangent, register_vjp
 from spmdrules.kernels_elementwise import tensor_block
+from spmdrules.kernels_matmul import _notation, _operands, operand_grad
 from spmdrules.vjp_elementwise import unbroadcast
 
 
@@ -57,3 +58,17 @@ def bmm_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
     g = cotangent(cts, 0, tensor_block(ctx, outs, 0, "out"))
     dx, dy = matmul_grads(x, y, g, False, False)
     return dx.astype(x.dtype), dy.astype(y.dtype)
+
+
+@register_vjp("einsum")
+def einsum_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+               cts: Sequence[Block]) -> tuple[Block, ...]:
+    """Each operand's cotangent: the contraction of the output's with the other operands
+    (:func:`spmdrules.kernels_matmul.operand_grad`, the kernel of einsum_grad)."""
+    ops = _operands(ctx, ins, 0, "inputs")
+    g = cotangent(cts, 0, tensor_block(ctx, outs, 0, "out"))
+    nota = _notation(ctx, len(ops))
+    out = nota.outputs[0]
+    pairs = list(zip(nota.inputs, ops, strict=True))
+    return ([operand_grad(ls, out, g, [p for j, p in enumerate(pairs) if j != i], x)
+             .astype(x.dtype) for i, (ls, x) in enumerate(pairs)],)

@@ -67,6 +67,26 @@ def layer_norm_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block
             None if d_bias is None else d_bias.astype(x.dtype))
 
 
+@register_vjp("fused_rms_norm")
+def rms_norm_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                 cts: Sequence[Block]) -> tuple[Block, ...]:
+    """out = x * r * scale with r = 1 / sqrt(mean(x^2) + eps) per row (and r is an output)."""
+    x = array(ctx, ins, 0, "x")
+    scale = ins[1] if len(ins) > 1 else None
+    out, inv = array(ctx, outs, 0, "out"), array(ctx, outs, 1, "invvar")
+    size = x.shape[-1] if x.ndim else 1
+    rows = x.reshape(-1, size)
+    r = inv.reshape(-1, 1)
+    g = cotangent(cts, 0, out).reshape(rows.shape)
+    gs = g * scale if isinstance(scale, np.ndarray) else g
+    # d r / d x = -r^3 x / size; the row's own cotangent of r adds to it
+    g_r = np.sum(gs * rows, axis=-1, keepdims=True) + cotangent(cts, 1, inv).reshape(-1, 1)
+    dx = gs * r - g_r * r**3 * rows / size
+    d_scale = np.sum(g * rows * r, axis=0) if isinstance(scale, np.ndarray) else None
+    return (dx.reshape(x.shape).astype(x.dtype),
+            None if d_scale is None else d_scale.astype(x.dtype))
+
+
 @register_vjp("embedding", "lookup_table_v2")
 def embedding_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
                   cts: Sequence[Block]) -> tuple[Block, ...]:

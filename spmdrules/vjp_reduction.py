@@ -16,6 +16,13 @@ from spmdrules.kernels import Array, Block, LocalContext, cotangent, register_vj
 from spmdrules.kernels_elementwise import tensor_block
 from spmdrules.kernels_reduction import AXIS_OPS, reduced_axes
 
+_EXTREMA = tuple(op for op, what in AXIS_OPS.items() if what in ("max", "min"))
+
+
+def _axes_keep(ctx: LocalContext, x: Array) -> tuple[tuple[int, ...] | None, bool]:
+    axes = reduced_axes(ctx.op, x.ndim, tuple(ctx.attrs.get("axis", ())))
+    return axes, bool(ctx.attrs.get("keep_dim", ctx.attrs.get("keepdims", False)))
+
 
 def _spread(g: Array, x: Array, axes: tuple[int, ...] | None, keep: bool) -> Array:
     """``g`` (reduced over ``axes`` of x) broadcast back to x's block."""
@@ -29,8 +36,7 @@ def sum_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
             cts: Sequence[Block]) -> tuple[Block, ...]:
     x = tensor_block(ctx, ins, 0, "x")
     g = cotangent(cts, 0, tensor_block(ctx, outs, 0, "out"))
-    axes = reduced_axes(ctx.op, x.ndim, tuple(ctx.attrs.get("axis", ())))
-    keep = bool(ctx.attrs.get("keep_dim", ctx.attrs.get("keepdims", False)))
+    axes, keep = _axes_keep(ctx, x)
     dx = _spread(g, x, axes, keep)
     if AXIS_OPS[ctx.op] == "squared_l2_norm":
         dx = 2.0 * x * dx
@@ -43,3 +49,41 @@ def mean_all_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
     x = tensor_block(ctx, ins, 0, "x")
     g = cotangent(cts, 0, tensor_block(ctx, outs, 0, "out"))
     return (np.full(x.shape, g.reshape(()) / max(x.size, 1), dtype=x.dtype),)
+
+
+@register_vjp(*_EXTREMA)
+def extremum_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                 cts: Sequence[Block]) -> tuple[Block, ...]:
+    """The cotangent goes to the entries equal to the extremum, shared evenly among ties (as
+    JAX's reduction gradients share it)."""
+    x = tensor_block(ctx, ins, 0, "x")
+    y = tensor_block(ctx, outs, 0, "out")
+    g = cotangent(cts, 0, y)
+    axes, keep = _axes_keep(ctx, x)
+    hit = (x == _spread(y, x, axes, keep)).astype(x.dtype)
+    count = np.sum(hit, axis=axes, keepdims=True)
+    return (np.asarray(hit * _spread(g, x, axes, keep) / np.maximum(count, 1)).astype(x.dtype),)
+
+
+@register_vjp("logsumexp")
+def logsumexp_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                  cts: Sequence[Block]) -> tuple[Block, ...]:
+    """d logsumexp / dx = softmax of x over the reduced axes."""
+    x = tensor_block(ctx, ins, 0, "x")
+    y = tensor_block(ctx, outs, 0, "out")
+    g = cotangent(cts, 0, y)
+    axes, keep = _axes_keep(ctx, x)
+    return (np.asarray(np.exp(x - _spread(y, x, axes, keep)) * _spread(g, x, axes, keep))
+            .astype(x.dtype),)
+
+
+@register_vjp("frobenius_norm")
+def frobenius_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                  cts: Sequence[Block]) -> tuple[Block, ...]:
+    x = tensor_block(ctx, ins, 0, "x")
+    y = tensor_block(ctx, outs, 0, "out")
+    g = cotangent(cts, 0, y)
+    axes, keep = _axes_keep(ctx, x)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dx = np.where(x == 0, 0.0, x * _spread(g / y, x, axes, keep))
+    return (np.asarray(dx).astype(x.dtype),)

@@ -67,3 +67,11 @@ def stack_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     axis = normalise_axis(ctx.op, "x", int(ctx.attrs["axis"]), g.ndim)
     return ([np.take(g, i, axis=axis) for i in range(len(xs))],)
+
+
+@register_vjp("add_n")
+def add_n_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+              cts: Sequence[Block]) -> tuple[Block, ...]:
+    xs = arrays(ctx, ins, 0, "inputs")
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
+    return ([np.array(g, dtype=x.dtype) for x in xs],)
