@@ -35,6 +35,7 @@ from spmdrules.executor import max_error, random_feeds, run_serial
 from spmdrules.executor_sim import run_simulated
 from spmdrules.lowering import Collective, Program, lower
 from spmdrules.mesh import ProcessMesh
+from spmdrules.phases import Phases
 
 SIZES = {"batch": 8, "seq": 128, "hidden": 256, "heads": 8, "ffn": 1024, "vocab": 2048}
 
@@ -94,22 +95,18 @@ def main() -> int:
     rank = comm.Get_rank()
     if comm.Get_size() != 4:
         raise SystemExit("run with mpiexec -n 4")
-    phases: dict[str, float] = {}
-    t = time.perf_counter()
-    mesh = ProcessMesh([[0, 1], [2, 3]], dim_names=["dp", "mp"])
-    g = gpt_decoder(args.layers, mesh, **SIZES)  # type: ignore[arg-type]
-    phases["build + annotate"] = time.perf_counter() - t
-    t = time.perf_counter()
-    r = complete(g)
-    phases["complete"] = time.perf_counter() - t
-    t = time.perf_counter()
-    prog = lower(r)
-    phases["lower"] = time.perf_counter() - t
+    phases = Phases()
+    with phases("build + annotate"):
+        mesh = ProcessMesh([[0, 1], [2, 3]], dim_names=["dp", "mp"])
+        g = gpt_decoder(args.layers, mesh, **SIZES)  # type: ignore[arg-type]
+    with phases("complete"):
+        r = complete(g)
+    with phases("lower"):
+        prog = lower(r)
     feeds = random_feeds(prog, seed=0, vocab_limits={
         "input_ids": SIZES["vocab"], "labels": SIZES["vocab"], "position_ids": SIZES["seq"]})
-    t = time.perf_counter()
-    ex = MPIExecutor(prog, comm)
-    phases["executor setup (communicators)"] = time.perf_counter() - t
+    with phases("executor setup (communicators)"):
+        ex = MPIExecutor(prog, comm)
     runs: list[float] = []
     comms: list[float] = []
     kern: list[float] = []
@@ -122,9 +119,8 @@ def main() -> int:
             runs.append(total.seconds["run"])
             comms.append(total.seconds["collective"])
             kern.append(total.seconds["kernel"] + total.seconds["local"])
-    t = time.perf_counter()
-    values = ex.fetch(blocks, list(prog.tensors))
-    phases["fetch every tensor to rank 0"] = time.perf_counter() - t
+    with phases("fetch every tensor to rank 0"):
+        values = ex.fetch(blocks, list(prog.tensors))
     assert report is not None
     traffic = ex.reduce_reports(report)
     synced: list[float] = []
@@ -166,7 +162,7 @@ def main() -> int:
     print(r.summary().splitlines()[2].strip())
     print()
     print(f"{'phase':<44} {'ms':>10}")
-    for k, v in phases.items():
+    for k, v in phases.seconds.items():
         print(f"{k:<44} {v * 1e3:10.1f}")
     print(f"{'forward on 4 ranks (slowest rank)':<44} {med(runs) * 1e3:10.1f}")
     print(f"{'  kernels and local steps (slowest rank)':<44} {med(kern) * 1e3:10.1f}")

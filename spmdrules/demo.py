@@ -31,6 +31,7 @@ from spmdrules.gradcheck import check_gradients
 from spmdrules.graph import Graph
 from spmdrules.lowering import Program, lower
 from spmdrules.mesh import ProcessMesh
+from spmdrules.phases import Phases
 from spmdrules.reshard import fmt_bytes
 from spmdrules.runtime.errors import MPIUnavailableError
 
@@ -59,7 +60,7 @@ class Outcome:
     gradient: Program
     grad_error: float
     grad_worst: str
-    seconds: dict[str, float] = field(default_factory=dict)
+    phases: Phases = field(default_factory=Phases)
 
     @property
     def ok(self) -> bool:
@@ -85,20 +86,16 @@ def models(mesh: ProcessMesh) -> list[tuple[str, Callable[[], Graph], dict[str, 
 
 def run_model(name: str, build: Callable[[], Graph], limits: dict[str, int], *, use_mpi: bool,
               seed: int = 0) -> Outcome:
-    sec: dict[str, float] = {}
-    t = time.perf_counter()
-    g = build()
-    sec["build + annotate"] = time.perf_counter() - t
-    t = time.perf_counter()
-    r = complete(g)
-    sec["complete"] = time.perf_counter() - t
-    t = time.perf_counter()
-    prog = lower(r)
-    sec["lower"] = time.perf_counter() - t
-    t = time.perf_counter()
+    phases = Phases()
+    with phases("build + annotate"):
+        g = build()
+    with phases("complete"):
+        r = complete(g)
+    with phases("lower"):
+        prog = lower(r)
     loss = prog.tensors[-1]
-    gp = gradient_program(prog, [loss])
-    sec["reverse mode (gradient program)"] = time.perf_counter() - t
+    with phases("reverse mode (gradient program)"):
+        gp = gradient_program(prog, [loss])
     feeds = random_feeds(prog, seed, vocab_limits=limits)
     shape = prog.buffers[loss].shape
     seeds = {loss: np.random.default_rng(seed).standard_normal(shape) if shape else 1.0}
@@ -108,30 +105,25 @@ def run_model(name: str, build: Callable[[], Graph], limits: dict[str, int], *, 
     if use_mpi:
         from spmdrules.executor_mpi import run_mpi
 
-        t = time.perf_counter()
-        mr = run_mpi(gp, feeds, nprocs=4, fetch=fetch, timeout=50)
-        sec["run: mpiexec -n 4 (wall, start-up included)"] = time.perf_counter() - t
-        sec["  of which forward + reverse (slowest rank)"] = mr.seconds.get("run", 0.0)
-        sec["  of which collectives (slowest rank)"] = mr.seconds.get("collective", 0.0)
+        with phases("run: mpiexec -n 4 (wall, start-up included)"):
+            mr = run_mpi(gp, feeds, nprocs=4, fetch=fetch, timeout=50)
+        phases.add("  of which forward + reverse (slowest rank)", mr.seconds.get("run", 0.0))
+        phases.add("  of which collectives (slowest rank)", mr.seconds.get("collective", 0.0))
         values, traffic, executor = mr.values, mr.traffic, "MPI, 4 ranks"
     else:
-        t = time.perf_counter()
-        res = run_simulated(gp, feeds)
-        values, traffic = res.fetch_all(fetch), res.traffic
-        sec["run: simulated mesh"] = time.perf_counter() - t
-    t = time.perf_counter()
-    serial = run_serial(g, feeds)
-    sec["serial numpy"] = time.perf_counter() - t
-    t = time.perf_counter()
-    err, worst = max_error({n: values[n] for n in prog.tensors}, serial)
-    sec["check forward"] = time.perf_counter() - t
-    t = time.perf_counter()
-    checks = check_gradients(g, feeds, seeds, {n: values[b] for n, b in gp.grads.items()},
-                             directions=1, entries=0)
-    worst_grad = max(checks, key=lambda c: c.error)
-    sec["check gradients (numerical, serial)"] = time.perf_counter() - t
+        with phases("run: simulated mesh"):
+            res = run_simulated(gp, feeds)
+            values, traffic = res.fetch_all(fetch), res.traffic
+    with phases("serial numpy"):
+        serial = run_serial(g, feeds)
+    with phases("check forward"):
+        err, worst = max_error({n: values[n] for n in prog.tensors}, serial)
+    with phases("check gradients (numerical, serial)"):
+        checks = check_gradients(g, feeds, seeds, {n: values[b] for n, b in gp.grads.items()},
+                                 directions=1, entries=0)
+        worst_grad = max(checks, key=lambda c: c.error)
     return Outcome(name, g, r, prog, executor, err, worst, traffic, gp, worst_grad.error,
-                   worst_grad.tensor, sec)
+                   worst_grad.tensor, phases)
 
 
 def report(o: Outcome) -> str:
@@ -176,7 +168,7 @@ def report(o: Outcome) -> str:
               f"numerical derivatives of the serial model: max relative error "
               f"{o.grad_error:.1e} (worst {o.grad_worst}; tolerance {GRAD_TOLERANCE:.0e}) over "
               f"{len(gp.grads)} parameters", "", "wall time per phase:"]
-    lines += [f"  {k:<46} {v * 1e3:9.1f} ms" for k, v in o.seconds.items()]
+    lines += o.phases.lines()
     return "\n".join(lines)
 
 
