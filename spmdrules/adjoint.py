@@ -430,6 +430,9 @@ def gradient_program(program: Program, outputs: Sequence[str], wrt: Sequence[str
     dims where the tensor is replicated); without, it stays a pending sum there.
     """
     known = set(program.tensors)
+    if program.seeds or program.grads:
+        raise GradientError(f"gradient_program: {program.name!r} is already a gradient program; "
+                            "differentiate the forward program (higher orders are not supported)")
     if not outputs:
         raise GradientError("gradient_program: name at least one output to seed")
     if wrt is None:

@@ -164,6 +164,8 @@ def test_bad_requests_name_the_tensor() -> None:
         gradient_program(prog, ["loss"], wrt=["input_ids"])
     with pytest.raises(GradientError, match="at least one output"):
         gradient_program(prog, [])
+    with pytest.raises(GradientError, match="already a gradient program"):
+        gradient_program(gradient_program(prog, ["loss"]), ["loss"])
 
 
 def test_dual_layouts() -> None:
