@@ -5,10 +5,10 @@ from __future__ import annotations
 import doctest
 import importlib
 import pkgutil
-import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,14 +21,13 @@ DOCS = [
     ROOT / "README.md",
     *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name not in OWN_TESTS),
 ]
-BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
 
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
-def test_markdown_examples_run(path: Path, tmp_path: Path) -> None:
+def test_markdown_examples_run(path: Path, tmp_path: Path, doc_page: Any) -> None:
     """The ```python blocks run top to bottom in one fresh interpreter (an example may register
     a rule: it must not leak into other tests), and the ```pycon blocks are doctests."""
-    blocks = BLOCK.findall(path.read_text())
+    blocks = doc_page(path).blocks
     script = tmp_path / f"doc_{path.stem}.py"
     script.write_text("\n".join(f"# --- block {i}\n{code}" for i, code in enumerate(blocks)))
     run = subprocess.run(
