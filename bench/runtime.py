@@ -16,12 +16,14 @@ at 8 KiB, 1 MiB and 16 MiB of float64 per worker.  A call's time is the slowest 
 reports medians, the throughput ratio (median collective time / median primitive time: >= 1
 means the primitive is at least as fast), the median of the per-repeat ratios of adjacent
 calls ("paired", less sensitive to load from other processes on a shared machine), the bytes
-the primitive handed to MPI per call (summed over ranks) against the minimum the data movement
+the primitive moved to other workers per call (handed to MPI, or written into their memory
+through a shared-memory window; summed over ranks) against the minimum the data movement
 needs, and the bytes Python allocated per steady-state call (tracemalloc; numpy reports its
-buffers to it).  Each primitive runs twice: as built by default (steady calls move data with
-the plan of the agreed structure while a nonblocking Allgather of array headers checks that
-structure on every worker), and with ``check_structure=False`` (marked *), where only the
-first call agrees on the structure.  Targets: ratio >= 0.9 at 1 MiB and above, SumReduce >= 1.0.
+buffers to it).  The last line gives the allocations of HaloExchange's steady calls.  Each
+primitive runs twice: as built by default (steady calls move data with the plan of the
+agreed structure while a nonblocking Allgather of array headers checks that structure on
+every worker), and with ``check_structure=False`` (marked *), where only the first call
+agrees on the structure.  Targets: ratio >= 0.9 at 1 MiB and above, SumReduce >= 1.0.
 On an oversubscribed machine shared with other jobs, run it several times and take medians.
 """
 
@@ -55,9 +57,11 @@ from mpi4py import MPI  # noqa: E402
 from spmdrules.runtime import (  # noqa: E402
     AllSumReduce,
     Broadcast,
+    HaloExchange,
     MPIPartition,
     Repartition,
     SumReduce,
+    Window,
     zero_volume_tensor,
 )
 
@@ -120,6 +124,9 @@ class Case:
         P_root = P_world.create_partition_inclusive([0]).create_cartesian_topology_partition([1])
         rng = np.random.default_rng(me)
         self.minimum = 0
+        self.primitive: Callable[[], object]
+        self.baseline: Callable[[], object]
+        layer: Broadcast | SumReduce | AllSumReduce | Repartition
         if name == "Broadcast":
             # the root sends, the other k - 1 workers receive: Bcast's data movement
             P_rest = P_world.create_partition_inclusive(np.arange(1, k))
@@ -135,8 +142,8 @@ class Case:
             layer = Broadcast(P_root, P_all, check_structure=check)
             x = page_array(n, rng) if me == 0 else zero_volume_tensor()
             buf = page_array(n, rng)
-            self.primitive: Callable[[], object] = lambda: layer(x)
-            self.baseline: Callable[[], object] = lambda: comm.Bcast(buf, root=0)
+            self.primitive = lambda: layer(x)
+            self.baseline = lambda: comm.Bcast(buf, root=0)
             self.minimum = (k - 1) * nbytes
         elif name == "SumReduce":  # every worker contributes, the root receives the sum
             layer = SumReduce(P_all, P_root, check_structure=check)
@@ -208,6 +215,21 @@ class Case:
         }
 
 
+def halo_allocations(comm: Any, nbytes: int) -> tuple[int, int]:
+    """Bytes allocated per steady forward and adjoint call of a HaloExchange (a 3-wide
+    window along the split axis of a [k] partition), max over ranks."""
+    P_x = MPIPartition(comm).create_cartesian_topology_partition([comm.size, 1])
+    layer = HaloExchange(P_x, [Window(3, padding=1), None])
+    x = page_array((max(1, nbytes // 8 // 512), 512), np.random.default_rng(comm.rank))
+    slab = layer(x)
+    grad = np.ones_like(slab)
+    layer.adjoint(grad)
+    forward = allocated_per_call(lambda: layer(x))
+    adjoint = allocated_per_call(lambda: layer.adjoint(grad))
+    layer.free()
+    return comm.allreduce(forward, op=MPI.MAX), comm.allreduce(adjoint, op=MPI.MAX)
+
+
 BASELINE = {
     "Broadcast": "Bcast",
     "Broadcast+self": "Bcast",
@@ -224,6 +246,7 @@ def main() -> int:
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
     rows = []
+    halo = {label: halo_allocations(comm, nbytes) for label, nbytes in SIZES.items()}
     for check in (True, False):
         for name in BASELINE:
             if args.only and name not in args.only:
@@ -256,6 +279,9 @@ def main() -> int:
         print("* = check_structure=False: after the first call the layer skips the per-call "
               "structure check (a nonblocking Allgather overlapping the data movement) and "
               "checks its own input locally.")
+        print("HaloExchange (window 3, padding 1, over [k, 1]) bytes allocated per steady call, "
+              "forward / adjoint: "
+              + ", ".join(f"{label} {f} / {a}" for label, (f, a) in halo.items()))
     return 0
 
 

@@ -18,11 +18,17 @@ from typing import Any
 import numpy as np
 
 from spmdrules.runtime.box_exchange import BoxExchange
-from spmdrules.runtime.decomposition import Box, balanced_size, balanced_start, box_shape
+from spmdrules.runtime.decomposition import (
+    Box,
+    aligned_empty,
+    balanced_size,
+    balanced_start,
+    box_shape,
+)
 from spmdrules.runtime.errors import HaloTooWideError, RuntimeSetupError, TensorStructureError
 from spmdrules.runtime.layout import GridLayout, layout_from_structures
 from spmdrules.runtime.partition import MPIPartition
-from spmdrules.runtime.structure import PlanCache, StructureExchange
+from spmdrules.runtime.structure import PlanCache, StructureExchange, speculate
 from spmdrules.runtime.windows import LocalWindows, Window
 
 Array = np.ndarray[Any, Any]
@@ -70,6 +76,8 @@ class HaloPlan:
     global_out_shape: tuple[int, ...]
     exchange: BoxExchange
     windows: tuple[Window | None, ...]
+    slab: Array  # this worker's needed box, filled by every forward of this structure
+    key: bytes  # identifies the layout, for the plans of the adjoint
 
     def local_windows(self, rank: int) -> LocalWindows:
         """Geometry of the windowed axes of rank ``rank``'s slab (they must be trailing)."""
@@ -80,6 +88,18 @@ class HaloPlan:
             out_spans=tuple(self.out_boxes[rank][d] for d in axes),
             in_lengths=tuple(self.layout.global_shape[d] for d in axes),
         )
+
+
+def _free_plan(plan: HaloPlan) -> None:
+    plan.exchange.free()
+
+
+@dataclass
+class _AdjointPlan:
+    """Data movement and result buffer of the adjoint, for one slab-gradient structure."""
+
+    exchange: BoxExchange  # the forward's, unless the gradient has another dtype
+    dx: Array
 
 
 class HaloExchange:
@@ -102,17 +122,21 @@ class HaloExchange:
         self.windows = tuple(windows)
         self.serve_far = serve_far
         self._structure = StructureExchange(P_x.root, P_x.members) if P_x.active else None
-        self._plans: PlanCache[HaloPlan] = PlanCache()
-        self._adjoint_plans: PlanCache[BoxExchange] = PlanCache()
-        self._key = b""
+        self._adjoint_structure = self._structure.twin() if self._structure else None
+        self._plans: PlanCache[HaloPlan] = PlanCache(_free_plan)
+        self._adjoint_plans: PlanCache[_AdjointPlan] = PlanCache()
         self.plan: HaloPlan | None = None
         self.bytes_sent = 0
 
     def free(self) -> None:
         """Free the layer's communicator (call on every worker of P_x)."""
         if self._structure is not None:
+            self._plans.clear()
+            self._adjoint_plans.clear()
+            if self._adjoint_structure is not None:
+                self._adjoint_structure.free()
             self._structure.free()
-            self._structure = None
+            self._structure = self._adjoint_structure = None
 
     def _build(self) -> HaloPlan:
         assert self._structure is not None
@@ -131,7 +155,12 @@ class HaloExchange:
             for n, w in zip(layout.global_shape, self.windows, strict=True)
         )
         ex = BoxExchange(self._structure.comm, self.P_x.rank, layout.dtype, layout.boxes, needs)
-        return HaloPlan(layout, tuple(outs), tuple(needs), global_out, ex, self.windows)
+        # the slab receives most from this worker's own input: same offset in its page
+        offset = self._structure.page_offsets()[self.P_x.rank]
+        slab = aligned_empty(box_shape(needs[self.P_x.rank]), layout.dtype, offset)
+        ex.bind(slab)
+        key = repr((layout.dtype.str, layout.global_shape, layout.boxes)).encode()
+        return HaloPlan(layout, tuple(outs), tuple(needs), global_out, ex, self.windows, slab, key)
 
     def _check_near(self, layout: GridLayout, rank: int, need: Box) -> None:
         index = self.P_x.index_of(rank)
@@ -154,21 +183,30 @@ class HaloExchange:
                 )
 
     def forward(self, x: Array) -> Array:
-        """Return this worker's needed box of the global input (its slab)."""
+        """Return this worker's needed box of the global input (its slab).
+
+        The slab is a buffer of the layer, reused by the next call with the same structure.
+        """
         x = np.asarray(x)
         if self._structure is None:
             return x.copy()
-        self._key = self._structure.exchange(x, "HaloExchange")
-        self.plan = plan = self._plans.get(self._key, self._build)
-        slab = np.empty(box_shape(plan.need_boxes[self.P_x.rank]), dtype=x.dtype)
-        plan.exchange.gather(x, slab)
+        self.plan = plan = speculate(
+            self._structure, self._plans, x, "HaloExchange", self._build, self._gather
+        )
+        return plan.slab
+
+    def _gather(self, plan: HaloPlan, local: Array | None) -> None:
+        assert local is not None
+        plan.exchange.gather(local, plan.slab)
         self.bytes_sent += plan.exchange.bytes_gather
-        return slab
 
     def adjoint(self, dslab: Array) -> Array:
-        """Send each slab gradient back to the owners and sum it there (needs a forward)."""
+        """Send each slab gradient back to the owners and sum it there (needs a forward).
+
+        The result is a buffer of the layer, reused by the next adjoint of the same structure.
+        """
         dslab = np.asarray(dslab)
-        if self._structure is None:
+        if self._adjoint_structure is None:
             return dslab.copy()
         plan = self.plan
         if plan is None:
@@ -176,8 +214,20 @@ class HaloExchange:
                 "HaloExchange.adjoint: call forward first; the adjoint returns gradients to "
                 "the layout of the last forward input"
             )
-        key = self._structure.exchange(dslab, "HaloExchange.adjoint")
-        for r, st in enumerate(self._structure.structures()):
+        return speculate(
+            self._adjoint_structure,
+            self._adjoint_plans,
+            dslab,
+            "HaloExchange.adjoint",
+            lambda: self._build_adjoint(plan),
+            self._scatter_add,
+            plan.key,
+        ).dx
+
+    def _build_adjoint(self, plan: HaloPlan) -> _AdjointPlan:
+        assert self._adjoint_structure is not None
+        structures = self._adjoint_structure.structures()
+        for r, st in enumerate(structures):
             expect = box_shape(plan.need_boxes[r])
             if st is None or st[1] != expect:
                 raise TensorStructureError(
@@ -185,23 +235,26 @@ class HaloExchange:
                     f"passed a slab gradient of shape {None if st is None else st[1]}, but its "
                     f"slab has shape {expect}; pass the gradient of the forward output"
                 )
-
-        def build() -> BoxExchange:
-            if dslab.dtype == plan.layout.dtype:
-                return plan.exchange
-            assert self._structure is not None
-            return BoxExchange(
-                self._structure.comm,
-                self.P_x.rank,
-                dslab.dtype,
-                plan.layout.boxes,
+        dtypes = {st[0] for st in structures if st is not None}
+        if len(dtypes) != 1:
+            raise TensorStructureError(
+                "HaloExchange.adjoint: the workers of P_x passed slab gradients of dtypes "
+                f"{sorted(d.name for d in dtypes)}; give them all one dtype"
+            )
+        dtype = dtypes.pop()
+        ex = plan.exchange
+        if dtype != plan.layout.dtype:
+            ex = BoxExchange(
+                self._adjoint_structure.comm, self.P_x.rank, dtype, plan.layout.boxes,
                 plan.need_boxes,
             )
+        own = box_shape(plan.layout.boxes[self.P_x.rank])
+        offset = self._adjoint_structure.page_offsets()[self.P_x.rank]
+        return _AdjointPlan(ex, aligned_empty(own, dtype, offset))
 
-        ex = self._adjoint_plans.get(self._key + key, build)
-        dx = np.empty(box_shape(plan.layout.boxes[self.P_x.rank]), dtype=dslab.dtype)
-        ex.scatter_add(dslab, dx)
-        self.bytes_sent += ex.bytes_scatter
-        return dx
+    def _scatter_add(self, plan: _AdjointPlan, local: Array | None) -> None:
+        assert local is not None
+        plan.exchange.scatter_add(local, plan.dx)
+        self.bytes_sent += plan.exchange.bytes_scatter
 
     __call__ = forward

@@ -14,7 +14,10 @@ workers paired with it, with the small worker as group rank 0):
   when the root is also a destination (it makes its own copy while the data is in flight);
 * reduce: a reduce-scatter with numpy adds (group rank ``j`` sums chunk ``j`` of every
   source's array, in source order, so results are deterministic) followed by a gather of
-  the summed chunks to rank 0; groups of two reduce directly at rank 0.
+  the summed chunks to rank 0; groups of two reduce directly at rank 0.  When the group
+  shares one node and the tensor has at least ``DIRECT_GATHER_MIN_BYTES``, rank 0's result
+  lives in a shared-memory window and every rank adds its chunk straight into it, so the
+  gather moves no data (two zero-byte messages per rank order the writes).
 
 Groups are served one at a time in increasing small-partition rank on every worker, which
 rules out deadlock when a worker belongs to two groups.
@@ -37,6 +40,7 @@ from spmdrules.runtime.decomposition import (
 from spmdrules.runtime.errors import PartitionMismatchError, TensorStructureError
 from spmdrules.runtime.partition import MPIPartition, free_communicator, sub_communicator
 from spmdrules.runtime.reduction_rules import ReductionMatch, match_reduction
+from spmdrules.runtime.shared_window import SharedOutputs
 from spmdrules.runtime.structure import (
     LocalStructure,
     PlanCache,
@@ -50,6 +54,8 @@ Array = np.ndarray[Any, Any]
 TAG_REDUCE_SCATTER = 4201
 TAG_REDUCE_GATHER = 4202
 TAG_BROADCAST = 4203
+TAG_REDUCE_READY = 4204  # direct gather: rank 0's previous result may be overwritten
+TAG_REDUCE_DONE = 4205  # direct gather: a rank has added its chunk into rank 0's result
 
 # Broadcasts of at least this many bytes go from the source to every member directly (a
 # flat tree): over shared memory each member then copies the data once, straight from the
@@ -62,6 +68,12 @@ FLAT_BROADCAST_MIN_BYTES = 64 * 1024
 # the destination, which adds): fewer bytes and one round instead of two.
 DIRECT_REDUCE_MAX_GROUP = 2
 
+# Reductions of tensors of at least this many bytes, by groups that share one node, sum
+# their chunks straight into the destination's result in a shared-memory window (see
+# spmdrules.runtime.shared_window) instead of gathering the sums by messages: that saves
+# the destination one copy of the tensor.  Smaller ones are latency-bound.
+DIRECT_GATHER_MIN_BYTES = 64 * 1024
+
 
 @dataclass
 class _Group:
@@ -72,6 +84,7 @@ class _Group:
     size: int
     my_rank: int
     sources: tuple[int, ...]  # group ranks holding big-partition data, in big-rank order
+    shared: SharedOutputs  # the destination's reduce results, when they are shared
 
     @property
     def remote_sources(self) -> tuple[int, ...]:
@@ -108,14 +121,20 @@ class _GroupPlan:
     gather: list[Any] = field(default_factory=list)
     gather_bytes: int = 0
     bcast_recv: Any = None
+    # direct gather: the window of the destination's result; the destination sends each
+    # rank a go-ahead and awaits its report, the others await the go-ahead and report
+    window: Any = None
+    ready: list[Any] = field(default_factory=list)
+    done: list[Any] = field(default_factory=list)
 
     def free(self) -> None:
         """Free the persistent requests."""
-        for request in (*self.scatter_recvs, *self.gather):
+        for request in (*self.scatter_recvs, *self.gather, *self.ready, *self.done):
             request.Free()
         if self.bcast_recv is not None:
             self.bcast_recv.Free()
         self.scatter_recvs, self.gather, self.bcast_recv = [], [], None
+        self.ready, self.done = [], []
 
 
 def _free_plans(plans: list[_GroupPlan]) -> None:
@@ -184,6 +203,7 @@ class ReduceBroadcast:
                     size=len(members),
                     my_rank=members.index(me),
                     sources=tuple(members.index(s) for s in sources),
+                    shared=SharedOutputs(comm),
                 )
             )
         self._reduce_plans: PlanCache[list[_GroupPlan]] = PlanCache(_free_plans)
@@ -196,6 +216,7 @@ class ReduceBroadcast:
         self._reduce_plans.clear()
         self._bcast_plans.clear()
         for g in self._groups:
+            g.shared.free()
             free_communicator(g.comm)
         self._groups = []
         if self._structure_bcast is not None:
@@ -241,6 +262,10 @@ class ReduceBroadcast:
             return
         MPI = mpi()
         mtype, comm = p.mtype, g.comm
+        if p.window is not None:
+            MPI.Prequest.Startall(p.ready)
+            if g.i_am_dest:
+                MPI.Prequest.Startall(p.done)
         reqs = list(p.scatter_recvs)
         if reqs:
             MPI.Prequest.Startall(reqs)
@@ -257,13 +282,27 @@ class ReduceBroadcast:
             lo, hi = p.bounds[g.my_rank]
             rows = p.rows
             parts = [rows[i] if i >= 0 else xflat[lo:hi] for i in p.order]  # type: ignore[index]
+            if p.window is not None and not g.i_am_dest:
+                MPI.Request.Waitall(p.ready)  # the target is the destination's result
             if len(parts) == 1:
                 np.copyto(target, parts[0])
             else:
                 np.add(parts[0], parts[1], out=target)
                 for part in parts[2:]:
                     np.add(target, part, out=target)
-        if p.gather:
+        if p.window is not None:
+            if g.i_am_dest:
+                MPI.Request.Waitall(p.ready)
+                MPI.Request.Waitall(p.done)
+                p.window.Sync()  # read the chunks only after every report
+                return
+            if p.done:
+                p.window.Sync()  # the chunk is in memory before the destination hears of it
+                MPI.Prequest.Startall(p.done)
+                MPI.Request.Waitall(p.done)
+            MPI.Request.Waitall(p.ready)
+            self.bytes_sent += p.gather_bytes
+        elif p.gather:
             MPI.Prequest.Startall(p.gather)
             MPI.Request.Waitall(p.gather)
             self.bytes_sent += p.gather_bytes
@@ -376,9 +415,21 @@ class ReduceBroadcast:
             if reduce:
                 # the destination's sum sits where its own input does (0 if it has none)
                 out_offset = offset[0] if 0 in g.sources else 0
-                if g.i_am_dest:
-                    plan.out = aligned_empty(shape, dtype, out_offset)
                 n = int(np.prod(shape, dtype=np.int64))
+                if (
+                    g.size > DIRECT_REDUCE_MAX_GROUP
+                    and n * dtype.itemsize >= DIRECT_GATHER_MIN_BYTES
+                    and g.shared.usable()
+                ):
+                    shapes: list[tuple[int, ...] | None] = [None] * g.size
+                    shapes[0] = shape
+                    plan.window, outs = g.shared.arrays(
+                        shapes, dtype, [out_offset] + [0] * (g.size - 1)
+                    )
+                    assert outs[0] is not None
+                    plan.out = outs[0]  # written by every rank, returned by the destination
+                elif g.i_am_dest:
+                    plan.out = aligned_empty(shape, dtype, out_offset)
                 if g.size <= DIRECT_REDUCE_MAX_GROUP:
                     sizes = (n,) + (0,) * (g.size - 1)
                 else:
@@ -390,7 +441,8 @@ class ReduceBroadcast:
                 plan.rows = [
                     aligned_empty(mine, dtype, offset[src] + lo) for src in g.remote_sources
                 ]
-                plan.acc = aligned_empty(mine, dtype, out_offset + lo)
+                if plan.window is None:
+                    plan.acc = aligned_empty(mine, dtype, out_offset + lo)
                 self._prepare_reduce(g, plan)
             else:
                 if g.i_am_source:
@@ -411,7 +463,8 @@ class ReduceBroadcast:
         comm, mtype, me = g.comm, p.mtype, g.my_rank
         itemsize = p.dtype.itemsize
         lo, hi = p.bounds[me]
-        assert p.rows is not None and p.acc is not None
+        assert p.rows is not None
+        direct = p.window is not None
         if hi > lo:
             p.scatter_recvs = [
                 comm.Recv_init([row, mtype], src, TAG_REDUCE_SCATTER)
@@ -419,11 +472,21 @@ class ReduceBroadcast:
             ]
             remote = iter(range(len(p.rows)))
             p.order = [-1 if src == me else next(remote) for src in g.sources]
-            p.target = p.out.reshape(-1)[lo:hi] if g.i_am_dest else p.acc
+            p.target = p.out.reshape(-1)[lo:hi] if g.i_am_dest or direct else p.acc
         if g.i_am_source:
             p.send_chunks = [(j, a, b) for j, (a, b) in enumerate(p.bounds) if j != me and b > a]
             p.send_bytes = sum(b - a for _, a, b in p.send_chunks) * itemsize
-        if g.i_am_dest:
+        if direct:
+            none, byte = np.empty(0, dtype=np.uint8), mpi().BYTE
+            if g.i_am_dest:
+                writers = [j for j, (a, b) in enumerate(p.bounds) if j != 0 and b > a]
+                p.ready = [comm.Send_init([none, byte], j, TAG_REDUCE_READY) for j in writers]
+                p.done = [comm.Recv_init([none, byte], j, TAG_REDUCE_DONE) for j in writers]
+            elif hi > lo:
+                p.ready = [comm.Recv_init([none, byte], 0, TAG_REDUCE_READY)]
+                p.done = [comm.Send_init([none, byte], 0, TAG_REDUCE_DONE)]
+                p.gather_bytes = (hi - lo) * itemsize
+        elif g.i_am_dest:
             out_flat = p.out.reshape(-1)
             p.gather = [
                 comm.Recv_init([out_flat[a:b], mtype], j, TAG_REDUCE_GATHER)

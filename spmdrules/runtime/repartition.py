@@ -21,9 +21,17 @@ from spmdrules.runtime.decomposition import Box, ZeroVolumeCache, aligned_empty,
 from spmdrules.runtime.errors import PartitionMismatchError, TensorStructureError
 from spmdrules.runtime.layout import GridLayout, layout_from_structures
 from spmdrules.runtime.partition import MPIPartition
+from spmdrules.runtime.shared_window import SharedOutputs
 from spmdrules.runtime.structure import PlanCache, StructureExchange, speculate
 
 Array = np.ndarray[Any, Any]
+
+# When the largest output of a repartition has at least this many bytes and all workers share
+# one node, the outputs live in a shared-memory window and owners write their pieces straight
+# into them (see spmdrules.runtime.shared_window): a strided piece then costs one copy
+# instead of a pack plus a transfer.  Smaller repartitions are latency-bound, and the
+# handshake costs two messages per pair where a small transfer costs one.
+DIRECT_MIN_BYTES = 64 * 1024
 
 
 @dataclass
@@ -31,13 +39,6 @@ class _Plan:
     exchange: BoxExchange
     src_layout: GridLayout
     out: Array | None
-
-
-def _bound(plan: _Plan) -> _Plan:
-    """Make the plan's steady gathers use persistent requests into its output buffer."""
-    if plan.out is not None:
-        plan.exchange.bind(plan.out)
-    return plan
 
 
 def _free_plan(plan: _Plan) -> None:
@@ -80,6 +81,12 @@ class Repartition:
         self._adjoint_structure = self._structure.twin() if self._structure else None
         self._forward_plans: PlanCache[_Plan] = PlanCache(_free_plan)
         self._adjoint_plans: PlanCache[_Plan] = PlanCache(_free_plan)
+        # output windows, one per direction: a forward output is often the adjoint's input
+        self._shared = (
+            (SharedOutputs(self._structure.comm), SharedOutputs(self._structure.comm))
+            if self._structure is not None
+            else None
+        )
         self._last_x_layout: GridLayout | None = None
         self._layout_keys: dict[int, tuple[GridLayout, bytes]] = {}
         self._zero = ZeroVolumeCache(self.preserve_batch).like
@@ -92,22 +99,42 @@ class Repartition:
             self._adjoint_plans.clear()
             if self._adjoint_structure is not None:
                 self._adjoint_structure.free()
+            if self._shared is not None:
+                for shared in self._shared:
+                    shared.free()
+                self._shared = None
             self._structure.free()
             self._structure = self._adjoint_structure = None
 
     def _slots(self, P: MPIPartition) -> list[int]:
         return [self.union.index(m) for m in P.members]
 
-    def _exchange_for(self, src: GridLayout, P_src: MPIPartition, dst: GridLayout,
-                      P_dst: MPIPartition) -> BoxExchange:
-        assert self._structure is not None
+    def _plan_for(self, src: GridLayout, P_src: MPIPartition, dst: GridLayout,
+                  P_dst: MPIPartition, *, adjoint: bool) -> _Plan:
+        """The exchange from ``src`` to ``dst`` and this worker's output buffer, bound for
+        steady calls (collective: output windows are allocated here)."""
+        assert self._structure is not None and self._shared is not None
         owned: list[Box | None] = [None] * len(self.union)
         needed: list[Box | None] = [None] * len(self.union)
         for r, s in enumerate(self._slots(P_src)):
             owned[s] = src.boxes[r]
         for r, s in enumerate(self._slots(P_dst)):
             needed[s] = dst.boxes[r]
-        return BoxExchange(self._structure.comm, self._slot, dst.dtype, owned, needed)
+        ex = BoxExchange(self._structure.comm, self._slot, dst.dtype, owned, needed)
+        shapes = [None if b is None else box_shape(b) for b in needed]
+        largest = max((int(np.prod(s)) for s in shapes if s is not None), default=0)
+        shared = self._shared[adjoint]
+        out: Array | None
+        if largest * dst.dtype.itemsize >= DIRECT_MIN_BYTES and shared.usable():
+            window, outputs = shared.arrays(shapes, dst.dtype)
+            ex.bind_shared(window, outputs)
+            out = outputs[self._slot]
+        else:
+            my_shape = shapes[self._slot]
+            out = None if my_shape is None else aligned_empty(my_shape, dst.dtype)
+            if out is not None:
+                ex.bind(out)
+        return _Plan(ex, src if not adjoint else dst, out)
 
     def forward(self, x: Array) -> Array:
         """Move ``x`` (this worker's block on ``P_x``) to the balanced layout on ``P_y``."""
@@ -122,10 +149,7 @@ class Repartition:
                 self.P_x, [st[s] for s in self._slots(self.P_x)], "Repartition", "P_x"
             )
             dst = GridLayout.balanced(self.P_y, src.dtype, src.global_shape)
-            out = None
-            if self.P_y.active:
-                out = aligned_empty(box_shape(dst.boxes[self.P_y.rank]), src.dtype)
-            return _bound(_Plan(self._exchange_for(src, self.P_x, dst, self.P_y), src, out))
+            return self._plan_for(src, self.P_x, dst, self.P_y, adjoint=False)
 
         plan = speculate(
             self._structure,
@@ -168,10 +192,7 @@ class Repartition:
                 dst = GridLayout(src.dtype, last.global_shape, last.boxes)
             else:
                 dst = GridLayout.balanced(self.P_x, src.dtype, src.global_shape)
-            out = None
-            if self.P_x.active:
-                out = aligned_empty(box_shape(dst.boxes[self.P_x.rank]), src.dtype)
-            return _bound(_Plan(self._exchange_for(src, self.P_y, dst, self.P_x), dst, out))
+            return self._plan_for(src, self.P_y, dst, self.P_x, adjoint=True)
 
         layout_key = b"" if last is None else self._layout_key(last)
         plan = speculate(

@@ -569,24 +569,38 @@ def unchecked_change_never_hangs(comm: Any) -> None:
 def large_message_paths(comm: Any) -> None:
     """The paths taken only by large messages (flat broadcasts, subarray datatypes for strided
     pieces), forced on small tensors by lowering their thresholds."""
-    from spmdrules.runtime import box_exchange, reduce_broadcast
+    from spmdrules.runtime import box_exchange, reduce_broadcast, repartition
 
     saved = box_exchange.DATATYPE_MIN_BYTES, reduce_broadcast.FLAT_BROADCAST_MIN_BYTES
+    saved_direct = repartition.DIRECT_MIN_BYTES, reduce_broadcast.DIRECT_GATHER_MIN_BYTES
     box_exchange.DATATYPE_MIN_BYTES, reduce_broadcast.FLAT_BROADCAST_MIN_BYTES = 1, 0
     try:
         n = comm.size
-        check_sum_reduce(comm, [n], [1])
-        check_sum_reduce(comm, [n, 1], [1, 1], dtype=np.int32)
-        if n >= 4:
-            check_sum_reduce(comm, [2, n // 2], [1, n // 2], tx=False)
-        check_repartition(comm, [n, 1], [1, n], [2 * n + 1, 3 * n - 1], unbalanced=True)
-        check_repartition(comm, [1, n, 1], [1, 1, n], [3, 2 * n, n + 2], unbalanced=True,
-                          dtype=np.float32)
+        # reductions gathered by messages (as across nodes), then in shared memory
+        for direct in (1 << 62, 0):
+            reduce_broadcast.DIRECT_GATHER_MIN_BYTES = direct
+            check_sum_reduce(comm, [n], [1])
+            check_sum_reduce(comm, [n, 1], [1, 1], dtype=np.int32)
+            if n >= 4:
+                check_sum_reduce(comm, [2, n // 2], [1, n // 2], tx=False)
+            sr = rt().SumReduce(cart(world(comm), range(n), [n]), cart(world(comm), [0], [1]))
+            for shape in [(3,), (3,), (40, 7), (3,), (2, 300), (2, 300)]:
+                y = sr(np.full(shape, comm.rank + 1.0))
+                if comm.rank == 0:
+                    assert y.shape == shape and np.all(y == n * (n + 1) / 2), (shape, y)
+            sr.free()
+        # repartitions by messages (as across nodes), then by writes into shared memory
+        for direct in (1 << 62, 0):
+            repartition.DIRECT_MIN_BYTES = direct
+            check_repartition(comm, [n, 1], [1, n], [2 * n + 1, 3 * n - 1], unbalanced=True)
+            check_repartition(comm, [1, n, 1], [1, 1, n], [3, 2 * n, n + 2], unbalanced=True,
+                              dtype=np.float32)
         W = rt().Window
         check_halo(comm, [n, 1], [3 * n, 7], [W(3, 1, 1), W(3, 1, 1)], seed=9)
         check_halo(comm, [1, n], [5, 3 * n + 1], [None, W(4, 2, 1)], seed=10)
     finally:
         box_exchange.DATATYPE_MIN_BYTES, reduce_broadcast.FLAT_BROADCAST_MIN_BYTES = saved
+        repartition.DIRECT_MIN_BYTES, reduce_broadcast.DIRECT_GATHER_MIN_BYTES = saved_direct
 
 
 @case(2)
@@ -702,6 +716,43 @@ def seed002_example5_gather_1x2x3_to_1(comm: Any) -> None:
     check_repartition(comm, [1, 2, 3], [1, 1, 1], [2, 7, 5], unbalanced=True)
 
 
+@case(2)
+def repartition_direct_writes_steady(comm: Any) -> None:
+    """Outputs in shared memory: steady calls, growing and shrinking structures, a refusal
+    and the adjoint, with earlier outputs still readable after their window was outgrown."""
+    from spmdrules.runtime import repartition
+
+    n, me = comm.size, comm.rank
+    saved = repartition.DIRECT_MIN_BYTES
+    repartition.DIRECT_MIN_BYTES = 0
+    try:
+        P_world = world(comm)
+        P_a = cart(P_world, range(n), [n, 1])
+        P_b = cart(P_world, range(n), [1, n])
+        rep = rt().Repartition(P_a, P_b)
+        kept = []
+        for rows, cols in [(2, 3), (2, 3), (40, 9), (2, 3), (64, 33)]:
+            G = np.arange(rows * n * cols * n, dtype=float).reshape(rows * n, cols * n)
+            y = rep(G[balanced_slices(G.shape, [n, 1], [me, 0])])
+            assert_equal(y, G[balanced_slices(G.shape, [1, n], [0, me])], f"{rows}x{cols}")
+            kept.append((y, y.copy()))
+            dx = rep.adjoint(y)
+            assert_equal(dx, G[balanced_slices(G.shape, [n, 1], [me, 0])], "direct adjoint")
+        assert kept[0][0] is kept[1][0]
+        assert np.array_equal(kept[-1][0], kept[-1][1])
+        for y, _ in kept:  # outgrown windows stay mapped: reading them must not crash
+            float(y.sum())
+        expect_all_raise(comm, rt().TensorStructureError,
+                         lambda: rep(np.zeros((2, 3 * n), dtype=np.float16) if me == 0
+                                     else np.zeros((2, 3 * n))), "direct refusal")
+        G = np.arange(6.0 * n * n).reshape(2 * n, 3 * n)
+        y = rep(G[balanced_slices(G.shape, [n, 1], [me, 0])])
+        assert_equal(y, G[balanced_slices(G.shape, [1, n], [0, me])], "after the refusal")
+        rep.free()
+    finally:
+        repartition.DIRECT_MIN_BYTES = saved
+
+
 @case(1)
 def repartition_small_and_dtypes(comm: Any) -> None:
     n = comm.size
@@ -789,6 +840,47 @@ def halo_wider_than_neighbour(comm: Any) -> None:
     x = np.zeros(2)
     msg = expect_all_raise(comm, rt().HaloTooWideError, lambda: layer(x), "far halo refused")
     assert "neighbours" in msg, msg
+
+
+@case(2)
+def halo_steady_calls(comm: Any) -> None:
+    """Repeated calls speculate on the agreed structure: right results and reused buffers in
+    the steady state, structure changes (shape, dtype, one worker only) re-agreed on every
+    worker, refusals raised everywhere, and the adjoint planned per gradient structure."""
+    n, me = comm.size, comm.rank
+    W = rt().Window
+    TSE = rt().TensorStructureError
+    P = cart(world(comm), range(n), [n, 1])
+    layer = rt().HaloExchange(P, [W(3, padding=1), None])
+
+    def run(G: Array, sizes: Sequence[int], what: str) -> Array:
+        box = split_boxes([sizes, [G.shape[1]]], P.index)
+        lo = max(0, box[0].start - 1)
+        slab: Array = layer(G[box])
+        assert_equal(slab, G[lo : box[0].stop + 1], what)
+        return slab
+
+    G = np.arange(3.0 * n * 4).reshape(3 * n, 4)
+    even = [3] * n
+    first = run(G, even, "first call")
+    assert run(G + 1, even, "steady call") is first  # the plan's buffer, reused
+    odd = [4 if r == 0 else 3 for r in range(n)]
+    run(np.arange(4.0 * (3 * n + 1)).reshape(3 * n + 1, 4), odd, "one worker's block grew")
+    run(G.astype(np.int32), even, "new dtype")
+    expect_all_raise(comm, TSE, lambda: layer(G[:2, :3] if me == n - 1 else G[:3]),
+                     "ragged blocks")
+    run(G, even, "after a refusal")
+    s = np.ones_like(first)
+    dx = layer.adjoint(s)
+    assert layer.adjoint(s + 1) is dx
+    assert dx.shape == (3, 4) and np.all(dx[1:-1] == 2), dx
+    half = dx.astype(np.float32) / 2  # dx is the buffer the next call may overwrite
+    dx32 = layer.adjoint(s.astype(np.float32))
+    assert dx32.dtype == np.float32 and np.array_equal(dx32, half)
+    expect_all_raise(comm, TSE, lambda: layer.adjoint(s[:-1] if me == 0 else s),
+                     "slab gradient of the wrong shape")
+    assert layer.adjoint(s) is dx
+    layer.free()
 
 
 # -- pooling ---------------------------------------------------------------------------------
