@@ -30,24 +30,32 @@ another mesh gets a cross-mesh transfer on that edge.
 
 Termination: a tensor changes only when its offers change, and at most ``MAX_CHANGES`` times (then
 it is frozen and reported); every visit follows a change, so the pass always ends.
+
+Speed. The cost per op must not grow with the model (issue 3 asks for linear growth), and on large
+models what grows is cache misses, not work. So the sweeps read dense per-run arrays and a
+per-topology index (operand and result orders, shapes, the rules' entry points), never the
+scattered ``Tensor`` and ``Op`` objects; specs and flattened rule answers are shared across the
+model's identical layers; worklists are bytearrays (no heap, no log n); and the attributes reach
+the graph as one list (``Graph.set_attrs``).
 """
 
 from __future__ import annotations
 
 import gc
-import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
+from spmdrules.annotate import Annotation
 from spmdrules.attr import DistAttr
 from spmdrules.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.errors import SpmdError
 from spmdrules.graph import Graph, Op, Tensor
 from spmdrules.graph_errors import GraphError
 from spmdrules.mesh import ProcessMesh
+from spmdrules.opschema import OpSchema
 from spmdrules.reshard import Plan, divisible, fmt_bytes, plan_reshard, reshard_time
-from spmdrules.spec import TensorSpec
+from spmdrules.spec import SpmdInfo, TensorSpec
 
 OfferKind = Literal["forward", "demand", "reverse"]
 OriginKind = Literal["annotation", "forward", "demand", "reverse", "default"]
@@ -154,13 +162,20 @@ class _State:
         self.attr: list[DistAttr | None] = [None] * n_tensors
         self.rank: list[int] = [_WEAK] * n_tensors
         self.spec: list[TensorSpec | None] = [None] * n_tensors
-        # offers per tensor, keyed op order * 3 + kind code (one per op and direction)
-        self.offers: list[dict[int, _RawOffer]] = [{} for _ in range(n_tensors)]
+        # offers per tensor (one per op and direction, in the order first made): None, the one
+        # offer itself (most tensors get one: no list for them), or a list
+        self.offers: list[_RawOffer | list[_RawOffer] | None] = [None] * n_tensors
         self.changes: list[int] = [0] * n_tensors
         self.frozen: list[bool] = [False] * n_tensors
         self.rejected: dict[int, list[tuple[_RawOffer, str, str]]] = {}
         self.natural: list[tuple[DistAttr, ...] | None] = [None] * n_ops
         self.needs: list[tuple[DistAttr, ...] | None] = [None] * n_ops
+
+    def offers_of(self, i: int) -> Sequence[_RawOffer]:
+        o = self.offers[i]
+        if o is None:
+            return ()
+        return o if isinstance(o, list) else (o,)
 
 
 class Completion:
@@ -212,7 +227,7 @@ class Completion:
     @property
     def origins(self) -> dict[str, Origin]:
         """Every tensor's origin, by name (the explanation index)."""
-        return {t.name: self._origin(t) for t in self.graph.tensors}
+        return _without_gc(lambda: {t.name: self._origin(t) for t in self.graph.tensors})
 
     def _offer(self, raw: _RawOffer) -> Offer:
         a, rank, k, kind, drv = raw
@@ -221,7 +236,7 @@ class Completion:
 
     def offers(self, tensor: Tensor | str) -> tuple[Offer, ...]:
         """Every attribute an op offered the tensor (one per op and direction)."""
-        return tuple(self._offer(o) for o in self._state.offers[self._t(tensor).order].values())
+        return tuple(self._offer(o) for o in self._state.offers_of(self._t(tensor).order))
 
     def rejected(self, tensor: Tensor | str) -> tuple[Rejected, ...]:
         """The offers that lost, each with its reason (see ``explain`` for the prose)."""
@@ -233,7 +248,7 @@ class Completion:
         seen = {(r.offer.op, r.offer.kind) for r in out}
         origin = self._origin(t)
         ann = t.annotation
-        for raw in st.offers[t.order].values():
+        for raw in st.offers_of(t.order):
             o = self._offer(raw)
             if o.attr == chosen or (o.op, o.kind) in seen or o.rank == _WEAK:
                 continue
@@ -377,19 +392,33 @@ class _Run:
         self.rule_calls = 0
         self.placeholders: dict[tuple[ProcessMesh, tuple[int, ...]], TensorSpec] = {}
         self.div_cache: dict[tuple[DistAttr, tuple[int, ...]], bool] = {}
-        self.ins, self.outs, self.consumers, self.producer = _indices(ops, tensors)
-        self.fwd_next: set[int] = set()
-        self.rev_next: set[int] = set()
-        self.heap: list[int] = []
-        self.in_heap: set[int] = set()
+        index = _indices(ops, tensors)
+        self.ins, self.outs, self.consumers = index.ins, index.outs, index.consumers
+        self.producer, self.calls, self.shapes = index.producer, index.calls, index.shapes
+        self.sources = index.sources
+        # Worklists are one byte per op: a sweep finds the next pending op with bytearray.find,
+        # so a visit costs the same whatever the model's size (a heap's log n does not).
+        self.fwd_next = bytearray(len(ops))
+        self.rev_next = bytearray(len(ops))
+        self.pending = bytearray(len(ops))
         self.cur = -1
         self.direction = 1
         self.defaulted: set[int] = set()
+        # The sweeps read dense arrays, never the Tensor objects: on large models those are
+        # scattered in memory, and each visit would miss the cache.
+        self.annotated = graph.annotations()
+        self.ann: list[Annotation | None] = [None] * len(tensors)
+        first: dict[int, tuple[int, ProcessMesh]] = {}  # by mesh identity: its first tensor
+        for i, ann in self.annotated:
+            self.ann[i] = ann
+            m = ann.mesh
+            f = first.get(id(m))
+            if f is None or i < f[0]:
+                first[id(m)] = (i, m)
+        # the meshes in the order they first appear among the tensors
         meshes: dict[ProcessMesh, int] = {}
-        for t in tensors:
-            ann = t.annotation
-            if ann is not None:
-                meshes.setdefault(ann.mesh, len(meshes))
+        for _, m in sorted(first.values(), key=_first):
+            meshes.setdefault(m, len(meshes))
         if not meshes:
             raise NoAnnotationError(
                 f"graph {graph.name!r} has no annotated tensor, so completion has no mesh to "
@@ -408,28 +437,32 @@ class _Run:
             self.placeholders[key] = s
         return s
 
-    def spec_fn(self, mesh: ProcessMesh) -> Callable[[Tensor], TensorSpec]:
+    def spec_at(self, i: int, mesh: ProcessMesh) -> TensorSpec:
+        """Tensor ``i`` as its op on ``mesh`` sees it (the spec its rule is called with)."""
         st = self.st
-        specs, attrs = st.spec, st.attr
+        s = st.spec[i]
+        if s is not None and s.attr.mesh is mesh:
+            return s
+        a = st.attr[i]
+        shape = self.shapes[i]
+        if a is None:
+            return self.placeholder(mesh, shape)
+        if a.mesh is mesh or a.mesh == mesh:
+            s = _spec(shape, a)
+            st.spec[i] = s
+            return s
+        # A tensor from another mesh enters the op as the same layout on the op's mesh when
+        # the meshes have one shape, else replicated; the edge gets a cross-mesh transfer.
+        if a.mesh.shape == mesh.shape:
+            return TensorSpec._make(shape, DistAttr._make(mesh, a.multi_dims_mapping,
+                                                          a.partial_items))
+        return self.placeholder(mesh, shape)
+
+    def spec_fn(self, mesh: ProcessMesh) -> Callable[[Tensor], TensorSpec]:
+        spec_at = self.spec_at
 
         def spec(t: Tensor) -> TensorSpec:
-            i = t.order
-            s = specs[i]
-            if s is not None and s.attr.mesh is mesh:
-                return s
-            a = attrs[i]
-            if a is None:
-                return self.placeholder(mesh, t.shape)
-            if a.mesh is mesh or a.mesh == mesh:
-                s = TensorSpec._make(t.shape, a)
-                specs[i] = s
-                return s
-            # A tensor from another mesh enters the op as the same layout on the op's mesh when
-            # the meshes have one shape, else replicated; the edge gets a cross-mesh transfer.
-            if a.mesh.shape == mesh.shape:
-                return TensorSpec._make(t.shape, DistAttr._make(mesh, a.multi_dims_mapping,
-                                                                a.partial_items))
-            return self.placeholder(mesh, t.shape)
+            return spec_at(t.order, mesh)
 
         return spec
 
@@ -472,40 +505,59 @@ class _Run:
         mesh, driver, drank = self.best_known(ins)
         if driver < 0:
             return  # nothing known yet; a later change re-queues the op
-        op = self.ops[k]
-        need, outs = self.run_forward(k, op, mesh)
+        need, outs = self.run_forward(k, mesh)
         out_rank = (drank >> 1) << 1
         offer = self.offer
-        key = k * 3
         for i, a in zip(self.outs[k], outs, strict=True):
-            offer(i, (a, out_rank, k, _FWD, driver), key)
+            offer(i, (a, out_rank, k, _FWD, driver))
         if len(ins) == 1:
             return
         # A demand carries the rank of the op's best *other* known operand: an operand does not
         # vouch for the attribute the op asks of itself.
         attrs, ranks = st.attr, st.rank
-        key += _DEM
         for pos, i in enumerate(ins):
             best, best_r = -1, _WEAK
             for j in ins:
                 if j != i and attrs[j] is not None and ranks[j] > best_r:
                     best, best_r = j, ranks[j]
-            offer(i, (need[pos], _WEAK if best < 0 else (best_r >> 1) << 1, k, _DEM, best), key)
+            offer(i, (need[pos], _WEAK if best < 0 else (best_r >> 1) << 1, k, _DEM, best))
 
     def run_forward(
-        self, k: int, op: Op, mesh: ProcessMesh
+        self, k: int, mesh: ProcessMesh
     ) -> tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]]:
         """Op ``k``'s forward rule on its operands' current attributes: what it needs of its
         operands and what it makes, remembered for the reshard edges."""
         st = self.st
         self.rule_calls += 1
+        call = self.calls[k]
         try:
-            need, outs = op.flat_info(op.rule.infer_forward(*op.forward_args(self.spec_fn(mesh))))
+            if call is not None:
+                spec = self.spec_at
+                info = call[0](*[spec(i, mesh) for i in self.ins[k]], *call[1])
+                need, outs = self.flat(k, call[4], info)
+            else:
+                op = self.ops[k]
+                info = op.rule.infer_forward(*op.forward_args(self.spec_fn(mesh)))
+                need, outs = self.flat(k, op.schema, info)
         except SpmdError as e:
-            need, outs = self.settle_conflict(op, mesh, e)
+            need, outs = self.settle_conflict(self.ops[k], mesh, e)
         st.needs[k] = need
         st.natural[k] = outs
         return need, outs
+
+    def flat(
+        self, k: int, schema: OpSchema, info: SpmdInfo
+    ) -> tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]]:
+        """``op.flat_info(info)`` for op ``k``, memoised on the answer (see ``_FLAT``)."""
+        n_in = len(self.ins[k])
+        hit = _FLAT.get(id(info))
+        if hit is not None and hit[0] is info and hit[1] is schema and hit[2] == n_in:
+            return hit[3], hit[4]
+        ins, outs = self.ops[k].flat_info(info)
+        if len(_FLAT) >= _FLAT_MAX:
+            _FLAT.clear()
+        _FLAT[id(info)] = (info, schema, n_in, ins, outs)
+        return ins, outs
 
     def settle_conflict(
         self, op: Op, mesh: ProcessMesh, error: SpmdError
@@ -564,41 +616,70 @@ class _Run:
             attrs[i] is None or attrs[i] == n for i, n in zip(outs, nat, strict=True)
         ):
             return  # the results are what the op makes: nothing to push upstream
-        op = self.ops[k]
-        if not op.rule.has_reverse:
-            return
+        call = self.calls[k]
+        op = None
+        if call is not None and call[5]:
+            if call[2] is None:
+                return  # no reverse rule
+        else:
+            op = self.ops[k]
+            if not op.rule.has_reverse:
+                return
         mesh, driver, drank = self.best_known(outs)
         if driver < 0:
             return
         self.rule_calls += 1
         try:
-            need, _ = op.flat_info(op.rule.infer_reverse(*op.reverse_args(self.spec_fn(mesh))))
+            if op is None:
+                assert call is not None and call[2] is not None
+                spec = self.spec_at
+                info = call[2](*[spec(i, mesh) for i in self.ins[k]],
+                               *[spec(i, mesh) for i in outs], *call[3])
+                need, _ = self.flat(k, call[4], info)
+            else:
+                info = op.rule.infer_reverse(*op.reverse_args(self.spec_fn(mesh)))
+                need, _ = self.flat(k, op.schema, info)
         except SpmdError:
             return  # the reverse rule refuses: the forward answer stands and the edge reshards
         rank = (drank >> 1) << 1
-        key = k * 3 + _REV
+        offer = self.offer
         for i, a in zip(self.ins[k], need, strict=True):
-            self.offer(i, (a, rank, k, _REV, driver), key)
+            offer(i, (a, rank, k, _REV, driver))
 
     # ---- choosing -----------------------------------------------------------------------------
-    def offer(self, i: int, o: _RawOffer, key: int) -> None:
+    def offer(self, i: int, o: _RawOffer) -> None:
         st = self.st
-        offers = st.offers[i]
-        offers[key] = o
+        # one offer per op and direction: a new one replaces the old in its place
+        held = st.offers[i]
+        if held is None:
+            st.offers[i] = o
+            n = 1
+        elif isinstance(held, list):
+            k, kind = o[2], o[3]
+            for pos, p in enumerate(held):
+                if p[2] == k and p[3] == kind:
+                    held[pos] = o
+                    break
+            else:
+                held.append(o)
+            n = len(held)
+        elif held[2] == o[2] and held[3] == o[3]:
+            st.offers[i] = o
+            n = 1
+        else:
+            st.offers[i] = [held, o]
+            n = 2
         cur = st.attr[i]
         if cur is not None and o[1] <= st.rank[i] and o[0] == cur:
             return  # agrees with what the tensor has: nothing can change
-        t = self.tensors[i]
-        ann = t.annotation
-        if ann is not None and ann.is_fully_closed:
-            return
-        if st.frozen[i]:
+        ann = self.ann[i]
+        if (ann is not None and ann.is_fully_closed) or st.frozen[i]:
             return
         new: DistAttr | None
-        if cur is None and ann is None and len(offers) == 1 and self.is_divisible(o[0], t.shape):
+        if cur is None and ann is None and n == 1 and self.is_divisible(o[0], self.shapes[i]):
             new, rank = o[0], o[1]  # the first offer to an unknown tensor (the common case)
         else:
-            new, rank = self.choose(t, offers)
+            new, rank = self.choose(i, st.offers_of(i))
         if new is None or (new == cur and rank == st.rank[i]):
             return
         if new != cur:
@@ -612,14 +693,15 @@ class _Run:
         if new != cur:
             self.changed(i)
 
-    def choose(self, t: Tensor, offers: dict[int, _RawOffer]) -> tuple[DistAttr | None, int]:
+    def choose(self, i: int, offers: Sequence[_RawOffer]) -> tuple[DistAttr | None, int]:
+        """Tensor ``i``'s attribute and rank from its offers, by the policy (module docs)."""
         st = self.st
-        ann = t.annotation
+        ann = self.ann[i]
         valid: list[_RawOffer] = []
-        for o in offers.values():
+        for o in offers:
             a = o[0] if ann is None else _project(ann, o[0], o[1])
-            if a is None or not (ann is not None or self.is_divisible(a, t.shape)):
-                rej = st.rejected.setdefault(t.order, [])
+            if a is None or not (ann is not None or self.is_divisible(a, self.shapes[i])):
+                rej = st.rejected.setdefault(i, [])
                 if not any(r[0] == o for r in rej):
                     rej.append((o, "divisibility", "it does not split the tensor's dims evenly")
                                if a is not None else
@@ -637,7 +719,7 @@ class _Run:
         # equal rank, different attributes: least communication over the tensor's edges
         best: tuple[float, DistAttr] | None = None
         for o in cands:
-            phi = self.edge_cost(t, o[0], valid)
+            phi = self.edge_cost(self.tensors[i], o[0], valid)
             if best is None or phi < best[0]:
                 best = (phi, o[0])
         assert best is not None
@@ -658,92 +740,95 @@ class _Run:
         return total
 
     def changed(self, i: int) -> None:
-        """Queue the ops that must look again: consumers forward, the producer in reverse."""
-        for c in self.consumers[i]:
-            self.queue(c, forward=True)
-        p = self.producer[i]
-        if p >= 0:
-            self.queue(p, forward=False)
-
-    def queue(self, order: int, *, forward: bool) -> None:
-        same = forward == (self.direction == 1)
-        ahead = order > self.cur if self.direction == 1 else order < self.cur
-        if same and ahead:
-            if order not in self.in_heap:
-                self.in_heap.add(order)
-                heapq.heappush(self.heap, order * self.direction)
-        elif forward:
-            self.fwd_next.add(order)
+        """Queue the ops that must look again: consumers forward, the producer in reverse. An op
+        ahead of the cursor in the current sweep's direction joins this sweep, others the next."""
+        cur = self.cur
+        if self.direction == 1:
+            pending, later = self.pending, self.fwd_next
+            for c in self.consumers[i]:
+                if c > cur:
+                    pending[c] = 1
+                else:
+                    later[c] = 1
+            p = self.producer[i]
+            if p >= 0:
+                self.rev_next[p] = 1
         else:
-            self.rev_next.add(order)
+            fwd_next = self.fwd_next
+            for c in self.consumers[i]:
+                fwd_next[c] = 1
+            p = self.producer[i]
+            if 0 <= p < cur:
+                self.pending[p] = 1
+            elif p >= 0:
+                self.rev_next[p] = 1
 
-    def sweep(self, orders: set[int], direction: int) -> None:
+    def sweep(self, pending: bytearray, direction: int) -> None:
+        """Visit the pending ops in order (forward: ascending), including those queued ahead of
+        the cursor during the sweep."""
         self.direction = direction
-        self.heap = [o * direction for o in orders]
-        heapq.heapify(self.heap)
-        self.in_heap = set(orders)
-        visit = self.forward if direction == 1 else self.reverse
-        heap, in_heap = self.heap, self.in_heap
-        while heap:
-            k = heapq.heappop(heap) * direction
-            in_heap.discard(k)
+        self.pending = pending
+        forward = direction == 1
+        visit = self.forward if forward else self.reverse
+        find = pending.find if forward else pending.rfind
+        k = find(1)
+        while k >= 0:
+            pending[k] = 0
             self.cur = k
             visit(k)
-        self.cur = -1 if direction == 1 else len(self.ops)
+            k = find(1, k + 1) if forward else find(1, 0, k)
+        self.cur = -1 if forward else len(self.ops)
 
     # ---- driver -------------------------------------------------------------------------------
     def run(self) -> Completion:
         st = self.st
         defaulted: set[int] = set()
-        for t in self.tensors:
-            ann = t.annotation
-            if ann is not None:
-                st.attr[t.order] = ann.attr
-                st.rank[t.order] = 2 * ann.priority + 1
-        self.fwd_next = set(range(len(self.ops)))
-        self.rev_next = {self.producer[t.order] for t in self.tensors
-                         if t.annotation is not None and t.producer is not None}
+        n = len(self.ops)
+        self.fwd_next = bytearray(b"\x01") * n
+        for i, ann in self.annotated:
+            st.attr[i] = ann.attr
+            st.rank[i] = 2 * ann.priority + 1
+            if self.producer[i] >= 0:
+                self.rev_next[self.producer[i]] = 1
         sweeps = 0
         converged = True
-        while self.fwd_next or self.rev_next:
+        while self.fwd_next.find(1) >= 0 or self.rev_next.find(1) >= 0:
             if sweeps >= MAX_SWEEPS:
                 converged = False
                 break
             sweeps += 1
-            fwd, self.fwd_next = self.fwd_next, set()
+            fwd, self.fwd_next = self.fwd_next, bytearray(n)
             self.sweep(fwd, 1)
-            rev, self.rev_next = self.rev_next, set()
+            rev, self.rev_next = self.rev_next, bytearray(n)
             self.sweep(rev, -1)
-            if not (self.fwd_next or self.rev_next):
+            if self.fwd_next.find(1) < 0 and self.rev_next.find(1) < 0:
                 # Sources no annotation reaches are replicated on the default mesh, and
                 # propagation resumes from them.
-                for t in self.tensors:
-                    if st.attr[t.order] is None and t.producer is None:
-                        st.attr[t.order] = DistAttr.replicated(self.default_mesh, t.ndim)
-                        defaulted.add(t.order)
-                        self.changed(t.order)
+                for i in self.sources:
+                    if st.attr[i] is None:
+                        st.attr[i] = DistAttr.replicated(self.default_mesh, len(self.shapes[i]))
+                        defaulted.add(i)
+                        self.changed(i)
         if any(st.frozen):
             converged = False
         # What each op needs from its final operands: already there at convergence (any change
         # re-queues the consumers); after a cut-off, recomputed so the reshards are consistent.
-        for k in range(len(self.ops)):
-            if st.needs[k] is None or not converged:
+        for k, need in enumerate(st.needs):
+            if need is None or not converged:
                 self.forward_needs_only(k)
         self.defaulted = defaulted
-        for t in self.tensors:
-            t.attr = st.attr[t.order]
+        self.g.set_attrs(st.attr)
         reshards = self.reshard_edges()
         return Completion(self.g, self.cost, st, self, reshards, sweeps, self.rule_calls,
                           converged)
 
     def forward_needs_only(self, k: int) -> None:
         st = self.st
-        op = self.ops[k]
         for i in self.ins[k] + self.outs[k]:
             if st.attr[i] is None:  # only values downstream of nothing at all
                 st.attr[i] = DistAttr.replicated(self.default_mesh, self.tensors[i].ndim)
         mesh, _, _ = self.best_known(self.ins[k])
-        self.run_forward(k, op, mesh)
+        self.run_forward(k, mesh)
 
     def origin_of(self, t: Tensor) -> Origin:
         st = self.st
@@ -751,7 +836,7 @@ class _Run:
             return Origin("default")
         a = st.attr[t.order]
         best: _RawOffer | None = None
-        for o in st.offers[t.order].values():
+        for o in st.offers_of(t.order):
             if o[0] == a and (best is None or o[1] > best[1]
                               or (o[1] == best[1] and _offer_key(o) < _offer_key(best))):
                 best = o
@@ -770,52 +855,131 @@ class _Run:
 
     def reshard_edges(self) -> tuple[ReshardEdge, ...]:
         st = self.st
-        attrs, tensors = st.attr, self.tensors
+        attrs, tensors, ops = st.attr, self.tensors, self.ops
         out: list[ReshardEdge] = []
-        for k, op in enumerate(self.ops):
-            need = st.needs[k]
+        # by index: iterating the Op objects themselves would touch each one (its reference
+        # count), a cache miss per op on large models, where only the few with an edge are read
+        for k, need in enumerate(st.needs):
             nat = st.natural[k]
             assert need is not None and nat is not None
             for i, n in zip(self.ins[k], need, strict=True):
                 a = attrs[i]
-                if a != n:
+                if a is not n and a != n:
                     assert a is not None
                     t = tensors[i]
-                    out.append(ReshardEdge(t.name, op.name, "operand", a, n, t.shape, t.dtype))
+                    out.append(ReshardEdge(t.name, ops[k].name, "operand", a, n, t.shape,
+                                           t.dtype))
             for i, n in zip(self.outs[k], nat, strict=True):
                 a = attrs[i]
-                if a != n:
+                if a is not n and a != n:
                     assert a is not None
                     t = tensors[i]
-                    out.append(ReshardEdge(t.name, op.name, "result", n, a, t.shape, t.dtype))
+                    out.append(ReshardEdge(t.name, ops[k].name, "result", n, a, t.shape,
+                                           t.dtype))
         return tuple(out)
 
 
-_Indices = tuple[
-    list[tuple[int, ...]], list[tuple[int, ...]], list[tuple[int, ...]], list[int]
-]
-# Flat index arrays per topological order. ``Graph.ops`` is one cached tuple until the graph
-# changes, so its identity keys the cache (the tuple is held, so its id cannot be reused); the
-# graph's own properties rebuild tuples on every access, which costs more than the whole pass.
-_INDEX_CACHE: dict[int, tuple[tuple[Op, ...], _Indices]] = {}
+_Call = tuple[Callable[..., SpmdInfo], tuple[Any, ...], Callable[..., SpmdInfo] | None,
+              tuple[Any, ...], OpSchema, bool]
 
 
-def _indices(ops: tuple[Op, ...], tensors: tuple[Tensor, ...]) -> _Indices:
+class _Index:
+    """Flat arrays of one graph topology, shared by every run on it.
+
+    ``calls[k]`` is set for ops whose operands are one tensor per parameter (no list, no absent
+    optional, not generic): their rules' bound entry points and attribute tails, so a visit calls
+    the rule with the flat operand specs without touching the ``Op``; its last entry says whether
+    the results are too (else the reverse rule goes through the ``Op``). Equal tails are shared,
+    so the layers of a model read one.
+    """
+
+    __slots__ = ("calls", "consumers", "ins", "outs", "producer", "shapes", "sources")
+
+    def __init__(self, ops: tuple[Op, ...], tensors: tuple[Tensor, ...]) -> None:
+        self.ins = [tuple(t.order for t in op.inputs) for op in ops]
+        self.outs = [tuple(t.order for t in op.outputs) for op in ops]
+        cons: list[list[int]] = [[] for _ in tensors]
+        for k, idx in enumerate(self.ins):
+            for i in dict.fromkeys(idx):
+                cons[i].append(k)
+        self.consumers = [tuple(c) for c in cons]
+        self.producer = [-1 if t.producer is None else t.producer.order for t in tensors]
+        self.sources = [i for i, p in enumerate(self.producer) if p < 0]
+        # the tensors' shapes, interned: a change of a tensor's shape rebuilds the topology
+        shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self.shapes = [shapes.setdefault(t.shape, t.shape) for t in tensors]
+        tails: dict[Any, tuple[Any, ...]] = {}
+        entries: dict[int, tuple[Callable[..., SpmdInfo], Callable[..., SpmdInfo] | None]] = {}
+        calls: list[_Call | None] = []
+        for op in ops:
+            schema = op.schema
+            if schema.generic or not all(type(v) is Tensor for v in op.operands):
+                calls.append(None)
+                continue
+            rule = schema.rule
+            entry = entries.get(id(rule))
+            if entry is None:
+                entry = entries[id(rule)] = (
+                    rule.infer_forward, rule.infer_reverse if rule.has_reverse else None)
+            calls.append((entry[0], _intern_tail(tails, schema, op.attrs), entry[1],
+                          _intern_tail(tails, schema, schema.reverse_attr_values(op.attrs)),
+                          schema, all(type(v) is Tensor for v in op.results)))
+        self.calls = calls
+
+
+def _intern_tail(
+    tails: dict[Any, tuple[Any, ...]], schema: OpSchema, values: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """The first tail of ``schema``'s ops equal to ``values``, value for value and type for type
+    (1, 1.0 and True stay apart, and a list from an equal tuple), so equal ops share one."""
+    try:
+        key = (schema, *((type(v), (*v,) if type(v) is list else v) for v in values))
+        return tails.setdefault(key, values)
+    except TypeError:  # unhashable (a nested list): not shared
+        return values
+
+
+# The index of a topology, by the identity of ``Graph.ops``: one cached tuple until the graph
+# changes (the tuple is held, so its id cannot be reused); the graph's own properties rebuild
+# tuples on every access, which costs more than the whole pass.
+_INDEX_CACHE: dict[int, tuple[tuple[Op, ...], _Index]] = {}
+
+
+def _indices(ops: tuple[Op, ...], tensors: tuple[Tensor, ...]) -> _Index:
     hit = _INDEX_CACHE.get(id(ops))
     if hit is not None and hit[0] is ops:
         return hit[1]
-    ins = [tuple(t.order for t in op.inputs) for op in ops]
-    outs = [tuple(t.order for t in op.outputs) for op in ops]
-    cons: list[list[int]] = [[] for _ in tensors]
-    for k, idx in enumerate(ins):
-        for i in dict.fromkeys(idx):
-            cons[i].append(k)
-    producer = [-1 if t.producer is None else t.producer.order for t in tensors]
-    value = (ins, outs, [tuple(c) for c in cons], producer)
+    value = _Index(ops, tensors)
     if len(_INDEX_CACHE) >= 4:
         _INDEX_CACHE.pop(next(iter(_INDEX_CACHE)))
     _INDEX_CACHE[id(ops)] = (ops, value)
     return value
+
+
+# TensorSpecs interned by (shape, attr): the layers of a model repeat a few hundred of them, so a
+# run allocates almost none, and the rules' memo compares its keys by identity.
+_SPECS: dict[tuple[tuple[int, ...], DistAttr], TensorSpec] = {}
+_SPECS_MAX: Final = 1 << 16
+
+
+def _spec(shape: tuple[int, ...], attr: DistAttr) -> TensorSpec:
+    key = (shape, attr)
+    s = _SPECS.get(key)
+    if s is None or s.attr.mesh is not attr.mesh:  # keep the caller's mesh object (``is`` tests)
+        if len(_SPECS) >= _SPECS_MAX:
+            _SPECS.clear()
+        s = _SPECS[key] = TensorSpec._make(shape, attr)
+    return s
+
+
+# Flattened rule answers by the answer's identity: the rules' memo hands back the same SpmdInfo
+# for every layer, so each is flattened once. The entry holds the answer (its id stays unique).
+_FLAT: dict[int, tuple[SpmdInfo, OpSchema, int, tuple[DistAttr, ...], tuple[DistAttr, ...]]] = {}
+_FLAT_MAX: Final = 1 << 14
+
+
+def _first(entry: tuple[int, ProcessMesh]) -> int:
+    return entry[0]
 
 
 def _offer_key(o: _RawOffer) -> tuple[int, int]:
@@ -860,12 +1024,23 @@ def complete(graph: Graph, cost: CostModel = DEFAULT_COST_MODEL) -> Completion:
     if not isinstance(graph, Graph):
         raise CompletionError(f"complete: expected a Graph, got {type(graph).__name__}")
     graph.validate()
-    # The pass allocates ~5 small containers per op and creates no reference cycles; the cyclic
-    # collector would otherwise rescan the whole graph many times over on large models.
+    return _without_gc(lambda: _Run(graph, cost).run())
+
+
+_T = TypeVar("_T")
+
+
+def _without_gc(fn: Callable[[], _T]) -> _T:
+    """``fn()`` with the cyclic collector off: it makes a bulk of small objects without reference
+    cycles (a few per op or tensor), and the collector would rescan the whole graph many times
+    over on large models. The objects are scanned once, at the first collection after.
+
+    A plain function, not a generator-based context manager: leaving one allocates once the
+    collector is back on, which would run that young-generation collection here already."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _Run(graph, cost).run()
+        return fn()
     finally:
         if was_enabled:
             gc.enable()

@@ -6,13 +6,19 @@ tensor has one producer but many consumers, graph inputs and parameters have no 
 and the completion pass keeps one attribute per tensor, not per use. The node keys are the
 slotted ``Op`` and ``Tensor`` objects themselves (hashed by identity, empty attribute dicts), so
 networkx algorithms hand back the objects with no lookups, and per-node data stays in ``__slots__``:
-a 21k-op model costs a few tens of MB.
+a 21k-op model costs a few tens of MB. Attributes set for every tensor at once (``set_attrs``,
+which completion uses, and ``reset_attrs``) stay in one list on the graph until a single tensor's
+attribute is set or the graph changes: writing into each scattered Tensor object costs a cache
+miss per tensor on large models. ``Tensor.attr`` reads either the same way.
 
 Order. ``Op.operands`` and ``Op.results`` keep the rule's argument order (networkx edges have
 none). ``Graph.topological_order()`` is networkx's lexicographical topological sort keyed by
 natural name order, so it depends on the names only, never on insertion order; it is cached,
 and each op's position is stored in ``Op.order``. ``Tensor.producer`` is a slot; consumers are the
 node's successors in the DiGraph, sorted by ``Op.order``.
+
+The graph also keeps its annotated tensors (``Tensor.annotation`` registers them) and a count of
+declared tensors no op produces yet, so neither completion nor ``validate`` visits every tensor.
 
 Validation. ``add_op`` checks the op type, arity, attributes and shapes (through
 ``spmdrules.shapes``) before it touches the graph, so a failed call leaves the graph unchanged.
@@ -73,38 +79,74 @@ class Tensor:
     """
 
     __slots__ = (
-        "annotation", "attr", "dtype", "graph", "index", "name", "order", "producer", "role",
-        "shape",
+        "_annotation", "_attr", "_shape", "dtype", "graph", "index", "name", "order", "producer",
+        "role",
     )
 
     name: str
-    shape: tuple[int, ...]
+    _shape: tuple[int, ...]
     dtype: str
     role: Role
     graph: Graph
     producer: Op | None
     index: int
     order: int
-    attr: DistAttr | None
-    annotation: Annotation | None
+    _attr: DistAttr | None
+    _annotation: Annotation | None
 
     def __init__(
         self, graph: Graph, name: str, shape: tuple[int, ...], dtype: str, role: Role
     ) -> None:
         self.graph = graph
         self.name = name
-        self.shape = shape
+        self._shape = shape
         self.dtype = dtype
         self.role = role
         self.producer = None
         self.index = -1  # position among the producer's flat results
         self.order = -1  # position in Graph.tensors, set with the topological order
-        self.attr = None
-        self.annotation = None
+        self._attr = None
+        self._annotation = None
+
+    @property
+    def attr(self) -> DistAttr | None:
+        attrs = self.graph._attrs
+        return self._attr if attrs is None else attrs[self.order]
+
+    @attr.setter
+    def attr(self, attr: DistAttr | None) -> None:
+        g = self.graph
+        if g._attrs is not None:
+            g._store_attrs()
+        self._attr = attr
+
+    @property
+    def annotation(self) -> Annotation | None:
+        return self._annotation
+
+    @annotation.setter
+    def annotation(self, ann: Annotation | None) -> None:
+        # the graph keeps its annotated tensors, so completion need not visit every tensor
+        self._annotation = ann
+        if ann is None:
+            self.graph._annotated.pop(self, None)
+        else:
+            self.graph._annotated[self] = ann
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @shape.setter
+    def shape(self, shape: tuple[int, ...]) -> None:
+        # Derived per-topology data (completion's index) holds shapes: a new shape is a new
+        # topology, so those caches rebuild.
+        self.graph._changed()
+        self._shape = shape
 
     @property
     def ndim(self) -> int:
-        return len(self.shape)
+        return len(self._shape)
 
     @property
     def numel(self) -> int:
@@ -323,7 +365,10 @@ class Graph:
     ((8, 4), 2)
     """
 
-    __slots__ = ("_auto", "_nx", "_ops", "_tensor_order", "_tensors", "_topo", "name")
+    __slots__ = (
+        "_annotated", "_attrs", "_auto", "_nx", "_ops", "_tensor_order", "_tensors", "_topo",
+        "_unproduced", "name",
+    )
     __hash__ = None  # type: ignore[assignment]  # compares by content, so not hashable
 
     name: str
@@ -333,6 +378,9 @@ class Graph:
     _topo: tuple[Op, ...] | None
     _tensor_order: tuple[Tensor, ...] | None
     _auto: int
+    _annotated: dict[Tensor, Annotation]
+    _unproduced: int
+    _attrs: list[DistAttr | None] | None
 
     def __init__(self, name: str = "graph") -> None:
         self.name = name
@@ -342,6 +390,13 @@ class Graph:
         self._topo = None
         self._tensor_order = None
         self._auto = 0
+        self._annotated = {}  # the tensors with an annotation (kept by Tensor.annotation)
+        self._unproduced = 0  # declared tensors no op produces yet (what validate() reports)
+        # Every tensor's attribute in ``tensors`` order, when set all at once (completion, reset):
+        # one list instead of a write into each Tensor, which on large models costs a cache miss
+        # per tensor. Tensor.attr reads it; the first single write, or a change of the graph,
+        # stores it into the tensors and drops it.
+        self._attrs = None
 
     # ---- context --------------------------------------------------------------------------------
     def __enter__(self) -> Graph:
@@ -385,9 +440,11 @@ class Graph:
                 "another name"
             )
         t = Tensor(self, name, _check_shape(name, shape), _check_dtype(name, dtype), role)
+        self._changed()
         self._tensors[name] = t
+        if role == "value":
+            self._unproduced += 1
         self._nx.add_node(t)
-        self._topo = None
         return t
 
     @staticmethod
@@ -472,6 +529,7 @@ class Graph:
         names = self._result_names(name, schema, metas, results)
         adopt = self._check_results(name, names, flat_metas)
 
+        self._changed()
         op = Op(name, schema, attr_values, ops_in)
         g = self._nx
         g.add_node(op)
@@ -481,6 +539,8 @@ class Graph:
         for i, (rname, meta) in enumerate(zip(names, flat_metas, strict=True)):
             # an adopted tensor that already has consumers may close a cycle: validate() finds it
             t = adopt.get(rname) or Tensor(self, rname, meta.shape, meta.dtype, "value")
+            if rname in adopt:
+                self._unproduced -= 1
             self._tensors[rname] = t
             t.producer = op
             t.index = i
@@ -497,7 +557,6 @@ class Graph:
                 k += len(ms)
         op.results = tuple(structured)
         self._ops[name] = op
-        self._topo = None
         return op
 
     def _auto_name(self, op_type: str) -> str:
@@ -672,14 +731,50 @@ class Graph:
 
     def annotated(self) -> tuple[Tensor, ...]:
         """The tensors that carry a user annotation, in ``tensors`` order."""
-        return tuple(t for t in self.tensors if t.annotation is not None)
+        self.topological_order()
+        return tuple(sorted(self._annotated, key=_tensor_order))
+
+    def annotations(self) -> list[tuple[int, Annotation]]:
+        """(``Tensor.order``, annotation) of every annotated tensor, in no particular order."""
+        self.topological_order()
+        return [(t.order, ann) for t, ann in self._annotated.items()]
 
     def reset_attrs(self) -> Graph:
         """Forget every inferred attribute: annotated tensors go back to their annotation's
         seed, all others to None (so completion can run again from the annotations alone)."""
-        for t in self._tensors.values():
-            t.attr = None if t.annotation is None else t.annotation.attr
+        if self._topo is None:  # no tensor order yet (or a cycle): tensor by tensor
+            for t in self._tensors.values():
+                t._attr = None if t._annotation is None else t._annotation.attr
+            return self
+        attrs: list[DistAttr | None] = [None] * len(self.tensors)
+        for t, ann in self._annotated.items():
+            attrs[t.order] = ann.attr
+        self._attrs = attrs
         return self
+
+    def set_attrs(self, attrs: Sequence[DistAttr | None]) -> Graph:
+        """Set every tensor's attribute at once, one per tensor in ``tensors`` order."""
+        if len(attrs) != len(self.tensors):
+            raise ArityError(
+                f"graph {self.name!r}: set_attrs got {len(attrs)} attributes for "
+                f"{len(self.tensors)} tensors; give one per tensor, in Graph.tensors order"
+            )
+        self._attrs = list(attrs)
+        return self
+
+    def _store_attrs(self) -> None:
+        """Write the all-at-once attributes into the tensors (before one changes or the tensor
+        order does)."""
+        attrs, self._attrs = self._attrs, None
+        if attrs is not None:
+            assert self._tensor_order is not None
+            for t, a in zip(self._tensor_order, attrs, strict=True):
+                t._attr = a
+
+    def _changed(self) -> None:
+        """The graph's content changes: per-topology caches and the tensor order are stale."""
+        self._store_attrs()
+        self._topo = None
 
     def producer(self, t: Tensor | str) -> Op | None:
         return (self.tensor(t) if isinstance(t, str) else t).producer
@@ -733,12 +828,13 @@ class Graph:
         With ``full`` it also re-runs shape inference on every op and compares it with the
         tensors' shapes (for graphs whose tensors were changed after the ops were added).
         """
-        for t in self._tensors.values():
-            if t.producer is None and t.role == "value":
-                raise ProducerError(
-                    f"tensor {t.name!r} was declared but no op produces it; add its producing "
-                    "op, or make it a source with g.input(...) / g.param(...)"
-                )
+        if self._unproduced:
+            for t in self._tensors.values():
+                if t.producer is None and t.role == "value":
+                    raise ProducerError(
+                        f"tensor {t.name!r} was declared but no op produces it; add its "
+                        "producing op, or make it a source with g.input(...) / g.param(...)"
+                    )
         self.topological_order()
         if full:
             for op in self.topological_order():
@@ -805,6 +901,10 @@ def _node_key(n: Op | Tensor) -> tuple[str | int, ...]:
 
 def _op_order(op: Op) -> int:
     return op.order
+
+
+def _tensor_order(t: Tensor) -> int:
+    return t.order
 
 
 def _check_shape(name: str, shape: Any) -> tuple[int, ...]:

@@ -322,6 +322,18 @@ def test_uneven_offers_are_refused_for_divisibility() -> None:
     assert [x.reason for x in r.rejected("x")] == ["divisibility"]
 
 
+def test_a_shape_changed_between_runs_is_seen_by_the_next_run() -> None:
+    # completion keeps per-topology arrays (shapes among them) across runs on one graph
+    with Graph("reshaped") as g:
+        x = g.input("x", [8, 16])
+        y = ops.relu(x, name="y")
+    shard(x, MESH, (None, "mp"))
+    assert complete(g).attr("y") == A([-1, 1])
+    x.shape, y.shape = (8, 6), (8, 6)                 # 6 is not divisible by 4
+    r = complete(g.reset_attrs())
+    assert r.attr("y").is_replicated and [e.tensor for e in r.reshards] == ["x"]
+
+
 def test_unreached_components_default_to_replicated() -> None:
     with Graph("two") as g:
         x = g.input("x", [8, 16])
