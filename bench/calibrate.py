@@ -1,17 +1,27 @@
 """Calibrate the alpha-beta cost model (spmdrules/cost.py) from this machine's MPI timings.
 
-    mpiexec -n 4 .venv/bin/python bench/calibrate.py      (or plain python: it relaunches)
+    python bench/calibrate.py [--repeats 3] [--write [PATH]]   (relaunches under mpiexec -n 4)
 
 On a 2x2 mesh (dp, mp) it times, per mesh dim, a ping-pong between the two members of each
-group and an Allreduce inside each group, over message sizes from 8 B to 4 MB, and fits
+group and an Allreduce inside each group, over message sizes from 8 B to 2 MB, and fits
 ``t = alpha * rounds + beta * bytes`` by least squares (ping-pong: one round per one-way trip;
-allreduce: 2(n-1) rounds and 2(n-1)/n of the buffer, the ring model the planner charges). It
-prints the measurements, the fits, and the ``CostModel`` it recommends; cost.py is not edited.
+allreduce: 2(n-1) rounds and 2(n-1)/n of the buffer, the ring model the planner charges). Each
+size is timed ``--repeats`` times and the median kept. It prints the measurements and the fits
+per mesh dim, and the calibration it recommends: the all-reduce fit over both mesh dims for the
+collectives (one machine's processes share memory, so the mesh dims differ only by noise) and
+the ping-pong fit for transfers between meshes. ``--write`` stores that calibration as JSON
+(default: spmdrules/calibration.json, which ``spmdrules.cost.DEFAULT_COST_MODEL`` loads).
+Run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
 
+import argparse
+import datetime
+import json
 import os
+import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -23,6 +33,7 @@ import numpy as np
 SIZES = [8 << k for k in range(0, 20, 2)]  # 8 B .. 2 MB
 TRIALS = 5
 MESH_SHAPE = (2, 2)
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "spmdrules" / "calibration.json"
 DIM_NAMES = ("dp", "mp")
 
 
@@ -75,25 +86,65 @@ def fit(rounds: list[float], nbytes: list[float], seconds: list[float]) -> tuple
     return max(float(sol[0]), 0.0), max(float(sol[1]), 0.0)
 
 
-def measure(comm: Any) -> dict[str, dict[str, Any]]:
-    """Per mesh dim: raw timings and the (alpha, beta) fits. Every rank calls it; the slowest
-    rank's time counts (a collective is as slow as its slowest member)."""
+def _rows(n: int, kind: str) -> tuple[list[float], list[float]]:
+    """(rounds, bytes per process) of each size under the model the planner charges."""
+    if kind == "pingpong":
+        return [1.0] * len(SIZES), [float(b) for b in SIZES]
+    return [2.0 * (n - 1)] * len(SIZES), [2 * (n - 1) / n * b for b in SIZES]
+
+
+def measure(comm: Any, repeats: int = 3) -> dict[str, dict[str, Any]]:
+    """Per mesh dim: timings (median over ``repeats``) and the (alpha, beta) fits. Every rank
+    calls it; the slowest rank's time counts (a collective is as slow as its slowest member)."""
     from mpi4py import MPI
 
     out: dict[str, dict[str, Any]] = {}
     for m, name in enumerate(DIM_NAMES):
         g = group_comm(comm, m)
         n = g.Get_size()
-        # best of TRIALS per rank (oversubscribed ranks get descheduled), slowest rank overall
-        pp = [comm.allreduce(min(time_pingpong(g, b) for _ in range(TRIALS)), op=MPI.MAX)
-              for b in SIZES]
-        ar = [comm.allreduce(min(time_allreduce(g, b) for _ in range(TRIALS)), op=MPI.MAX)
-              for b in SIZES]
+
+        def timed(fn: Any, b: int, g: Any = g) -> float:
+            # best of TRIALS per rank (oversubscribed ranks get descheduled), slowest rank
+            # overall, median over the repeats
+            return statistics.median(
+                comm.allreduce(min(fn(g, b) for _ in range(TRIALS)), op=MPI.MAX)
+                for _ in range(repeats))
+
+        pp = [timed(time_pingpong, b) for b in SIZES]
+        ar = [timed(time_allreduce, b) for b in SIZES]
         g.Free()
-        ping = fit([1.0] * len(SIZES), [float(b) for b in SIZES], pp)
-        allr = fit([2.0 * (n - 1)] * len(SIZES), [2 * (n - 1) / n * b for b in SIZES], ar)
-        out[name] = {"pingpong": pp, "allreduce": ar, "fit_pingpong": ping, "fit_allreduce": allr}
+        out[name] = {"n": n, "pingpong": pp, "allreduce": ar,
+                     "fit_pingpong": fit(*_rows(n, "pingpong"), pp),
+                     "fit_allreduce": fit(*_rows(n, "allreduce"), ar)}
     return out
+
+
+def pooled_fit(results: dict[str, dict[str, Any]], kind: str) -> tuple[float, float]:
+    """One (alpha, beta) for ``kind`` over the timings of every mesh dim."""
+    rounds: list[float] = []
+    nbytes: list[float] = []
+    seconds: list[float] = []
+    for r in results.values():
+        ro, by = _rows(r["n"], kind)
+        rounds += ro
+        nbytes += by
+        seconds += r[kind]
+    return fit(rounds, nbytes, seconds)
+
+
+def calibration(results: dict[str, dict[str, Any]], mpi_version: str) -> dict[str, Any]:
+    """The JSON that spmdrules.cost.load_calibration reads."""
+    (ca, cb), (pa, pb) = pooled_fit(results, "allreduce"), pooled_fit(results, "pingpong")
+    return {
+        "collective": {"alpha": ca, "beta": cb},
+        "p2p": {"alpha": pa, "beta": pb},
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+        "mpi": mpi_version,
+        "date": datetime.date.today().isoformat(),
+        "command": "python bench/calibrate.py --write",
+        "per_dim": {d: {"allreduce": r["fit_allreduce"], "pingpong": r["fit_pingpong"]}
+                    for d, r in results.items()},
+    }
 
 
 def report(results: dict[str, dict[str, Any]]) -> str:
@@ -111,32 +162,43 @@ def report(results: dict[str, dict[str, Any]]) -> str:
                      f" GB/s); allreduce alpha {aa:.2e} beta {ab:.2e} "
                      f"({1 / ab / 1e9 if ab else 0:.2f} GB/s)")
     lines.append("")
-    lines.append("recommended (allreduce fit: the planner's steps are collectives):")
-    per_dim = ", ".join(f'"{d}": LinkCost({r["fit_allreduce"][0]:.2e}, {r["fit_allreduce"][1]:.2e})'
-                        for d, r in results.items())
-    lines.append(f"  CostModel(per_dim={{{per_dim}}})")
+    (ca, cb), (pa, pb) = pooled_fit(results, "allreduce"), pooled_fit(results, "pingpong")
+    lines.append("recommended (both mesh dims pooled):")
+    lines.append(f"  collectives: LinkCost(alpha={ca:.2e}, beta={cb:.2e})"
+                 f"  ({1 / cb / 1e9 if cb else 0:.2f} GB/s)")
+    lines.append(f"  p2p:         LinkCost(alpha={pa:.2e}, beta={pb:.2e})"
+                 f"  ({1 / pb / 1e9 if pb else 0:.2f} GB/s)")
     return "\n".join(lines)
 
 
 def calibrated_cost_model(results: dict[str, dict[str, Any]]) -> Any:
+    """The CostModel of these measurements (what ``--write`` would make the default)."""
     from spmdrules.cost import CostModel, LinkCost
 
-    links = {d: LinkCost(*r["fit_allreduce"]) for d, r in results.items()}
-    worst = max(links.values(), key=lambda lk: lk.beta)
-    return CostModel(default=worst, per_dim=links, p2p=worst)
+    return CostModel(default=LinkCost(*pooled_fit(results, "allreduce")),
+                     p2p=LinkCost(*pooled_fit(results, "pingpong")))
 
 
 def main() -> int:
     from mpi4py import MPI
 
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=3, help="timings per size (median kept)")
+    ap.add_argument("--write", nargs="?", const=str(DEFAULT_OUT), default=None, metavar="PATH",
+                    help=f"store the calibration as JSON (default path: {DEFAULT_OUT})")
+    args = ap.parse_args()
     comm = MPI.COMM_WORLD
     if comm.Get_size() != 4:
         raise SystemExit("run with mpiexec -n 4 (a 2x2 mesh)")
-    results = measure(comm)
+    results = measure(comm, args.repeats)
     if comm.Get_rank() == 0:
-        print(f"MPI calibration on a {MESH_SHAPE[0]}x{MESH_SHAPE[1]} mesh {DIM_NAMES}, "
-              f"{MPI.Get_library_version().splitlines()[0]}")
+        version = " ".join(MPI.Get_library_version().splitlines()[0].split())
+        print(f"MPI calibration on a {MESH_SHAPE[0]}x{MESH_SHAPE[1]} mesh {DIM_NAMES}, {version}")
         print(report(results))
+        if args.write:
+            Path(args.write).write_text(json.dumps(calibration(results, version), indent=2) + "\n")
+            print(f"wrote {args.write}")
     return 0
 
 

@@ -1,11 +1,16 @@
 """The alpha-beta cost model shared by completion (conflicts) and reshard planning (plans).
 
 A step of ``s`` latency rounds that sends ``b`` bytes per process along mesh dim ``m`` costs
-``alpha[m] * s + beta[m] * b`` seconds. Each mesh dim has its own (alpha, beta): in a 2x4 mesh
-(dp, mp) the mp dim is usually inside a node (fast links) and dp across nodes. Point-to-point
-transfers between meshes (pipeline stages) have their own pair. A later issue calibrates the
-numbers from MPI measurements; the defaults below are order-of-magnitude values for a GPU cluster
-(NVLink-class inside a node, 100 Gb/s-class between nodes).
+``alpha[m] * s + beta[m] * b`` seconds. Each mesh dim may have its own (alpha, beta): in a 2x4
+mesh (dp, mp) on a GPU cluster the mp dim is usually inside a node (fast links) and dp across
+nodes (``GPU_CLUSTER``). Point-to-point transfers between meshes (pipeline stages) have their own
+pair.
+
+The default model (``DEFAULT_COST_MODEL``) is calibrated from MPI measurements of the machine
+class spmdrules runs on (``calibration.json`` next to this module, written by
+``bench/calibrate.py --write``): collectives on every mesh dim cost the all-reduce fit, transfers
+between meshes the ping-pong fit. Processes of one machine share memory, so every mesh dim has
+the same links there.
 
 Completion and planning both call ``CostModel.step_time``, so the side of a conflict that
 completion keeps is always the one whose plan the planner finds cheaper.
@@ -13,9 +18,11 @@ completion keeps is always the one whose plan the planner finds cheaper.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from pathlib import Path
+from typing import Any, Final
 
 from spmdrules.errors import SpmdError
 from spmdrules.mesh import ProcessMesh
@@ -119,5 +126,55 @@ class _FrozenMap(Mapping[str | int, LinkCost]):
         return repr(dict(self._items))
 
 
-#: the model used when none is given: mp inside a node, everything else between nodes
-DEFAULT_COST_MODEL: Final = CostModel(per_dim={"mp": INTRA_NODE})
+#: order-of-magnitude links of a GPU cluster: mp inside a node, everything else between nodes
+GPU_CLUSTER: Final = CostModel(default=INTER_NODE, per_dim={"mp": INTRA_NODE}, p2p=INTER_NODE)
+
+#: the measured links of the default model (see bench/calibrate.py)
+CALIBRATION_FILE: Final = Path(__file__).with_name("calibration.json")
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """Links measured with MPI on one machine: ``collective`` from all-reduce timings (the
+    planner's steps are collectives), ``p2p`` from ping-pong timings, and where they came from."""
+
+    collective: LinkCost
+    p2p: LinkCost
+    machine: str
+    mpi: str
+    date: str
+    command: str
+
+    @property
+    def cost_model(self) -> CostModel:
+        return CostModel(default=self.collective, p2p=self.p2p)
+
+
+def load_calibration(path: Path = CALIBRATION_FILE) -> Calibration:
+    """Read a calibration written by ``bench/calibrate.py --write``."""
+    try:
+        data: Any = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CostModelError(f"cannot read the cost calibration {path}: {e}; rerun "
+                             "`python bench/calibrate.py --write`") from e
+
+    def link(key: str) -> LinkCost:
+        entry = data.get(key) if isinstance(data, dict) else None
+        if not isinstance(entry, dict) or set(entry) != {"alpha", "beta"}:
+            raise CostModelError(f"cost calibration {path}: {key!r} must be an object with "
+                                 f"'alpha' and 'beta', got {entry!r}")
+        return LinkCost(alpha=entry["alpha"], beta=entry["beta"])
+
+    texts = {}
+    for key in ("machine", "mpi", "date", "command"):
+        v = data.get(key) if isinstance(data, dict) else None
+        if not isinstance(v, str):
+            raise CostModelError(f"cost calibration {path}: {key!r} must be a string, got {v!r}")
+        texts[key] = v
+    return Calibration(collective=link("collective"), p2p=link("p2p"), **texts)
+
+
+#: the calibration behind the default model
+CALIBRATION: Final = load_calibration()
+#: the model used when none is given: this machine class's measured links on every mesh dim
+DEFAULT_COST_MODEL: Final = CALIBRATION.cost_model

@@ -53,8 +53,9 @@ def test_wheel_install_registers_every_rule(tmp_path: Path) -> None:
     )
     assert not (target / "rules").exists(), "rules/ must not be installed as a top-level package"
     probe = (
-        "import json, spmdrules, spmdrules.rules as r; "
-        "print(json.dumps([spmdrules.__file__, r.__file__, spmdrules.list_rules()]))"
+        "import json, spmdrules, spmdrules.rules as r, spmdrules.cost as c; "
+        "print(json.dumps([spmdrules.__file__, r.__file__, spmdrules.list_rules(), "
+        "str(c.CALIBRATION_FILE)]))"
     )
     env = {**os.environ, "PYTHONPATH": str(target)}
     out = subprocess.run(
@@ -66,8 +67,10 @@ def test_wheel_install_registers_every_rule(tmp_path: Path) -> None:
         text=True,
         timeout=120,
     )
-    pkg_file, rules_file, names = json.loads(out.stdout)
+    pkg_file, rules_file, names, calibration = json.loads(out.stdout)
     assert pkg_file.startswith(str(target)) and rules_file.startswith(str(target))
+    # the default cost model's measurements ship with the package
+    assert calibration.startswith(str(target)) and Path(calibration).is_file()
     # The reference is a fresh interpreter on the development install (this process's registry
     # may hold rules that other tests registered).
     dev = subprocess.run(

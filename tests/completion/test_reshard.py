@@ -8,7 +8,15 @@ from typing import Any
 import pytest
 
 import spmdrules as sr
-from spmdrules.cost import DEFAULT_COST_MODEL, INTER_NODE, CostModel, CostModelError, LinkCost
+from spmdrules.cost import (
+    CALIBRATION,
+    DEFAULT_COST_MODEL,
+    GPU_CLUSTER,
+    INTER_NODE,
+    CostModel,
+    CostModelError,
+    LinkCost,
+)
 from spmdrules.reshard import (
     ReshardError,
     Step,
@@ -100,7 +108,8 @@ def test_bad_inputs_raise_precise_errors() -> None:
         LinkCost(-1.0, 0.0)
     with pytest.raises(CostModelError, match="must be a LinkCost"):
         CostModel(per_dim={"mp": 3})  # type: ignore[dict-item]
-    assert DEFAULT_COST_MODEL.link(MESH, 0) == INTER_NODE
+    assert DEFAULT_COST_MODEL.link(MESH, 0) == CALIBRATION.collective
+    assert GPU_CLUSTER.link(MESH, 0) == INTER_NODE
 
 
 # ---- optimality by brute force ------------------------------------------------------------
