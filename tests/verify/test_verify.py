@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -311,13 +310,8 @@ def test_cli_exit_status_is_1_on_a_wrong_rule(
 
 
 # ---- the docs --------------------------------------------------------------------------------------
-def test_docs_examples_run() -> None:
-    text = (ROOT / "docs" / "verify.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) >= 2
-    ns: dict[str, object] = {"__name__": "doc_verify"}
-    for i, code in enumerate(blocks):
-        exec(compile(code, f"verify.md[block {i}]", "exec"), ns)
+def test_docs_examples_run(doc_page: Any) -> None:
+    doc_page(ROOT / "docs" / "verify.md").check(min_blocks=2)
 
 
 def test_the_measured_table_in_the_docs_is_current() -> None:
