@@ -1,5 +1,6 @@
-"""Fixtures shared by every test directory (tests/ is no package: pytest imports test files with
-importlib, so shared helpers live here as fixtures)."""
+"""Fixtures shared by every test directory. (tests/ is no package: pytest imports test files
+with importlib. Shared modules live in tests/support, which pytest puts on the path; helpers
+that need pytest live here as fixtures.)"""
 
 from __future__ import annotations
 

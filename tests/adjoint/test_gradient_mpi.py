@@ -4,13 +4,11 @@ executor's gradients; the bytes sent equal the plans' (forward and adjoint edges
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from pipeline_cases import CASES, LIMITS, pipeline_stages
 
 from spmdrules.adjoint import gradient_program
 from spmdrules.completion import complete
@@ -21,32 +19,15 @@ from spmdrules.gradcheck import check_gradients
 from spmdrules.lowering import lower
 
 
-def _load(name: str, file: str) -> Any:
-    """tests/ is no package (pytest imports with importlib): load a sibling test module."""
-    if name not in sys.modules:
-        path = Path(__file__).parent / file
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-def _pipeline() -> Any:
-    return _load("e2e_test_pipeline", "../e2e/test_pipeline.py")
-
-
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize(("case", "nprocs"), [("2d-megatron", 4), ("2d-gpt", 4),
                                                ("3d-mixed-coshard", 8)])
 def test_mpi_gradients_equal_the_serial_numerical_ones(case: str, nprocs: int) -> None:
-    pipe = _pipeline()
-    g = pipe.CASES[case]()
+    g = CASES[case]()
     prog = lower(complete(g))
     out = prog.tensors[-1]
     gp = gradient_program(prog, [out])
-    feeds = random_feeds(prog, seed=11, vocab_limits=pipe.LIMITS)
+    feeds = random_feeds(prog, seed=11, vocab_limits=LIMITS)
     seeds = {out: np.random.default_rng(4).standard_normal(prog.buffers[out].shape)}
     feeds[gp.seeds[out]] = seeds[out]
     run = run_mpi(gp, feeds, nprocs=nprocs, fetch=list(gp.grads.values()), timeout=120)
@@ -65,8 +46,7 @@ def test_mpi_gradients_equal_the_serial_numerical_ones(case: str, nprocs: int) -
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("w1_spec", [("mp", None), (None, "mp")])
 def test_mpi_gradients_across_pipeline_stages(w1_spec: tuple[Any, ...]) -> None:
-    stages = _load("adjoint_test_gradient_program", "test_gradient_program.py")
-    g = stages._stages(w1_spec)
+    g = pipeline_stages(w1_spec)
     prog = lower(complete(g))
     gp = gradient_program(prog, ["out"])
     feeds = random_feeds(prog, seed=5)

@@ -3,18 +3,14 @@ derivatives of the serial model, and the gradient program's bytes against the pl
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from pipeline_cases import CASES, LIMITS, pipeline_stages
 
 import spmdrules as sr
-from spmdrules import ops
 from spmdrules.adjoint import GradientError, dual_attr, gradient_program
-from spmdrules.annotate import shard
 from spmdrules.completion import complete
 from spmdrules.errors import UnsupportedError
 from spmdrules.executor import random_feeds
@@ -23,28 +19,14 @@ from spmdrules.gradcheck import check_gradients
 from spmdrules.graph import Graph
 from spmdrules.lowering import Collective, LocalStep, Program, lower
 
-
-def _pipeline() -> Any:
-    name = "e2e_test_pipeline"
-    if name not in sys.modules:
-        path = Path(__file__).parents[1] / "e2e" / "test_pipeline.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-PIPE = _pipeline()
-GRAD_CASES = sorted(c for c in PIPE.CASES if c != "2d-partial-max-input")
+GRAD_CASES = sorted(c for c in CASES if c != "2d-partial-max-input")
 
 
 def _run(g: Graph, prog: Program, seed: int = 7) -> tuple[Program, Any, dict[str, Any],
                                                          dict[str, Any]]:
     out = prog.tensors[-1]
     gp = gradient_program(prog, [out])
-    feeds = random_feeds(prog, seed=seed, vocab_limits=PIPE.LIMITS)
+    feeds = random_feeds(prog, seed=seed, vocab_limits=LIMITS)
     seeds = {out: np.random.default_rng(seed).standard_normal(prog.buffers[out].shape)}
     feeds[gp.seeds[out]] = seeds[out]
     return gp, run_simulated(gp, feeds), feeds, seeds
@@ -52,7 +34,7 @@ def _run(g: Graph, prog: Program, seed: int = 7) -> tuple[Program, Any, dict[str
 
 @pytest.mark.parametrize("name", GRAD_CASES)
 def test_gradients_equal_the_serial_numerical_derivatives(name: str) -> None:
-    g = PIPE.CASES[name]()
+    g = CASES[name]()
     prog = lower(complete(g))
     gp, res, feeds, seeds = _run(g, prog)
     grads = {t: res.fetch(b) for t, b in gp.grads.items()}
@@ -74,7 +56,7 @@ def test_gradients_equal_the_serial_numerical_derivatives(name: str) -> None:
 def test_adjoints_cover_the_collective_kinds() -> None:
     kinds: set[str] = set()
     for name in GRAD_CASES:
-        prog = lower(complete(PIPE.CASES[name]()))
+        prog = lower(complete(CASES[name]()))
         gp = gradient_program(prog, [prog.tensors[-1]])
         kinds |= {i.kind for i in gp.instructions[len(prog.instructions):]
                   if isinstance(i, Collective) and i.edge.startswith("grad[")}
@@ -82,7 +64,7 @@ def test_adjoints_cover_the_collective_kinds() -> None:
 
 
 def test_gradients_in_the_tensors_own_layout_or_pending() -> None:
-    g = PIPE.CASES["2d-megatron"]()
+    g = CASES["2d-megatron"]()
     prog = lower(complete(g))
     reduced = gradient_program(prog, ["out"])
     pending = gradient_program(prog, ["out"], reduce_grads=False)
@@ -102,26 +84,9 @@ def test_gradients_in_the_tensors_own_layout_or_pending() -> None:
     assert all(np.array_equal(blocks[0], blk) for blk in blocks.values())
 
 
-STAGE0 = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["dp", "mp"])
-STAGE1 = sr.ProcessMesh([[4, 5], [6, 7]], dim_names=["dp", "mp"])
-
-
-def _stages(w1_spec: tuple[Any, ...]) -> Graph:
-    with Graph("pp") as g:
-        x = g.input("x", [8, 16], "float64")
-        w0 = g.param("w0", [16, 16], "float64")
-        w1 = g.param("w1", [16, 16], "float64")
-        h = ops.tanh(ops.matmul(x, w0, name="mm0"), name="h")
-        ops.tanh(ops.matmul(h, w1, name="mm1"), name="out")
-    shard(x, STAGE0, ("dp", None))
-    shard(w0, STAGE0, (None, "mp"))
-    shard(w1, STAGE1, w1_spec)
-    return g
-
-
 @pytest.mark.parametrize("w1_spec", [("mp", None), (None, None), (None, "mp")])
-def test_gradients_cross_pipeline_stages(w1_spec: tuple[Any, ...]) -> None:
-    g = _stages(w1_spec)
+def test_gradients_cross_pipelinepipeline_stages(w1_spec: tuple[Any, ...]) -> None:
+    g = pipeline_stages(w1_spec)
     prog = lower(complete(g))
     gp, res, feeds, seeds = _run(g, prog)
     kinds = {i.kind for i in gp.instructions if isinstance(i, Collective)}
@@ -135,7 +100,7 @@ def test_gradients_cross_pipeline_stages(w1_spec: tuple[Any, ...]) -> None:
 
 
 def test_a_transfer_that_changes_the_layout_returns_its_pieces_to_their_owners() -> None:
-    prog = lower(complete(_stages((None, "mp"))))
+    prog = lower(complete(pipeline_stages((None, "mp"))))
     gp = gradient_program(prog, ["out"])
     [back] = [i for i in gp.instructions if isinstance(i, Collective) and i.kind == "p2p"
               and i.edge.startswith("grad[")]
@@ -148,7 +113,7 @@ def test_a_transfer_that_changes_the_layout_returns_its_pieces_to_their_owners()
 
 
 def test_a_pending_max_is_refused_with_the_fix() -> None:
-    prog = lower(complete(PIPE.CASES["2d-partial-max-input"]()))
+    prog = lower(complete(CASES["2d-partial-max-input"]()))
     with pytest.raises(UnsupportedError, match=r"pending max .* reduce it before"):
         gradient_program(prog, ["out"])
     # asking only for what does not depend on x is fine
@@ -157,7 +122,7 @@ def test_a_pending_max_is_refused_with_the_fix() -> None:
 
 
 def test_bad_requests_name_the_tensor() -> None:
-    prog = lower(complete(PIPE.CASES["2d-gpt"]()))
+    prog = lower(complete(CASES["2d-gpt"]()))
     with pytest.raises(GradientError, match="output 'nope' is not a tensor"):
         gradient_program(prog, ["nope"])
     with pytest.raises(GradientError, match="wrt 'input_ids' holds int64"):

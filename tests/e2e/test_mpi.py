@@ -7,12 +7,8 @@ vocab-parallel cross entropy's own reductions.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from typing import Any
-
 import pytest
+from pipeline_cases import CASES, LIMITS
 
 from spmdrules.completion import complete
 from spmdrules.executor import max_error, random_feeds, run_serial
@@ -21,27 +17,14 @@ from spmdrules.executor_sim import run_simulated
 from spmdrules.lowering import lower
 
 
-def _pipeline_cases() -> Any:
-    name = "e2e_test_pipeline"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).with_name("test_pipeline.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("case", "nprocs"), [("2d-gpt", 4), ("2d-reduce-scatter", 4),
                                                ("2d-partial-max-input", 4),
                                                ("3d-mixed-coshard", 8)])
 def test_mpi_run_equals_serial_and_the_simulated_bytes(case: str, nprocs: int) -> None:
-    mod = _pipeline_cases()
-    g = mod.CASES[case]()
+    g = CASES[case]()
     prog = lower(complete(g))
-    feeds = random_feeds(prog, seed=3, vocab_limits=mod.LIMITS)
+    feeds = random_feeds(prog, seed=3, vocab_limits=LIMITS)
     run = run_mpi(prog, feeds, nprocs=nprocs, timeout=90)
     err, worst = max_error(run.values, run_serial(g, feeds))
     assert err <= 1e-12, f"{case}: {worst} differs by {err}"
@@ -53,8 +36,7 @@ def test_mpi_run_equals_serial_and_the_simulated_bytes(case: str, nprocs: int) -
 
 
 def test_a_failing_rank_ends_the_job_with_its_error() -> None:
-    mod = _pipeline_cases()
-    prog = lower(complete(mod.CASES["2d-megatron"]()))
+    prog = lower(complete(CASES["2d-megatron"]()))
     feeds = random_feeds(prog, seed=3)
     from spmdrules.executor import ExecutionError
 

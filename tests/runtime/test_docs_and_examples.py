@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import mpirun
 import pytest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
-_spec = importlib.util.spec_from_file_location("runtime_tests_mpirun", HERE / "mpirun.py")
-assert _spec is not None and _spec.loader is not None
-mpirun = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = mpirun
-_spec.loader.exec_module(mpirun)
 
 TIMEOUT = 90.0
 BLOCKS = re.findall(r"```python\n(.*?)```", (REPO / "docs/runtime.md").read_text(), re.S)

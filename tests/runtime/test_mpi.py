@@ -11,6 +11,7 @@ import sys
 from functools import cache
 from pathlib import Path
 
+import mpirun
 import pytest
 
 HERE = Path(__file__).resolve().parent
@@ -26,7 +27,6 @@ def _load(name: str):  # type: ignore[no-untyped-def]
 
 
 cases = _load("mpi_cases")
-mpirun = _load("mpirun")
 
 SIZES = list(range(1, 13))
 BIG = 48  # the seed's 4x4x3 example needs 48 workers
