@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -63,32 +63,28 @@ Vjp = Callable[[LocalContext, Sequence[Block], Sequence[Block], Sequence[Block]]
 
 _KERNELS: dict[str, Kernel] = {}
 _VJPS: dict[str, Vjp] = {}
+F = TypeVar("F", Kernel, Vjp)
+
+
+def _register(table: dict[str, F], what: str, names: tuple[str, ...]) -> Callable[[F], F]:
+    def deco(fn: F) -> F:
+        for n in names:
+            if n in table:
+                raise ValueError(f"a {what} for {n!r} is already registered")
+            table[n] = fn
+        return fn
+
+    return deco
 
 
 def register_kernel(*names: str) -> Callable[[Kernel], Kernel]:
     """Register one kernel function under one or more op names."""
-
-    def deco(fn: Kernel) -> Kernel:
-        for n in names:
-            if n in _KERNELS:
-                raise ValueError(f"a kernel for {n!r} is already registered")
-            _KERNELS[n] = fn
-        return fn
-
-    return deco
+    return _register(_KERNELS, "kernel", names)
 
 
 def register_vjp(*names: str) -> Callable[[Vjp], Vjp]:
     """Register one vector-Jacobian product under one or more op names."""
-
-    def deco(fn: Vjp) -> Vjp:
-        for n in names:
-            if n in _VJPS:
-                raise ValueError(f"a VJP for {n!r} is already registered")
-            _VJPS[n] = fn
-        return fn
-
-    return deco
+    return _register(_VJPS, "VJP", names)
 
 
 def get_vjp(op: str) -> Vjp:
