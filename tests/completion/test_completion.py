@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import pytest
+from graph_copies import rebuild_shuffled
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +18,7 @@ from spmdrules.completion import (
     NoAnnotationError,
     complete,
 )
-from spmdrules.graph import Graph, Tensor
+from spmdrules.graph import Graph
 
 MESH = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
 SMALL: dict[str, Any] = {"batch": 4, "seq": 8, "hidden": 32, "heads": 4, "ffn": 64, "vocab": 128}
@@ -135,35 +135,6 @@ def test_result_prints_as_a_table() -> None:
 
 
 # ---- determinism and termination ----------------------------------------------------------
-def _names(v: Tensor | tuple[Tensor, ...] | None) -> Any:
-    if v is None or isinstance(v, Tensor):
-        return None if v is None else v.name
-    return [t.name for t in v]
-
-
-def _shuffled(src: Graph, seed: int) -> Graph:
-    rng = random.Random(seed)
-    tensors = list(src.tensors)
-    rng.shuffle(tensors)
-    g = Graph(src.name)
-    for t in tensors:
-        {"input": g.input, "param": g.param, "value": g.declare}[t.role](t.name, t.shape, t.dtype)
-    op_list = list(src.ops)
-    rng.shuffle(op_list)
-    for op in op_list:
-        g.add_op(op.type, [_names(v) for v in op.operands], op.attr_dict, name=op.name,
-                 results=[t.name for t in op.outputs])
-    annotated = list(src.annotated())
-    rng.shuffle(annotated)
-    for t in annotated:
-        ann = t.annotation
-        assert ann is not None
-        shard(g.tensor(t.name), ann.mesh, [OPEN if d is None else d for d in ann.dims],
-              partial=dict(ann.partial), priority=ann.priority,
-              closed=[i for i, c in enumerate(ann.closed) if c])
-    return g.validate()
-
-
 def _fingerprint(r: Completion) -> Any:
     return ({t.name: r.attr(t) for t in r.graph.tensors},
             [(e.tensor, e.op, e.side, e.src, e.dst) for e in r.reshards],
@@ -177,7 +148,7 @@ REFERENCE = examples.gpt_decoder(2, MESH, **SMALL)
 @given(st.integers(0, 2**32 - 1))
 def test_insertion_order_does_not_matter(seed: int) -> None:
     want = _fingerprint(complete(REFERENCE))
-    assert _fingerprint(complete(_shuffled(REFERENCE, seed))) == want
+    assert _fingerprint(complete(rebuild_shuffled(REFERENCE, seed))) == want
 
 
 def test_running_again_gives_the_same_result() -> None:
