@@ -58,6 +58,7 @@ from spmdrules.lowering import (
     class_axis,
 )
 from spmdrules.runtime.decomposition import relative
+from spmdrules.spec import flat_slots
 
 Array = NDArray[Any]
 Coord = tuple[int, ...]
@@ -173,14 +174,6 @@ class _VocabParallelGrad:
 
 
 # ---- the builder ----------------------------------------------------------------------------
-def _names(slot: Slot) -> tuple[str, ...]:
-    if slot is None:
-        return ()
-    if isinstance(slot, str):
-        return (slot,)
-    return tuple(n for n in slot if n is not None)
-
-
 class _Reverse:
     def __init__(self, program: Program, wrt: Sequence[str]) -> None:
         self.p = program
@@ -200,8 +193,8 @@ class _Reverse:
         live = set(wrt)
         for ins in self.p.instructions:
             if isinstance(ins, KernelCall):
-                srcs = [n for s in ins.inputs for n in _names(s)]
-                dsts = [n for s in ins.outputs for n in _names(s)]
+                srcs = flat_slots(ins.inputs, str)
+                dsts = flat_slots(ins.outputs, str)
             elif isinstance(ins, LocalStep):
                 srcs, dsts = list(ins.inputs), list(ins.outputs)
             else:
@@ -282,10 +275,10 @@ class _Reverse:
 
     def kernel(self, call: KernelCall) -> None:
         cts = tuple(self.slot_cot(s) for s in call.outputs)
-        if not any(_names(s) for s in cts):
+        if not flat_slots(cts, str):
             return
         grads = tuple(self.slot_contribution(s) for s in call.inputs)
-        if not any(_names(s) for s in grads):
+        if not flat_slots(grads, str):
             return
         self.code.append(KernelCall(
             call.op, call.op_type, call.mesh, (*call.inputs, *call.outputs, *cts), grads,

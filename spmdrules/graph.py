@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextvars
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import networkx as nx
@@ -51,7 +51,7 @@ from spmdrules.graph_errors import (
 from spmdrules.opschema import OpSchema, op_schema
 from spmdrules.registry import Rule
 from spmdrules.shapes import Arg, OutMeta, TensorMeta
-from spmdrules.spec import AttrSlot, SpmdInfo, TensorSpec
+from spmdrules.spec import SpmdInfo, TensorSpec, flat_slots
 
 if TYPE_CHECKING:
     from spmdrules.annotate import Annotation
@@ -258,12 +258,12 @@ class Op:
     @property
     def inputs(self) -> tuple[Tensor, ...]:
         """The operand tensors, flattened in order (absent optionals skipped)."""
-        return tuple(_flat(self.operands))
+        return tuple(flat_slots(self.operands, Tensor))
 
     @property
     def outputs(self) -> tuple[Tensor, ...]:
         """The result tensors, flattened in order."""
-        return tuple(_flat(self.results))
+        return tuple(flat_slots(self.results, Tensor))
 
     # ---- calling the op's rule ------------------------------------------------------------------
     def forward_args(self, spec: Callable[[Tensor], TensorSpec]) -> tuple[Any, ...]:
@@ -290,8 +290,8 @@ class Op:
         one entry per piece, the generic rules one entry per tensor); flattening both sides and
         dropping absent optionals lines every convention up with ``inputs`` / ``outputs``.
         """
-        ins = tuple(_flat_attrs(info.inputs))
-        outs = tuple(_flat_attrs(info.outputs))
+        ins = tuple(flat_slots(info.inputs, DistAttr))
+        outs = tuple(flat_slots(info.outputs, DistAttr))
         n_in, n_out = len(self.inputs), len(self.outputs)
         if self.schema.generic and len(ins) == n_in + n_out and not outs:
             ins, outs = ins[:n_in], ins[n_in:]
@@ -319,14 +319,6 @@ class Op:
         return f"Op({self.name!r}: {outs} = {self.type}({ins}{at}))"
 
 
-def _flat(items: Iterable[Tensor | tuple[Tensor, ...] | None]) -> Iterator[Tensor]:
-    for it in items:
-        if isinstance(it, Tensor):
-            yield it
-        elif it is not None:
-            yield from it
-
-
 def _specs(
     v: Tensor | tuple[Tensor, ...] | None, spec: Callable[[Tensor], TensorSpec]
 ) -> TensorSpec | list[TensorSpec] | None:
@@ -335,14 +327,6 @@ def _specs(
     if isinstance(v, Tensor):
         return spec(v)
     return [spec(t) for t in v]
-
-
-def _flat_attrs(entries: Iterable[AttrSlot]) -> Iterator[DistAttr]:
-    for a in entries:
-        if isinstance(a, DistAttr):
-            yield a
-        elif a is not None:
-            yield from (x for x in a if x is not None)
 
 
 def _fmt(item: Tensor | tuple[Tensor, ...] | None) -> str:
@@ -533,7 +517,7 @@ class Graph:
         op = Op(name, schema, attr_values, ops_in)
         g = self._nx
         g.add_node(op)
-        for t in _flat(ops_in):
+        for t in flat_slots(ops_in, Tensor):
             g.add_edge(t, op)
         flat: list[Tensor] = []
         for i, (rname, meta) in enumerate(zip(names, flat_metas, strict=True)):
@@ -805,7 +789,7 @@ class Graph:
             op.order = i
         src = sorted((t for t in self._tensors.values() if t.producer is None),
                      key=lambda t: _natural_key(t.name))
-        tensors = (*src, *(t for op in order for t in _flat(op.results)))
+        tensors = (*src, *(t for op in order for t in flat_slots(op.results, Tensor)))
         for i, t in enumerate(tensors):
             t.order = i
         self._topo = order

@@ -40,6 +40,7 @@ from spmdrules.kernels import LocalContext
 from spmdrules.mesh import ProcessMesh
 from spmdrules.reshard import Plan, Step, StepKind
 from spmdrules.runtime.decomposition import Box, box_shape, box_volume
+from spmdrules.spec import flat_slots
 
 Array = NDArray[Any]
 Coord = tuple[int, ...]
@@ -370,9 +371,9 @@ class _Lowering:
                 outs.append(tuple(n for n, _ in got))
                 out_shapes.append(tuple(lay.shape for _, lay in got))
                 out_attrs.append(tuple(lay.attr for _, lay in got))
-        meshes = [a.mesh for a in _flat_attrs(in_attrs)] or [a.mesh for a in _flat_attrs(out_attrs)]
-        mesh = meshes[0]
-        for a in (*_flat_attrs(in_attrs), *_flat_attrs(out_attrs)):
+        attrs = flat_slots((*in_attrs, *out_attrs), DistAttr)
+        mesh = attrs[0].mesh
+        for a in attrs:
             if a.mesh != mesh:
                 raise LoweringError(
                     f"op {op.name!r} ({op.type}): its tensors are on different meshes after the "
@@ -386,16 +387,6 @@ class _Lowering:
             self.code.append(call)
         for e, src, dst in after:
             self.reshard(e, src, dst)
-
-
-def _flat_attrs(items: Sequence[Any]) -> list[DistAttr]:
-    out: list[DistAttr] = []
-    for a in items:
-        if isinstance(a, DistAttr):
-            out.append(a)
-        elif a is not None:
-            out.extend(x for x in a if x is not None)
-    return out
 
 
 # ---- ops lowered without their kernel ---------------------------------------------------------

@@ -20,6 +20,7 @@ from typing import Any, Final, NamedTuple
 import numpy as np
 
 from spmdrules.graph_errors import ShapeError
+from spmdrules.spec import flat_slots
 
 Shape = tuple[int, ...]
 
@@ -101,15 +102,6 @@ def _vec(args: Sequence[Arg], i: int) -> tuple[TensorMeta, ...]:
     return a
 
 
-def _tensors(args: Sequence[Arg]) -> list[TensorMeta]:
-    out: list[TensorMeta] = []
-    for a in args:
-        if isinstance(a, TensorMeta):
-            out.append(a)
-        elif a is not None:
-            out.extend(a)
-    return out
-
 
 def _numel(shape: Iterable[int]) -> int:
     return math.prod(shape)
@@ -156,11 +148,11 @@ def promote(dtypes: Sequence[str]) -> str:
 
 # ---- dtype policies ---------------------------------------------------------------------------
 def _same(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> Sequence[str]:
-    return (_tensors(args)[0].dtype,)
+    return (flat_slots(args, TensorMeta)[0].dtype,)
 
 
 def _promoted(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> Sequence[str]:
-    return (promote([t.dtype for t in _tensors(args)]),)
+    return (promote([t.dtype for t in flat_slots(args, TensorMeta)]),)
 
 
 def _const(*dtypes: str) -> DtypeFn:

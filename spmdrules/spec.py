@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from spmdrules.attr import DistAttr
 from spmdrules.errors import InvalidDistAttrError
@@ -151,3 +151,19 @@ class SpmdInfo:
         ins = ", ".join(fmt(a) for a in self.inputs)
         outs = ", ".join(fmt(a) for a in self.outputs)
         return f"SpmdInfo(inputs=[{ins}], outputs=[{outs}])"
+
+
+_T = TypeVar("_T")
+
+
+def flat_slots(slots: Iterable[Any], kind: type[_T]) -> list[_T]:
+    """The values of argument slots, in order. A slot holds one ``kind`` value, a list (or
+    tuple) of them for a list argument, whose absent entries are None, or None for an absent
+    optional argument; the Nones are skipped."""
+    out: list[_T] = []
+    for s in slots:
+        if isinstance(s, kind):
+            out.append(s)
+        elif s is not None:
+            out.extend(x for x in s if x is not None)
+    return out

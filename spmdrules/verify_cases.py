@@ -32,7 +32,7 @@ import spmdrules as sr
 from spmdrules.attr import DistAttr
 from spmdrules.registry import Rule
 from spmdrules.shapes import TensorMeta, infer_meta
-from spmdrules.spec import TensorSpec
+from spmdrules.spec import TensorSpec, flat_slots
 
 Direction = Literal["forward", "reverse"]
 Rng = np.random.Generator
@@ -124,7 +124,7 @@ class Case:
         rule = sr.get_rule(self.rule)
         if self.generic:
             fn = rule.infer_forward if self.direction == "forward" else rule.infer_reverse
-            return fn(flatten(self.inputs), flatten(self.outputs))
+            return fn(flat_slots(self.inputs, TensorSpec), flat_slots(self.outputs, TensorSpec))
         args: list[Any] = [list(a) if isinstance(a, tuple) else a for a in self.inputs]
         if self.direction == "forward":
             return rule.infer_forward(*args, **dict(self.attrs))
@@ -151,17 +151,7 @@ class Case:
         return text
 
 
-def flatten(args: Sequence[Arg]) -> list[TensorSpec]:
-    out: list[TensorSpec] = []
-    for a in args:
-        if isinstance(a, TensorSpec):
-            out.append(a)
-        elif a is not None:
-            out.extend(a)
-    return out
 
-
-# ---- random meshes and given attributes --------------------------------------------------------
 def draw_mesh(rng: Rng) -> sr.ProcessMesh:
     shape = MESH_SHAPES[int(rng.integers(len(MESH_SHAPES)))]
     return sr.ProcessMesh.from_shape(list(shape))
@@ -672,5 +662,5 @@ def case_rng(seed: int, name: str, direction: Direction, index: int) -> Rng:
 __all__ = [
     "FAMILIES", "MESH_SHAPES", "Arg", "Case", "Direction", "DomainArg", "Draft", "NoCaseError",
     "case_rng", "domain_dtype", "draft_case", "draw_attr", "draw_case", "draw_mesh",
-    "draw_values", "flatten", "is_gradient_rule",
+    "draw_values", "is_gradient_rule",
 ]

@@ -16,6 +16,7 @@ import pytest
 
 import spmdrules as sr
 from spmdrules.kernels import Block, LocalContext, get_kernel
+from spmdrules.spec import flat_slots
 from spmdrules.verify import (
     CaseResult,
     OpReport,
@@ -32,7 +33,6 @@ from spmdrules.verify_cases import (
     case_rng,
     draft_case,
     draw_case,
-    flatten,
     is_gradient_rule,
 )
 
@@ -98,7 +98,7 @@ def test_generators_cover_meshes_partials_coshards_and_uneven_dims() -> None:
         for i in range(6):
             case = draw_case(name, "forward", case_rng(3, name, "forward", i))
             meshes[case.mesh.ndim] += 1
-            for t in flatten(case.inputs):
+            for t in flat_slots(case.inputs, sr.TensorSpec):
                 a = t.attr
                 reduces.update(rt for _, rt in a.partial_items)
                 coshard += a.is_co_sharded
