@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from spmdrules.attr import DistAttr
-from spmdrules.errors import UnsupportedError
+from spmdrules.errors import RuleArgumentError, UnsupportedError
 from spmdrules.mesh import ProcessMesh
 
 Array = NDArray[Any]
@@ -75,6 +75,27 @@ def _register(table: dict[str, F], what: str, names: tuple[str, ...]) -> Callabl
         return fn
 
     return deco
+
+
+def array(ctx: LocalContext, blocks: Sequence[Block], i: int, name: str) -> Array:
+    """Input block ``i`` (the tensor argument ``name``), which must be one array."""
+    b = blocks[i] if i < len(blocks) else None
+    if not isinstance(b, np.ndarray):
+        raise RuleArgumentError(
+            f"{ctx.op}: argument {i} ({name!r}) must be one numpy block, got {type(b).__name__}"
+        )
+    return b
+
+
+def arrays(ctx: LocalContext, blocks: Sequence[Block], i: int, name: str) -> list[Array]:
+    """Input block ``i`` of a list argument ``name``: one array per tensor of the list."""
+    b = blocks[i] if i < len(blocks) else None
+    if not isinstance(b, list | tuple) or not all(isinstance(a, np.ndarray) for a in b):
+        raise RuleArgumentError(
+            f"{ctx.op}: argument {i} ({name!r}) is a list argument; pass a list of numpy blocks, "
+            f"got {type(b).__name__}"
+        )
+    return [a for a in b if a is not None]  # none is None: checked above
 
 
 def register_kernel(*names: str) -> Callable[[Kernel], Kernel]:
@@ -154,6 +175,8 @@ __all__ = [
     "Kernel",
     "LocalContext",
     "Vjp",
+    "array",
+    "arrays",
     "cotangent",
     "get_kernel",
     "get_vjp",

@@ -26,7 +26,7 @@ from typing import Any, Final
 import numpy as np
 
 from spmdrules.errors import RuleArgumentError, UnsupportedError
-from spmdrules.kernels import Array, Block, LocalContext, register_kernel
+from spmdrules.kernels import Array, Block, LocalContext, array, register_kernel
 from spmdrules.simulate import block_slices
 
 # The rules package is installed as spmdrules.rules from the top-level rules/ (package-dir), which
@@ -62,17 +62,6 @@ UNARY_DEFAULTS: Final[dict[str, dict[str, Any]]] = {
 
 UnaryFn = Callable[[Array, LocalContext], Array]
 BinaryFn = Callable[[Array, Array], Array]
-
-
-def tensor_block(ctx: LocalContext, blocks: Sequence[Block], i: int, name: str) -> Array:
-    """Block ``i`` as an array; a kernel of a single-tensor argument gets no list and no None."""
-    b = blocks[i] if i < len(blocks) else None
-    if not isinstance(b, np.ndarray):
-        raise RuleArgumentError(
-            f"{ctx.op}: tensor argument {name!r} must be one local block (a numpy array), got "
-            f"{type(b).__name__}"
-        )
-    return b
 
 
 def _attr(ctx: LocalContext, name: str) -> Any:
@@ -391,7 +380,7 @@ assert set(_BINARY) == {*BINARY_OPS, "multiply"}, set(_BINARY) ^ {*BINARY_OPS, "
 # ---- the kernels ---------------------------------------------------------------------------------
 @register_kernel(*UNARY_OPS)
 def unary_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
-    x = tensor_block(ctx, blocks, 0, "x")
+    x = array(ctx, blocks, 0, "x")
     fn = _UNARY.get(ctx.op)
     if fn is None:
         raise UnsupportedError(f"{ctx.op}: not an elementwise unary op of this kernel")
@@ -403,8 +392,8 @@ def unary_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...
 def binary_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     """Local blocks broadcast like the global operands (same mesh dims per axis, size-1 dims
     replicated). For multiply, a pending sum on one operand stays pending: x_i * y sums to x * y."""
-    x = tensor_block(ctx, blocks, 0, "x")
-    y = tensor_block(ctx, blocks, 1, "y")
+    x = array(ctx, blocks, 0, "x")
+    y = array(ctx, blocks, 1, "y")
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return (np.asarray(_BINARY[ctx.op](x, y)),)
 
@@ -414,7 +403,7 @@ def swiglu_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ..
     """silu(x) * y; without y (or with a 0-d y standing for none, as Paddle's fused attention
     passes it, recognised by the halved output shape) x's last dim holds [gate | value], which
     the rule keeps whole on every rank."""
-    x = tensor_block(ctx, blocks, 0, "x")
+    x = array(ctx, blocks, 0, "x")
     y = blocks[1] if len(blocks) > 1 else None
     if y is not None and not isinstance(y, np.ndarray):
         raise RuleArgumentError(f"swiglu: 'y' must be one local block or None, got {type(y).__name__}")
@@ -440,16 +429,16 @@ def swiglu_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ..
 @register_kernel("gelu")
 def gelu_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     """0.5 x (1 + erf(x / sqrt 2)); approximate: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
-    x = tensor_block(ctx, blocks, 0, "x")
+    x = array(ctx, blocks, 0, "x")
     return (_gelu(x, bool(ctx.attrs.get("approximate", False))),)
 
 
 @register_kernel("gelu_grad")
 def gelu_grad_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     """x_grad = gelu'(x) * out_grad, entrywise (the rule gives x and out_grad one layout)."""
-    x = tensor_block(ctx, blocks, 0, "x")
-    g = tensor_block(ctx, blocks, 1, "out_grad")
+    x = array(ctx, blocks, 0, "x")
+    g = array(ctx, blocks, 1, "out_grad")
     return (np.asarray(_gelu_grad(x, bool(ctx.attrs.get("approximate", False))) * g),)
 
 
-__all__ = ["UNARY_DEFAULTS", "binary_kernel", "digamma", "tensor_block", "unary_kernel"]
+__all__ = ["UNARY_DEFAULTS", "binary_kernel", "digamma", "unary_kernel"]

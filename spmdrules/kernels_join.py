@@ -22,8 +22,8 @@ from itertools import accumulate
 import numpy as np
 
 from spmdrules.errors import RuleArgumentError, UnsupportedError
-from spmdrules.kernels import Array, Block, LocalContext, register_kernel
-from spmdrules.kernels_shape import array, arrays, block_range, input_spec, variadic_output
+from spmdrules.kernels import Array, Block, LocalContext, array, arrays, register_kernel
+from spmdrules.kernels_shape import block_range, input_spec, variadic_output
 from spmdrules.rulekit import normalise_axis
 from spmdrules.simulate import ShardMismatch
 

@@ -16,8 +16,7 @@ import numpy as np
 
 from spmdrules import einsum
 from spmdrules.errors import RuleArgumentError
-from spmdrules.kernels import Array, Block, LocalContext, register_kernel
-from spmdrules.kernels_elementwise import tensor_block
+from spmdrules.kernels import Array, Block, LocalContext, array, arrays, register_kernel
 
 
 def _swap_last2(a: Array, flag: bool) -> Array:
@@ -28,15 +27,15 @@ def _swap_last2(a: Array, flag: bool) -> Array:
 @register_kernel("matmul", "matmul_v2")
 def matmul_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     """x @ y with numpy's (= Paddle's) rules for 1-D operands and broadcast batch dims."""
-    x = _swap_last2(tensor_block(ctx, blocks, 0, "x"), bool(ctx.attrs.get("trans_x", False)))
-    y = _swap_last2(tensor_block(ctx, blocks, 1, "y"), bool(ctx.attrs.get("trans_y", False)))
+    x = _swap_last2(array(ctx, blocks, 0, "x"), bool(ctx.attrs.get("trans_x", False)))
+    y = _swap_last2(array(ctx, blocks, 1, "y"), bool(ctx.attrs.get("trans_y", False)))
     return (np.asarray(np.matmul(x, y)),)
 
 
 @register_kernel("bmm")
 def bmm_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
-    x = tensor_block(ctx, blocks, 0, "x")
-    y = tensor_block(ctx, blocks, 1, "y")
+    x = array(ctx, blocks, 0, "x")
+    y = array(ctx, blocks, 1, "y")
     if x.ndim != 3 or y.ndim != 3:
         raise RuleArgumentError(
             f"bmm: 'x' and 'y' must be 3-D [batch, rows, cols] blocks, got ranks {x.ndim} and "
@@ -48,23 +47,13 @@ def bmm_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
 @register_kernel("bmm_grad")
 def bmm_grad_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     """x_grad = out_grad @ y^T and y_grad = x^T @ out_grad, each over the local blocks."""
-    x = tensor_block(ctx, blocks, 0, "x")
-    y = tensor_block(ctx, blocks, 1, "y")
-    g = tensor_block(ctx, blocks, 2, "out_grad")
+    x = array(ctx, blocks, 0, "x")
+    y = array(ctx, blocks, 1, "y")
+    g = array(ctx, blocks, 2, "out_grad")
     return (
         np.asarray(np.matmul(g, np.swapaxes(y, -1, -2))),
         np.asarray(np.matmul(np.swapaxes(x, -1, -2), g)),
     )
-
-
-def _operands(ctx: LocalContext, blocks: Sequence[Block], i: int, name: str) -> list[Array]:
-    b = blocks[i] if i < len(blocks) else None
-    if not isinstance(b, list | tuple) or not all(isinstance(a, np.ndarray) for a in b):
-        raise RuleArgumentError(
-            f"{ctx.op}: {name!r} must be a list of local blocks (numpy arrays), got "
-            f"{type(b).__name__}"
-        )
-    return [a for a in b if a is not None]  # none is None: checked above
 
 
 def _notation(ctx: LocalContext, n: int) -> einsum.Notation:
@@ -80,7 +69,7 @@ def _notation(ctx: LocalContext, n: int) -> einsum.Notation:
 
 @register_kernel("einsum")
 def einsum_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
-    ops = _operands(ctx, blocks, 0, "inputs")
+    ops = arrays(ctx, blocks, 0, "inputs")
     nota = _notation(ctx, len(ops))
     spec = ",".join(nota.inputs) + "->" + nota.outputs[0]
     return (np.asarray(np.einsum(spec, *ops)),)
@@ -113,8 +102,8 @@ def operand_grad(letters: str, out: str, g: Array, others: Sequence[tuple[str, A
 @register_kernel("einsum_grad")
 def einsum_grad_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     """The gradient of every operand (``inner_cache`` is not needed in numpy)."""
-    ops = _operands(ctx, blocks, 0, "inputs")
-    g = tensor_block(ctx, blocks, 2, "out_grad")
+    ops = arrays(ctx, blocks, 0, "inputs")
+    g = array(ctx, blocks, 2, "out_grad")
     nota = _notation(ctx, len(ops))
     out = nota.outputs[0]
     grads = [

@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from spmdrules.errors import RuleArgumentError, SpmdError, UnsupportedError
-from spmdrules.kernels import Array, Block, LocalContext, register_kernel
-from spmdrules.kernels_shape import array, block_range, input_spec
+from spmdrules.kernels import Array, Block, LocalContext, array, register_kernel
+from spmdrules.kernels_shape import block_range, input_spec
 from spmdrules.rulekit import normalise_axis
 from spmdrules.simulate import ShardMismatch, shard_index
 

@@ -22,8 +22,7 @@ from typing import Any, Final
 import numpy as np
 
 from spmdrules.errors import RuleArgumentError, UnsupportedError
-from spmdrules.kernels import Array, Block, LocalContext, register_kernel
-from spmdrules.kernels_elementwise import tensor_block
+from spmdrules.kernels import Array, Block, LocalContext, array, register_kernel
 
 #: Paddle's ReduceType enum, the ``reduce_type`` attribute of reduce_base (the rule's own tuple;
 #: imported by name because mypy cannot follow the rules package's install mapping).
@@ -103,7 +102,7 @@ def _axes(ctx: LocalContext, x: Array) -> Axes:
 
 @register_kernel(*AXIS_OPS)
 def axis_reduction_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
-    x = tensor_block(ctx, blocks, 0, "x")
+    x = array(ctx, blocks, 0, "x")
     what, axes, keep = AXIS_OPS[ctx.op], _axes(ctx, x), _keep(ctx)
     if what == "squared_l2_norm":
         return (reduce_block(np.square(x), "sum", axes, keep),)
@@ -114,7 +113,7 @@ def axis_reduction_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[B
 
 @register_kernel("reduce_base")
 def reduce_base_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
-    x = tensor_block(ctx, blocks, 0, "x")
+    x = array(ctx, blocks, 0, "x")
     rt = ctx.attrs.get("reduce_type", 0)
     if not isinstance(rt, int) or not 0 <= rt < len(REDUCE_BASE_TYPES):
         raise RuleArgumentError(
@@ -128,7 +127,7 @@ def reduce_base_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Bloc
 def logsumexp_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     """log(sum(exp(x))), shifted by the maximum as Paddle does (an infinite maximum shifts by 0).
     reduce_all is not read, as in Paddle's kernel and the rule."""
-    x = tensor_block(ctx, blocks, 0, "x")
+    x = array(ctx, blocks, 0, "x")
     axes, keep = _axes(ctx, x), _keep(ctx)
     m = np.max(x, axis=axes, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
@@ -143,7 +142,7 @@ def logsumexp_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block,
 def p_norm_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     """p=0 counts non-zeros, p=inf / -inf take the max / min of |x|, any other p is
     (sum |x|^p)^(1/p); asvector reduces every dim. epsilon only guards Paddle's gradient."""
-    x = tensor_block(ctx, blocks, 0, "x")
+    x = array(ctx, blocks, 0, "x")
     p = float(ctx.attrs.get("porder", 2.0))
     axis = () if ctx.attrs.get("asvector", False) else (int(ctx.attrs.get("axis", -1)),)
     axes, keep = reduced_axes(ctx.op, x.ndim, axis), _keep(ctx)
@@ -162,15 +161,15 @@ def p_norm_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ..
 @register_kernel("mean_all")
 def mean_all_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     """The mean of the block: an avg partial over equal blocks (the rule keeps uneven dims whole)."""
-    x = tensor_block(ctx, blocks, 0, "x")
+    x = array(ctx, blocks, 0, "x")
     return (reduce_block(x, "avg", None if x.ndim == 0 else tuple(range(x.ndim)), False),)
 
 
 @register_kernel("mean_all_grad")
 def mean_all_grad_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     """x_grad = out_grad / numel(x) everywhere (x and x_grad are replicated by the rule)."""
-    x = tensor_block(ctx, blocks, 0, "x")
-    g = tensor_block(ctx, blocks, 1, "out_grad")
+    x = array(ctx, blocks, 0, "x")
+    g = array(ctx, blocks, 1, "out_grad")
     if g.size != 1:
         raise RuleArgumentError(
             f"mean_all_grad: 'out_grad' must hold the one scalar gradient, got a block of shape "
@@ -184,7 +183,7 @@ def mean_all_grad_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Bl
 def arg_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     """The int64 index of the first extreme entry along ``axis`` (or of flattened x). An index is
     local to its block, so the axis (with flatten: every dim) must be whole on this rank."""
-    x = tensor_block(ctx, blocks, 0, "x")
+    x = array(ctx, blocks, 0, "x")
     fn = np.argmax if ctx.op == "argmax" else np.argmin
     keep = bool(ctx.attrs.get("keepdims", False))
     mdm = ctx.input_attrs[0].multi_dims_mapping if ctx.input_attrs else ()

@@ -21,7 +21,7 @@ import numpy as np
 
 from spmdrules.attr import DistAttr
 from spmdrules.errors import RuleArgumentError
-from spmdrules.kernels import Array, Block, LocalContext, register_kernel
+from spmdrules.kernels import Block, LocalContext, array, register_kernel
 from spmdrules.rulekit import normalise_axis
 from spmdrules.simulate import ShardMismatch, block_slices
 
@@ -38,27 +38,6 @@ def block_range(ctx: LocalContext, shape: Sequence[int], attr: DistAttr, dim: in
     """The global indices along ``dim`` that this rank's block of the tensor holds."""
     s = block_slices(shape, attr, ctx.coord)[dim]
     return range(s.start, s.stop)
-
-
-def array(ctx: LocalContext, blocks: Sequence[Block], i: int, name: str) -> Array:
-    """Input block ``i`` (the tensor argument ``name``), which must be one array."""
-    b = blocks[i] if i < len(blocks) else None
-    if not isinstance(b, np.ndarray):
-        raise RuleArgumentError(
-            f"{ctx.op}: argument {i} ({name!r}) must be one numpy block, got {type(b).__name__}"
-        )
-    return b
-
-
-def arrays(ctx: LocalContext, blocks: Sequence[Block], i: int, name: str) -> list[Array]:
-    """Input block ``i`` of a list argument ``name``: one array per tensor of the list."""
-    b = blocks[i] if i < len(blocks) else None
-    if not isinstance(b, list | tuple) or not all(isinstance(a, np.ndarray) for a in b):
-        raise RuleArgumentError(
-            f"{ctx.op}: argument {i} ({name!r}) is a list argument; pass a list of numpy blocks, "
-            f"got {type(b).__name__}"
-        )
-    return [a for a in b if a is not None]  # none is None: checked above
 
 
 def output(ctx: LocalContext, index: int = 0) -> tuple[Shape, DistAttr]:
@@ -186,8 +165,6 @@ def transpose(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
 
 
 __all__ = [
-    "array",
-    "arrays",
     "block_range",
     "input_spec",
     "local_shape",

@@ -15,8 +15,8 @@ from typing import Final
 import numpy as np
 
 from spmdrules.errors import UnsupportedError
-from spmdrules.kernels import Array, Block, LocalContext, cotangent, register_vjp
-from spmdrules.kernels_elementwise import UNARY_DEFAULTS, tensor_block
+from spmdrules.kernels import Array, Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.kernels_elementwise import UNARY_DEFAULTS
 
 #: dy/dx of a unary op from x, y = f(x) and the op's attributes
 Derivative = Callable[[Array, Array, LocalContext], Array]
@@ -78,8 +78,8 @@ DERIVATIVES: Final[dict[str, Derivative]] = {
 @register_vjp(*DERIVATIVES)
 def unary_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
               cts: Sequence[Block]) -> tuple[Block, ...]:
-    x = tensor_block(ctx, ins, 0, "x")
-    y = tensor_block(ctx, outs, 0, "out")
+    x = array(ctx, ins, 0, "x")
+    y = array(ctx, outs, 0, "out")
     g = cotangent(cts, 0, y)
     with np.errstate(divide="ignore", invalid="ignore"):
         return (np.asarray(g * DERIVATIVES[ctx.op](x, y, ctx)).astype(x.dtype),)
@@ -114,9 +114,9 @@ BINARY_PARTIALS: Final[dict[str, Partials]] = {
 @register_vjp(*BINARY_PARTIALS)
 def binary_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
                cts: Sequence[Block]) -> tuple[Block, ...]:
-    x = tensor_block(ctx, ins, 0, "x")
-    y = tensor_block(ctx, ins, 1, "y")
-    z = tensor_block(ctx, outs, 0, "out")
+    x = array(ctx, ins, 0, "x")
+    y = array(ctx, ins, 1, "y")
+    z = array(ctx, outs, 0, "out")
     g = cotangent(cts, 0, z)
     dx, dy = BINARY_PARTIALS[ctx.op](x, y, z)
     return (unbroadcast(np.asarray(g * dx), x.shape).astype(x.dtype),
@@ -128,9 +128,9 @@ def binary_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
 def swiglu_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
                cts: Sequence[Block]) -> tuple[Block, ...]:
     """out = silu(gate) * value, with gate = x and value = y, or x's two halves without y."""
-    x = tensor_block(ctx, ins, 0, "x")
+    x = array(ctx, ins, 0, "x")
     y = ins[1] if len(ins) > 1 else None
-    out = tensor_block(ctx, outs, 0, "out")
+    out = array(ctx, outs, 0, "out")
     g = cotangent(cts, 0, out)
     halves = not isinstance(y, np.ndarray) or (y.ndim == 0 and out.shape != x.shape)
     gate, value = (x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]) if halves else (x, y)

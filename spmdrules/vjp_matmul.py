@@ -13,9 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spmdrules.kernels import Array, Block, LocalContext, cotangent, register_vjp
-from spmdrules.kernels_elementwise import tensor_block
-from spmdrules.kernels_matmul import _notation, _operands, operand_grad
+from spmdrules.kernels import Array, Block, LocalContext, array, arrays, cotangent, register_vjp
+from spmdrules.kernels_matmul import _notation, operand_grad
 from spmdrules.vjp_elementwise import unbroadcast
 
 
@@ -42,9 +41,9 @@ def matmul_grads(x: Array, y: Array, g: Array, trans_x: bool, trans_y: bool
 @register_vjp("matmul", "matmul_v2")
 def matmul_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
                cts: Sequence[Block]) -> tuple[Block, ...]:
-    x = tensor_block(ctx, ins, 0, "x")
-    y = tensor_block(ctx, ins, 1, "y")
-    g = cotangent(cts, 0, tensor_block(ctx, outs, 0, "out"))
+    x = array(ctx, ins, 0, "x")
+    y = array(ctx, ins, 1, "y")
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     dx, dy = matmul_grads(x, y, g, bool(ctx.attrs.get("trans_x", False)),
                           bool(ctx.attrs.get("trans_y", False)))
     return dx.astype(x.dtype), dy.astype(y.dtype)
@@ -53,9 +52,9 @@ def matmul_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
 @register_vjp("bmm")
 def bmm_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
             cts: Sequence[Block]) -> tuple[Block, ...]:
-    x = tensor_block(ctx, ins, 0, "x")
-    y = tensor_block(ctx, ins, 1, "y")
-    g = cotangent(cts, 0, tensor_block(ctx, outs, 0, "out"))
+    x = array(ctx, ins, 0, "x")
+    y = array(ctx, ins, 1, "y")
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     dx, dy = matmul_grads(x, y, g, False, False)
     return dx.astype(x.dtype), dy.astype(y.dtype)
 
@@ -65,8 +64,8 @@ def einsum_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
                cts: Sequence[Block]) -> tuple[Block, ...]:
     """Each operand's cotangent: the contraction of the output's with the other operands
     (:func:`spmdrules.kernels_matmul.operand_grad`, the kernel of einsum_grad)."""
-    ops = _operands(ctx, ins, 0, "inputs")
-    g = cotangent(cts, 0, tensor_block(ctx, outs, 0, "out"))
+    ops = arrays(ctx, ins, 0, "inputs")
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     nota = _notation(ctx, len(ops))
     out = nota.outputs[0]
     pairs = list(zip(nota.inputs, ops, strict=True))

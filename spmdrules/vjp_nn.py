@@ -17,9 +17,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from spmdrules.errors import UnsupportedError
-from spmdrules.kernels import Array, Block, LocalContext, cotangent, register_vjp
+from spmdrules.kernels import Array, Block, LocalContext, array, cotangent, register_vjp
 from spmdrules.kernels_nn import padding_row
-from spmdrules.kernels_shape import array, block_range, input_spec
+from spmdrules.kernels_shape import block_range, input_spec
 from spmdrules.rulekit import normalise_axis
 from spmdrules.simulate import shard_index
 

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spmdrules.kernels import Array, Block, LocalContext, cotangent, register_vjp
-from spmdrules.kernels_elementwise import tensor_block
+from spmdrules.kernels import Array, Block, LocalContext, array, cotangent, register_vjp
 from spmdrules.kernels_reduction import AXIS_OPS, reduced_axes
 
 _EXTREMA = tuple(op for op, what in AXIS_OPS.items() if what in ("max", "min"))
@@ -34,8 +33,8 @@ def _spread(g: Array, x: Array, axes: tuple[int, ...] | None, keep: bool) -> Arr
 @register_vjp("sum", "reduce_sum", "squared_l2_norm")
 def sum_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
             cts: Sequence[Block]) -> tuple[Block, ...]:
-    x = tensor_block(ctx, ins, 0, "x")
-    g = cotangent(cts, 0, tensor_block(ctx, outs, 0, "out"))
+    x = array(ctx, ins, 0, "x")
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     axes, keep = _axes_keep(ctx, x)
     dx = _spread(g, x, axes, keep)
     if AXIS_OPS[ctx.op] == "squared_l2_norm":
@@ -46,8 +45,8 @@ def sum_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
 @register_vjp("mean_all")
 def mean_all_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
                  cts: Sequence[Block]) -> tuple[Block, ...]:
-    x = tensor_block(ctx, ins, 0, "x")
-    g = cotangent(cts, 0, tensor_block(ctx, outs, 0, "out"))
+    x = array(ctx, ins, 0, "x")
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     return (np.full(x.shape, g.reshape(()) / max(x.size, 1), dtype=x.dtype),)
 
 
@@ -56,8 +55,8 @@ def extremum_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
                  cts: Sequence[Block]) -> tuple[Block, ...]:
     """The cotangent goes to the entries equal to the extremum, shared evenly among ties (as
     JAX's reduction gradients share it)."""
-    x = tensor_block(ctx, ins, 0, "x")
-    y = tensor_block(ctx, outs, 0, "out")
+    x = array(ctx, ins, 0, "x")
+    y = array(ctx, outs, 0, "out")
     g = cotangent(cts, 0, y)
     axes, keep = _axes_keep(ctx, x)
     hit = (x == _spread(y, x, axes, keep)).astype(x.dtype)
@@ -69,8 +68,8 @@ def extremum_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
 def logsumexp_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
                   cts: Sequence[Block]) -> tuple[Block, ...]:
     """d logsumexp / dx = softmax of x over the reduced axes."""
-    x = tensor_block(ctx, ins, 0, "x")
-    y = tensor_block(ctx, outs, 0, "out")
+    x = array(ctx, ins, 0, "x")
+    y = array(ctx, outs, 0, "out")
     g = cotangent(cts, 0, y)
     axes, keep = _axes_keep(ctx, x)
     return (np.asarray(np.exp(x - _spread(y, x, axes, keep)) * _spread(g, x, axes, keep))
@@ -80,8 +79,8 @@ def logsumexp_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block]
 @register_vjp("frobenius_norm")
 def frobenius_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
                   cts: Sequence[Block]) -> tuple[Block, ...]:
-    x = tensor_block(ctx, ins, 0, "x")
-    y = tensor_block(ctx, outs, 0, "out")
+    x = array(ctx, ins, 0, "x")
+    y = array(ctx, outs, 0, "out")
     g = cotangent(cts, 0, y)
     axes, keep = _axes_keep(ctx, x)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -14,8 +14,7 @@ from itertools import accumulate
 
 import numpy as np
 
-from spmdrules.kernels import Block, LocalContext, cotangent, register_vjp
-from spmdrules.kernels_shape import array, arrays
+from spmdrules.kernels import Block, LocalContext, array, arrays, cotangent, register_vjp
 from spmdrules.rulekit import normalise_axis
 
 
