@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class SpmdError(Exception):
     """Base of every error spmdrules raises on bad input."""
@@ -45,3 +47,12 @@ class UnknownOpError(SpmdError, KeyError):
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message
         return str(self.args[0])
+
+
+def did_you_mean(word: str, choices: Iterable[str], n: int = 2) -> str:
+    """``"; did you mean 'a', 'b'?"`` for the choices closest to a misspelt ``word``, else ``""``
+    (appended to an error that names an unknown attribute, op, tensor or dtype)."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=n)
+    return f"; did you mean {', '.join(map(repr, close))}?" if close else ""

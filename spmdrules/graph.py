@@ -37,6 +37,7 @@ import networkx as nx
 
 from spmdrules import shapes
 from spmdrules.attr import DistAttr
+from spmdrules.errors import did_you_mean
 from spmdrules.graph_errors import (
     ArityError,
     DuplicateNameError,
@@ -442,20 +443,14 @@ class Graph:
     def tensor(self, name: str) -> Tensor:
         t = self._tensors.get(name)
         if t is None:
-            import difflib
-
-            close = difflib.get_close_matches(name, list(self._tensors), n=3)
-            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            hint = did_you_mean(name, self._tensors, n=3)
             raise UnknownTensorError(f"graph {self.name!r} has no tensor {name!r}{hint}")
         return t
 
     def op(self, name: str) -> Op:
         o = self._ops.get(name)
         if o is None:
-            import difflib
-
-            close = difflib.get_close_matches(name, list(self._ops), n=3)
-            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            hint = did_you_mean(name, self._ops, n=3)
             raise UnknownNodeError(f"graph {self.name!r} has no op {name!r}{hint}")
         return o
 
@@ -908,10 +903,7 @@ def _check_shape(name: str, shape: Any) -> tuple[int, ...]:
 def _check_dtype(name: str, dtype: Any) -> str:
     d = str(dtype)
     if d not in shapes.DTYPES:
-        import difflib
-
-        close = difflib.get_close_matches(d, sorted(shapes.DTYPES), n=2)
-        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+        hint = did_you_mean(d, sorted(shapes.DTYPES))
         raise ShapeError(
             f"tensor {name!r}: dtype {dtype!r} is not one of {sorted(shapes.DTYPES)}{hint}"
         )

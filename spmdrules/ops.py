@@ -13,11 +13,11 @@ The op is added to the graph of its operands, which must be the graph of the enc
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Sequence
 from typing import Any
 
+from spmdrules.errors import did_you_mean
 from spmdrules.graph import Graph, Op, Tensor
 from spmdrules.graph_errors import (
     ArityError,
@@ -75,8 +75,7 @@ def call(op_type: str, *args: Any, name: str | None = None, **kwargs: Any) -> Op
             attrs[k] = v
         else:
             known = [*t_index, *schema.attr_index]
-            close = difflib.get_close_matches(k, known, n=2)
-            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            hint = did_you_mean(k, known)
             raise OpAttributeError(f"{where}: unknown argument {k!r}{hint} ({schema.signature()})")
     for i, p in enumerate(schema.inputs):
         if operands[i] is _UNSET:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from spmdrules import shapes
-from spmdrules.errors import UnknownOpError
+from spmdrules.errors import UnknownOpError, did_you_mean
 from spmdrules.graph_errors import GraphUnknownOpError, OpAttributeError
 from spmdrules.registry import TYPE_WORDS as _TYPE_WORDS
 from spmdrules.registry import AttrParam, Rule, TensorParam, get_rule, list_rules
@@ -99,8 +99,7 @@ class OpSchema:
             for k, v in given.items():
                 i = self.attr_index.get(k)
                 if i is None:
-                    close = difflib.get_close_matches(k, list(self.attr_index), n=2)
-                    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+                    hint = did_you_mean(k, self.attr_index)
                     raise OpAttributeError(
                         f"op {node!r} ({self.name}): unknown attribute {k!r}{hint} "
                         f"The signature is {self.signature()}"

@@ -13,7 +13,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from spmdrules.errors import RuleArgumentError, SpmdError, UnknownOpError, UnsupportedError
+from spmdrules.errors import (
+    RuleArgumentError,
+    SpmdError,
+    UnknownOpError,
+    UnsupportedError,
+    did_you_mean,
+)
 from spmdrules.spec import SpmdInfo, TensorSpec
 
 TensorKind = Literal["tensor", "optional", "list"]
@@ -171,8 +177,7 @@ class _Binding:
         for k, v in kwargs.items():
             i = self.names.get(k)
             if i is None:
-                close = difflib.get_close_matches(k, list(self.names), n=2)
-                hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+                hint = did_you_mean(k, self.names)
                 raise RuleArgumentError(f"{op}: unknown argument {k!r}{hint} ({self.signature()})")
             if vals[i] is not _MISSING:
                 raise RuleArgumentError(f"{op}: argument {k!r} given twice")
