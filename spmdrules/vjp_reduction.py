@@ -4,18 +4,22 @@ A sum's cotangent is the output's, broadcast back over the reduced axes of the r
 block's mean spreads it evenly over the block's entries. Over a sharded dim the local result is
 one piece of a pending sum (or avg), whose dual is replicated: every rank receives the whole
 cotangent, and its block of the input cotangent is complete.
+
+Each axis reduction is described once, as its partial derivative given x, the result ``y`` and
+the cotangent ``g`` spread back over the reduced axes (:data:`GRADIENTS`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Final
 
 import numpy as np
 
 from spmdrules.kernels import Array, Block, LocalContext, array, cotangent, register_vjp
 from spmdrules.kernels_reduction import AXIS_OPS, reduced_axes
 
-_EXTREMA = tuple(op for op, what in AXIS_OPS.items() if what in ("max", "min"))
+Axes = tuple[int, ...] | None
 
 
 def _axes_keep(ctx: LocalContext, x: Array) -> tuple[tuple[int, ...] | None, bool]:
@@ -30,15 +34,42 @@ def _spread(g: Array, x: Array, axes: tuple[int, ...] | None, keep: bool) -> Arr
     return np.asarray(np.broadcast_to(g, x.shape))
 
 
-@register_vjp("sum", "reduce_sum", "squared_l2_norm")
-def sum_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-            cts: Sequence[Block]) -> tuple[Block, ...]:
+def _extremum(x: Array, y: Array, g: Array, axes: Axes) -> Array:
+    """The cotangent goes to the entries equal to the extremum, shared evenly among ties (as
+    JAX's reduction gradients share it)."""
+    hit = (x == y).astype(x.dtype)
+    return np.asarray(hit * g / np.maximum(np.sum(hit, axis=axes, keepdims=True), 1))
+
+
+def _frobenius(x: Array, y: Array, g: Array, axes: Axes) -> Array:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(np.where(x == 0, 0.0, x * g / y))
+
+
+#: what each reduction's input cotangent is, from x and the spread result and cotangent
+GRADIENTS: Final[dict[str, Callable[[Array, Array, Array, Axes], Array]]] = {
+    "sum": lambda x, y, g, axes: g,
+    "squared_l2_norm": lambda x, y, g, axes: 2.0 * x * g,
+    "max": _extremum,
+    "min": _extremum,
+    # d logsumexp / dx = softmax of x over the reduced axes
+    "logsumexp": lambda x, y, g, axes: np.exp(x - y) * g,
+    "frobenius_norm": _frobenius,
+}
+
+
+def _what(op: str) -> str:
+    return "logsumexp" if op == "logsumexp" else AXIS_OPS[op]
+
+
+@register_vjp(*(op for op, what in AXIS_OPS.items() if what in GRADIENTS), "logsumexp")
+def reduction_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                  cts: Sequence[Block]) -> tuple[Block, ...]:
     x = array(ctx, ins, 0, "x")
-    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
+    y = array(ctx, outs, 0, "out")
+    g = cotangent(cts, 0, y)
     axes, keep = _axes_keep(ctx, x)
-    dx = _spread(g, x, axes, keep)
-    if AXIS_OPS[ctx.op] == "squared_l2_norm":
-        dx = 2.0 * x * dx
+    dx = GRADIENTS[_what(ctx.op)](x, _spread(y, x, axes, keep), _spread(g, x, axes, keep), axes)
     return (np.array(dx, dtype=x.dtype),)
 
 
@@ -48,41 +79,3 @@ def mean_all_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
     x = array(ctx, ins, 0, "x")
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     return (np.full(x.shape, g.reshape(()) / max(x.size, 1), dtype=x.dtype),)
-
-
-@register_vjp(*_EXTREMA)
-def extremum_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                 cts: Sequence[Block]) -> tuple[Block, ...]:
-    """The cotangent goes to the entries equal to the extremum, shared evenly among ties (as
-    JAX's reduction gradients share it)."""
-    x = array(ctx, ins, 0, "x")
-    y = array(ctx, outs, 0, "out")
-    g = cotangent(cts, 0, y)
-    axes, keep = _axes_keep(ctx, x)
-    hit = (x == _spread(y, x, axes, keep)).astype(x.dtype)
-    count = np.sum(hit, axis=axes, keepdims=True)
-    return (np.asarray(hit * _spread(g, x, axes, keep) / np.maximum(count, 1)).astype(x.dtype),)
-
-
-@register_vjp("logsumexp")
-def logsumexp_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                  cts: Sequence[Block]) -> tuple[Block, ...]:
-    """d logsumexp / dx = softmax of x over the reduced axes."""
-    x = array(ctx, ins, 0, "x")
-    y = array(ctx, outs, 0, "out")
-    g = cotangent(cts, 0, y)
-    axes, keep = _axes_keep(ctx, x)
-    return (np.asarray(np.exp(x - _spread(y, x, axes, keep)) * _spread(g, x, axes, keep))
-            .astype(x.dtype),)
-
-
-@register_vjp("frobenius_norm")
-def frobenius_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                  cts: Sequence[Block]) -> tuple[Block, ...]:
-    x = array(ctx, ins, 0, "x")
-    y = array(ctx, outs, 0, "out")
-    g = cotangent(cts, 0, y)
-    axes, keep = _axes_keep(ctx, x)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        dx = np.where(x == 0, 0.0, x * _spread(g / y, x, axes, keep))
-    return (np.asarray(dx).astype(x.dtype),)
