@@ -224,7 +224,7 @@ class _Reverse:
         if len(parts) == 1:
             name = parts[0]
         elif parts:
-            name = f"{GRAD}{buf}"
+            name = f"{GRAD}{buf}#sum"
             self.buffers[name] = self.buffers[parts[0]]
             self.code.append(LocalStep(name, self.buffers[buf].mesh, _Sum(), tuple(parts),
                                        (name,)))
@@ -392,18 +392,16 @@ class _Reverse:
             )
         g = self.cot(t)
         out = f"{GRAD}{t}"
-        if g is None:  # nothing seeded depends on t
-            zero_lay = Layout(lay.shape, lay.dtype, dual_attr(lay.attr))
-            g = out if not reduce else f"{out}#zero"
-            self.buffers[g] = zero_lay
-            self.code.append(LocalStep(out, lay.mesh, _Zeros(zero_lay, lay.dtype), (), (g,)))
-        dims = [m for m, _ in self.buffers[g].attr.partial_items]
-        if not reduce or g == out:
-            return g
-        if not dims:
-            self.buffers[out] = self.buffers[g]
-            self.code.append(LocalStep(out, lay.mesh, _Scale(1.0), (g,), (out,)))
+        if g is None:  # nothing seeded depends on t: zeros, already in the final layout
+            dual = dual_attr(lay.attr)
+            final = DistAttr._make(lay.mesh, dual.multi_dims_mapping, ()) if reduce else dual
+            self.buffers[out] = Layout(lay.shape, lay.dtype, final)
+            self.code.append(LocalStep(out, lay.mesh, _Zeros(self.buffers[out], lay.dtype), (),
+                                       (out,)))
             return out
+        dims = [m for m, _ in self.buffers[g].attr.partial_items]
+        if not reduce or not dims:
+            return g
         all_reduce_chain(self.buffers, self.code, g, out, dims, "sum",
                          f"gradient of {t} (all-reduce)", out)
         return out

@@ -10,7 +10,9 @@ import pytest
 from pipeline_cases import CASES, LIMITS, pipeline_stages
 
 import spmdrules as sr
+from spmdrules import ops
 from spmdrules.adjoint import GradientError, dual_attr, gradient_program
+from spmdrules.annotate import shard
 from spmdrules.completion import complete
 from spmdrules.errors import UnsupportedError
 from spmdrules.executor import random_feeds
@@ -141,3 +143,25 @@ def test_dual_layouts() -> None:
     r = sr.DistAttr(mesh, [-1, -1])
     assert dual_attr(r).partial_items == ((0, "sum"), (1, "sum"))
     assert dual_attr(dual_attr(a)) == a
+
+
+def test_a_parameter_used_twice_is_reduced_into_its_layout() -> None:
+    """Two contributions are added, then all-reduced like any gradient; an unused parameter gets
+    zeros in its own layout without any communication."""
+    mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["dp", "mp"])
+    with Graph("twice") as g:
+        x = g.input("x", [4, 8], "float64")
+        w = g.param("w", [8, 8], "float64")
+        g.param("unused", [3], "float64")
+        h = ops.tanh(ops.matmul(x, w, name="mm0"), name="h")
+        ops.matmul(h, w, name="out")
+    shard(x, mesh, ("dp", None))
+    prog = lower(complete(g))
+    gp, res, feeds, seeds = _run(g, prog)
+    assert gp.buffers[gp.grads["w"]].attr == prog.buffers["w"].attr
+    assert gp.buffers[gp.grads["unused"]].attr == prog.buffers["unused"].attr
+    assert np.array_equal(res.fetch(gp.grads["unused"]), np.zeros(3))
+    assert not any(isinstance(i, Collective) and i.src.startswith("grad:unused")
+                   for i in gp.instructions)
+    checks = check_gradients(g, feeds, seeds, {t: res.fetch(b) for t, b in gp.grads.items()})
+    assert max(c.error for c in checks) <= 1e-7
