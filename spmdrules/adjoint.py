@@ -56,6 +56,7 @@ from spmdrules.lowering import (
     Slot,
     all_reduce_chain,
     class_axis,
+    counterpart_transfer,
 )
 from spmdrules.runtime.decomposition import relative
 from spmdrules.spec import flat_slots
@@ -334,13 +335,11 @@ class _Reverse:
             # avg/max/min: every replica kept the value, so every one passes its cotangent on
             emit("zero_partial", target, "sum" if rt in ("sum", "product") else "avg")
         else:  # p2p
-            a, b = self.p.buffers[step.src], self.p.buffers[step.dst]
-            counterparts = bool(a.attr.partial_items) or (
-                a.mesh.shape == b.mesh.shape
-                and a.attr.multi_dims_mapping == b.attr.multi_dims_mapping)
             # counterparts send back what they received; otherwise every receiver returns its
             # pieces to their owners, which add them up (the replicas of the destination each
             # hold a piece of the sum)
+            counterparts = counterpart_transfer(self.p.buffers[step.src],
+                                                self.p.buffers[step.dst])
             emit("p2p", target, None, adjoint=not counterparts)
 
     def own_lowering(self, call: KernelCall) -> None:

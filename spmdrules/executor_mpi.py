@@ -51,7 +51,9 @@ from spmdrules.lowering import (
     Layout,
     LocalStep,
     Program,
+    counterpart_transfer,
     mesh_coords,
+    owners,
 )
 from spmdrules.mesh import ProcessMesh
 from spmdrules.runtime.decomposition import Box, relative
@@ -275,8 +277,7 @@ class MPIExecutor:
             return self._p2p_adjoint(step, a, b, x, traffic, dtype)
         ca, cb = self._coords[a.mesh], self._coords[b.mesh]
         mine_src, mine_dst = ca.get(self.rank), cb.get(self.rank)
-        if a.attr.partial_items or (a.mesh.shape == b.mesh.shape
-                                    and a.attr.multi_dims_mapping == b.attr.multi_dims_mapping):
+        if counterpart_transfer(a, b):
             # counterparts: the process at each coordinate sends its block to the same coordinate
             by_coord_dst = {c: p for p, c in cb.items()}
             by_coord_src = {c: p for p, c in ca.items()}
@@ -297,14 +298,7 @@ class MPIExecutor:
                     traffic.add(step, x.nbytes, 1, x.itemsize)
             self.MPI.Request.Waitall(reqs)
             return out
-        size = self.comm.Get_size()
-        owned: list[Box | None] = [None] * size
-        needed: list[Box | None] = [None] * size
-        for p, c in ca.items():
-            if all(c[d] == 0 for d in a.broadcast_mesh_dims):
-                owned[p] = a.box(c)
-        for p, c in cb.items():
-            needed[p] = b.box(c)
+        owned, needed = self._by_rank(owners(a, ca, a.broadcast_mesh_dims), b, cb)
         ex = BoxExchange(self.comm, self.rank, dtype, owned, needed)
         out = np.empty(b.local_shape(mine_dst), dtype=dtype) if mine_dst is not None else None
         src = x if owned[self.rank] is not None and x is not None else np.empty(0, dtype)
@@ -319,26 +313,22 @@ class MPIExecutor:
         from spmdrules.runtime.box_exchange import BoxExchange
 
         ca, cb = self._coords[a.mesh], self._coords[b.mesh]
-        size = self.comm.Get_size()
-        spread = tuple(m for m, _ in b.pending)
-        owned: list[Box | None] = [None] * size
-        needed: list[Box | None] = [None] * size
-        for p, c in cb.items():
-            if not any(c[d] for d in spread):
-                owned[p] = b.box(c)
-        for p, c in ca.items():
-            needed[p] = a.box(c)
+        owned, needed = self._by_rank(owners(b, cb, (m for m, _ in b.pending)), a, ca)
         ex = BoxExchange(self.comm, self.rank, dtype, owned, needed)
         mine = cb.get(self.rank)
         out = np.zeros(b.local_shape(mine), dtype=dtype) if mine is not None else None
         grad = x if x is not None and needed[self.rank] is not None else np.empty(0, dtype)
-        if owned[self.rank] is not None:
-            assert out is not None
-            ex.scatter_add(grad, out)
-        else:
-            ex.scatter_add(grad, np.empty(0, dtype))
+        ex.scatter_add(grad, out if out is not None and owned[self.rank] is not None
+                       else np.empty(0, dtype))
         traffic.add(step, ex.bytes_scatter, len(ex.recvs), dtype.itemsize)
         return out
+
+    def _by_rank(self, owned: Mapping[int, Box], want: Layout, coords: Mapping[int, tuple[int, ...]]
+                 ) -> tuple[list[Box | None], list[Box | None]]:
+        """Per rank of the job, the box it owns and the box of ``want`` it needs (None: none)."""
+        size = self.comm.Get_size()
+        return ([owned.get(p) for p in range(size)],
+                [want.box(coords[p]) if p in coords else None for p in range(size)])
 
     def _dtype_of(self, step: Collective, x: Array | None) -> np.dtype[Any]:
         """The element type moving in a transfer: agreed by every rank (one small allreduce

@@ -39,8 +39,10 @@ from spmdrules.lowering import (
     Layout,
     LocalStep,
     Program,
+    counterpart_transfer,
     groups,
     mesh_coords,
+    owners,
 )
 from spmdrules.runtime.decomposition import Box, box_volume, intersect, relative
 from spmdrules.simulate import scatter
@@ -287,8 +289,7 @@ class SimulatedMesh:
     def _p2p(self, step: Collective, a: Layout, b: Layout, src: Blocks
              ) -> tuple[Blocks, int, int]:
         ca, cb = self.coords(a), self.coords(b)
-        if a.attr.partial_items or (a.mesh.shape == b.mesh.shape and (
-                a.attr.multi_dims_mapping == b.attr.multi_dims_mapping)):
+        if counterpart_transfer(a, b):
             # counterparts: the process at each coordinate sends its block to the same coordinate
             by_coord = {c: p for p, c in ca.items()}
             out: Blocks = {}
@@ -301,8 +302,7 @@ class SimulatedMesh:
                     msgs += 1
             return out, sent, msgs
         # One owner per piece: the process at coordinate 0 of every mesh dim that replicates.
-        owned = {p: (a.box(c), src[p]) for p, c in ca.items()
-                 if all(c[d] == 0 for d in a.broadcast_mesh_dims)}
+        owned = {p: (box, src[p]) for p, box in owners(a, ca, a.broadcast_mesh_dims).items()}
         needed = {q: b.box(c) for q, c in cb.items()}
         dtype = next(iter(src.values())).dtype
         return box_exchange(owned, needed, dtype, f"p2p of {step.edge}")
@@ -314,14 +314,10 @@ class SimulatedMesh:
         received to their owners (coordinate 0 of every mesh dim ``b`` sums over, where the
         source replicated), which add them up; the other source processes hold zeros."""
         ca, cb = self.coords(a), self.coords(b)
-        spread = tuple(m for m, _ in b.pending)
         out: Blocks = {p: np.zeros(b.local_shape(c), dtype=next(iter(src.values())).dtype)
                        for p, c in cb.items()}
         sent = msgs = 0
-        for p, c in cb.items():
-            if any(c[d] for d in spread):
-                continue
-            have = b.box(c)
+        for p, have in owners(b, cb, (m for m, _ in b.pending)).items():
             for q, cq in ca.items():
                 want = a.box(cq)
                 inter = intersect(have, want)

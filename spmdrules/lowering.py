@@ -24,7 +24,7 @@ program.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -132,6 +132,21 @@ class Layout:
         if self.pending:
             text += ", pending " + ", ".join(f"{rt} over {m}" for m, rt in self.pending)
         return text
+
+
+def counterpart_transfer(a: Layout, b: Layout) -> bool:
+    """A transfer between meshes that sends every block to the process at the same coordinate:
+    the source holds pieces of a pending reduction, or both sides cut the tensor alike. Any
+    other transfer is a box exchange from :func:`owners`."""
+    return bool(a.attr.partial_items) or (
+        a.mesh.shape == b.mesh.shape and a.attr.multi_dims_mapping == b.attr.multi_dims_mapping)
+
+
+def owners(lay: Layout, coords: Mapping[int, Coord], spread: Iterable[int]) -> dict[int, Box]:
+    """The one process holding each distinct block of ``lay`` (coordinate 0 along every mesh
+    dim of ``spread``, over which the processes hold copies or pieces of it), with its box."""
+    dims = tuple(spread)
+    return {p: lay.box(c) for p, c in coords.items() if not any(c[d] for d in dims)}
 
 
 def mesh_coords(mesh: ProcessMesh) -> dict[int, Coord]:
@@ -534,7 +549,9 @@ __all__ = [
     "Program",
     "all_reduce_chain",
     "class_axis",
+    "counterpart_transfer",
     "groups",
     "lower",
     "mesh_coords",
+    "owners",
 ]
