@@ -64,7 +64,7 @@ UnaryFn = Callable[[Array, LocalContext], Array]
 BinaryFn = Callable[[Array, Array], Array]
 
 
-def _attr(ctx: LocalContext, name: str) -> Any:
+def unary_attr(ctx: LocalContext, name: str) -> Any:
     """The op attribute ``name``: the caller's value if given, else the documented default."""
     if name in ctx.attrs:
         return ctx.attrs[name]
@@ -118,7 +118,7 @@ def digamma(x: Array) -> Array:
     return np.where((x <= 0) & (x == np.floor(x)), np.nan, out)
 
 
-def _sigmoid(x: Array) -> Array:
+def sigmoid(x: Array) -> Array:
     return np.asarray(0.5 * (1.0 + np.tanh(0.5 * x)))  # overflow-free logistic
 
 
@@ -151,16 +151,16 @@ def _global_uniform(ctx: LocalContext, x: Array, seed: int) -> Array:
 
 
 def _dropout(x: Array, ctx: LocalContext) -> Array:
-    p = float(_attr(ctx, "p"))
-    mode = _attr(ctx, "mode")
+    p = float(unary_attr(ctx, "p"))
+    mode = unary_attr(ctx, "mode")
     if mode not in ("upscale_in_train", "downgrade_in_infer"):
         raise RuleArgumentError(
             f"dropout: mode {mode!r} is not a dropout mode; use 'upscale_in_train' or "
             "'downgrade_in_infer'"
         )
-    if _attr(ctx, "is_test"):
+    if unary_attr(ctx, "is_test"):
         return x.copy() if mode == "upscale_in_train" else x * (1.0 - p)
-    keep = _global_uniform(ctx, x, int(_attr(ctx, "seed"))) >= p
+    keep = _global_uniform(ctx, x, int(unary_attr(ctx, "seed"))) >= p
     if mode == "upscale_in_train":
         return np.where(keep, x / (1.0 - p), 0.0).astype(x.dtype) if p < 1 else np.zeros_like(x)
     return np.where(keep, x, 0.0).astype(x.dtype)
@@ -168,7 +168,7 @@ def _dropout(x: Array, ctx: LocalContext) -> Array:
 
 def _poisson(x: Array, ctx: LocalContext) -> Array:
     """A Poisson(x) sample per element by inverting its CDF at the element's global uniform."""
-    u = _global_uniform(ctx, x, int(_attr(ctx, "seed")))
+    u = _global_uniform(ctx, x, int(unary_attr(ctx, "seed")))
     lam = np.asarray(x, dtype=np.float64)
     k = np.zeros_like(lam)
     pmf = np.exp(-lam)
@@ -196,7 +196,7 @@ def _gelu(x: Array, approximate: bool) -> Array:
     return np.asarray(0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))))
 
 
-def _gelu_grad(x: Array, approximate: bool) -> Array:
+def gelu_derivative(x: Array, approximate: bool) -> Array:
     """d gelu / dx."""
     if approximate:
         c = math.sqrt(2.0 / math.pi)
@@ -212,12 +212,12 @@ def _f(fn: Callable[[Array], Any]) -> UnaryFn:
 
 
 def _clip(x: Array, ctx: LocalContext) -> Array:
-    return np.asarray(np.clip(x, _attr(ctx, "min"), _attr(ctx, "max")).astype(x.dtype))
+    return np.asarray(np.clip(x, unary_attr(ctx, "min"), unary_attr(ctx, "max")).astype(x.dtype))
 
 
 def _scale(x: Array, ctx: LocalContext) -> Array:
-    s, b = _attr(ctx, "scale"), _attr(ctx, "bias")
-    out = s * x + b if _attr(ctx, "bias_after_scale") else s * (x + b)
+    s, b = unary_attr(ctx, "scale"), unary_attr(ctx, "bias")
+    out = s * x + b if unary_attr(ctx, "bias_after_scale") else s * (x + b)
     return np.asarray(out).astype(x.dtype)
 
 
@@ -231,12 +231,12 @@ _UNARY: Final[dict[str, UnaryFn]] = {
     "atan": _f(np.arctan),
     "atanh": _f(np.arctanh),
     "bernoulli": lambda x, ctx: (
-        _global_uniform(ctx, x, int(_attr(ctx, "seed"))) < x
+        _global_uniform(ctx, x, int(unary_attr(ctx, "seed"))) < x
     ).astype(x.dtype),
     "bitwise_not": _f(np.invert),
     "ceil": _f(np.ceil),
     "celu": lambda x, ctx: np.asarray(
-        np.maximum(x, 0) + np.minimum(0, _attr(ctx, "alpha") * np.expm1(x / _attr(ctx, "alpha")))
+        np.maximum(x, 0) + np.minimum(0, unary_attr(ctx, "alpha") * np.expm1(x / unary_attr(ctx, "alpha")))
     ),
     "clip": _clip,
     "conj": _f(np.conj),
@@ -245,67 +245,67 @@ _UNARY: Final[dict[str, UnaryFn]] = {
     "digamma": _f(digamma),
     "dropout": _dropout,
     "elementwise_unary": _f(np.copy),  # stands for any unary op: computed as the identity
-    "elu": lambda x, ctx: np.where(x > 0, x, _attr(ctx, "alpha") * np.expm1(x)),
+    "elu": lambda x, ctx: np.where(x > 0, x, unary_attr(ctx, "alpha") * np.expm1(x)),
     "erf": _f(_erf),
     "erfinv": _f(_erfinv),
     "exp": _f(np.exp),
     "expm1": _f(np.expm1),
-    "fill": lambda x, ctx: np.full_like(x, _attr(ctx, "value")),
+    "fill": lambda x, ctx: np.full_like(x, unary_attr(ctx, "value")),
     "floor": _f(np.floor),
-    "hardshrink": lambda x, ctx: np.where(np.abs(x) > _attr(ctx, "threshold"), x, 0).astype(
+    "hardshrink": lambda x, ctx: np.where(np.abs(x) > unary_attr(ctx, "threshold"), x, 0).astype(
         x.dtype
     ),
     "hardsigmoid": lambda x, ctx: np.clip(
-        _attr(ctx, "slope") * x + _attr(ctx, "offset"), 0.0, 1.0
+        unary_attr(ctx, "slope") * x + unary_attr(ctx, "offset"), 0.0, 1.0
     ).astype(x.dtype),
     "hardswish": lambda x, ctx: np.asarray(x * np.clip(x + 3.0, 0.0, 6.0) / 6.0),
-    "hardtanh": lambda x, ctx: np.clip(x, _attr(ctx, "t_min"), _attr(ctx, "t_max")).astype(
+    "hardtanh": lambda x, ctx: np.clip(x, unary_attr(ctx, "t_min"), unary_attr(ctx, "t_max")).astype(
         x.dtype
     ),
-    "leaky_relu": lambda x, ctx: np.where(x > 0, x, _attr(ctx, "negative_slope") * x),
+    "leaky_relu": lambda x, ctx: np.where(x > 0, x, unary_attr(ctx, "negative_slope") * x),
     "lgamma": _f(_lgamma),
     "log": _f(np.log),
     "log10": _f(np.log10),
     "log1p": _f(np.log1p),
     "log2": _f(np.log2),
     "logical_not": _f(np.logical_not),
-    "logit": lambda x, ctx: _logit(x, float(_attr(ctx, "eps"))),
+    "logit": lambda x, ctx: _logit(x, float(unary_attr(ctx, "eps"))),
     "logsigmoid": _f(lambda x: -np.logaddexp(0.0, -x)),
-    "mish": lambda x, ctx: np.asarray(x * np.tanh(_softplus(x, 1.0, _attr(ctx, "lambda")))),
+    "mish": lambda x, ctx: np.asarray(x * np.tanh(_softplus(x, 1.0, unary_attr(ctx, "lambda")))),
     "poisson": _poisson,
-    "pow": lambda x, ctx: np.power(x, _attr(ctx, "y")).astype(x.dtype),
+    "pow": lambda x, ctx: np.power(x, unary_attr(ctx, "y")).astype(x.dtype),
     "reciprocal": _f(np.reciprocal),
     "relu": _f(lambda x: np.maximum(x, 0).astype(x.dtype)),
     "relu6": _f(lambda x: np.clip(x, 0, 6).astype(x.dtype)),
-    "round": lambda x, ctx: _paddle_round(x, int(_attr(ctx, "decimals"))),
+    "round": lambda x, ctx: _paddle_round(x, int(unary_attr(ctx, "decimals"))),
     "rsqrt": _f(lambda x: 1.0 / np.sqrt(x)),
     "scale": _scale,
     "selu": lambda x, ctx: np.asarray(
-        _attr(ctx, "scale") * np.where(x > 0, x, _attr(ctx, "alpha") * np.expm1(x))
+        unary_attr(ctx, "scale") * np.where(x > 0, x, unary_attr(ctx, "alpha") * np.expm1(x))
     ),
-    "sigmoid": _f(_sigmoid),
+    "sigmoid": _f(sigmoid),
     "sign": _f(np.sign),
-    "silu": _f(lambda x: x * _sigmoid(x)),
+    "silu": _f(lambda x: x * sigmoid(x)),
     "sin": _f(np.sin),
     "sinh": _f(np.sinh),
-    "softplus": lambda x, ctx: _softplus(x, _attr(ctx, "beta"), _attr(ctx, "threshold")),
+    "softplus": lambda x, ctx: _softplus(x, unary_attr(ctx, "beta"), unary_attr(ctx, "threshold")),
     "softshrink": lambda x, ctx: np.where(
-        x > _attr(ctx, "threshold"),
-        x - _attr(ctx, "threshold"),
-        np.where(x < -_attr(ctx, "threshold"), x + _attr(ctx, "threshold"), 0.0),
+        x > unary_attr(ctx, "threshold"),
+        x - unary_attr(ctx, "threshold"),
+        np.where(x < -unary_attr(ctx, "threshold"), x + unary_attr(ctx, "threshold"), 0.0),
     ).astype(x.dtype),
     "softsign": _f(lambda x: x / (1.0 + np.abs(x))),
     "sqrt": _f(np.sqrt),
     "square": _f(np.square),
     "stanh": lambda x, ctx: np.asarray(
-        _attr(ctx, "scale_b") * np.tanh(_attr(ctx, "scale_a") * x)
+        unary_attr(ctx, "scale_b") * np.tanh(unary_attr(ctx, "scale_a") * x)
     ),
-    "swish": _f(lambda x: x * _sigmoid(x)),
+    "swish": _f(lambda x: x * sigmoid(x)),
     "tan": _f(np.tan),
     "tanh": _f(np.tanh),
     "tanh_shrink": _f(lambda x: x - np.tanh(x)),
     "thresholded_relu": lambda x, ctx: np.where(
-        x > _attr(ctx, "threshold"), x, _attr(ctx, "value")
+        x > unary_attr(ctx, "threshold"), x, unary_attr(ctx, "value")
     ).astype(x.dtype),
     "trunc": _f(np.trunc),
 }
@@ -415,7 +415,7 @@ def swiglu_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ..
     with np.errstate(over="ignore"):
         if not no_y:
             assert y is not None
-            return (np.asarray(x * _sigmoid(x) * y),)
+            return (np.asarray(x * sigmoid(x) * y),)
         if x.ndim == 0 or x.shape[-1] % 2:
             raise RuleArgumentError(
                 f"swiglu: without 'y' the local block of 'x' must hold x's whole last dim (an even "
@@ -423,7 +423,7 @@ def swiglu_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ..
             )
         h = x.shape[-1] // 2
         gate, value = x[..., :h], x[..., h:]
-        return (np.asarray(gate * _sigmoid(gate) * value),)
+        return (np.asarray(gate * sigmoid(gate) * value),)
 
 
 @register_kernel("gelu")
@@ -438,7 +438,15 @@ def gelu_grad_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block,
     """x_grad = gelu'(x) * out_grad, entrywise (the rule gives x and out_grad one layout)."""
     x = array(ctx, blocks, 0, "x")
     g = array(ctx, blocks, 1, "out_grad")
-    return (np.asarray(_gelu_grad(x, bool(ctx.attrs.get("approximate", False))) * g),)
+    return (np.asarray(gelu_derivative(x, bool(ctx.attrs.get("approximate", False))) * g),)
 
 
-__all__ = ["UNARY_DEFAULTS", "binary_kernel", "digamma", "unary_kernel"]
+__all__ = [
+    "UNARY_DEFAULTS",
+    "binary_kernel",
+    "digamma",
+    "gelu_derivative",
+    "sigmoid",
+    "unary_attr",
+    "unary_kernel",
+]

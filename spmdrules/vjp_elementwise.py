@@ -14,37 +14,27 @@ from typing import Final
 
 import numpy as np
 
-from spmdrules.errors import UnsupportedError
 from spmdrules.kernels import Array, Block, LocalContext, array, cotangent, register_vjp
-from spmdrules.kernels_elementwise import UNARY_DEFAULTS
+from spmdrules.kernels_elementwise import gelu_derivative, sigmoid, unary_attr
 
 #: dy/dx of a unary op from x, y = f(x) and the op's attributes
 Derivative = Callable[[Array, Array, LocalContext], Array]
 
 
-def _attr(ctx: LocalContext, name: str) -> float:
-    value = ctx.attrs.get(name, UNARY_DEFAULTS.get(ctx.op, {}).get(name))
-    if value is None:
-        raise UnsupportedError(f"{ctx.op}: attribute {name!r} is needed for its derivative")
-    return float(value)
-
-
-def _sigmoid(x: Array) -> Array:
-    return np.asarray(0.5 * (1.0 + np.tanh(0.5 * x)))
+def _float_attr(ctx: LocalContext, name: str) -> float:
+    return float(unary_attr(ctx, name))
 
 
 def _gelu_derivative(x: Array, y: Array, ctx: LocalContext) -> Array:
-    from spmdrules.kernels_elementwise import _gelu_grad
-
-    return _gelu_grad(x, bool(ctx.attrs.get("approximate", False)))
+    return gelu_derivative(x, bool(ctx.attrs.get("approximate", False)))
 
 
 def _scale_derivative(x: Array, y: Array, ctx: LocalContext) -> Array:
-    return np.full_like(x, _attr(ctx, "scale"))
+    return np.full_like(x, _float_attr(ctx, "scale"))
 
 
 def _silu_derivative(x: Array, y: Array, ctx: LocalContext) -> Array:
-    s = _sigmoid(x)
+    s = sigmoid(x)
     return np.asarray(s * (1.0 + x * (1.0 - s)))
 
 
@@ -52,14 +42,14 @@ DERIVATIVES: Final[dict[str, Derivative]] = {
     "abs": lambda x, y, ctx: np.sign(x),
     "assign": lambda x, y, ctx: np.ones_like(x),
     "cos": lambda x, y, ctx: -np.sin(x),
-    "elu": lambda x, y, ctx: np.where(x > 0, 1.0, y + _attr(ctx, "alpha")),
+    "elu": lambda x, y, ctx: np.where(x > 0, 1.0, y + _float_attr(ctx, "alpha")),
     "exp": lambda x, y, ctx: y,
     "expm1": lambda x, y, ctx: y + 1.0,
     "gelu": _gelu_derivative,
-    "leaky_relu": lambda x, y, ctx: np.where(x > 0, 1.0, _attr(ctx, "negative_slope")),
+    "leaky_relu": lambda x, y, ctx: np.where(x > 0, 1.0, _float_attr(ctx, "negative_slope")),
     "log": lambda x, y, ctx: 1.0 / x,
     "log1p": lambda x, y, ctx: 1.0 / (1.0 + x),
-    "pow": lambda x, y, ctx: _attr(ctx, "y") * np.power(x, _attr(ctx, "y") - 1.0),
+    "pow": lambda x, y, ctx: _float_attr(ctx, "y") * np.power(x, _float_attr(ctx, "y") - 1.0),
     "reciprocal": lambda x, y, ctx: -y * y,
     "relu": lambda x, y, ctx: (x > 0).astype(x.dtype),
     "rsqrt": lambda x, y, ctx: -0.5 * y * y * y,
@@ -135,7 +125,7 @@ def swiglu_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
     halves = not isinstance(y, np.ndarray) or (y.ndim == 0 and out.shape != x.shape)
     gate, value = (x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]) if halves else (x, y)
     assert isinstance(value, np.ndarray)
-    s = _sigmoid(gate)
+    s = sigmoid(gate)
     d_gate = g * value * s * (1.0 + gate * (1.0 - s))
     d_value = g * gate * s
     if halves:
