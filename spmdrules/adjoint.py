@@ -60,6 +60,7 @@ from spmdrules.lowering import (
 )
 from spmdrules.runtime.decomposition import relative
 from spmdrules.spec import flat_slots
+from spmdrules.vjp_nn import one_hot
 
 Array = NDArray[Any]
 Coord = tuple[int, ...]
@@ -164,13 +165,8 @@ class _VocabParallelGrad:
         if self.with_loss_ct:
             g_loss = rest[0]
             lo, hi = self.x.box(coord)[self.axis]
-            lab = np.asarray(label).astype(np.int64)
-            kept = lab != self.ignore_index
-            hot = np.zeros_like(prob)
-            mine = kept & (lab >= lo) & (lab < hi)
-            np.put_along_axis(hot, np.where(mine, lab - lo, 0), np.where(mine, 1.0, 0.0),
-                              axis=self.axis)
-            dx += (prob - hot) * np.where(kept, g_loss, 0.0)
+            hot = one_hot(label, self.axis, prob.shape, self.ignore_index, range(lo, hi))
+            dx += (prob - hot) * np.where(np.asarray(label) == self.ignore_index, 0.0, g_loss)
         return (dx,)
 
 

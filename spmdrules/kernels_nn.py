@@ -79,7 +79,7 @@ def _row_max(x: Array, axis: int) -> Array:
     return _shift(_local_max(x, axis))
 
 
-def _log_softmax(x: Array, axis: int) -> Array:
+def log_softmax_rows(x: Array, axis: int) -> Array:
     # numpy has no softmax (scipy is not a dependency): the max-shifted form, as Paddle computes it
     z = x - _row_max(x, axis)
     out: Array = z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
@@ -102,7 +102,7 @@ def softmax(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     if x.ndim:
         _full_dims(ctx, 0, "x", [axis], "every output element needs its whole row")
     row = x.reshape(1) if x.ndim == 0 else x
-    fn = _log_softmax if ctx.op == "log_softmax" else _softmax
+    fn = log_softmax_rows if ctx.op == "log_softmax" else _softmax
     return (fn(row, axis).reshape(x.shape),)
 
 
@@ -294,5 +294,6 @@ __all__ = [
     "AllReduce",
     "KernelInputError",
     "cross_entropy",
+    "log_softmax_rows",
     "padding_row",
 ]

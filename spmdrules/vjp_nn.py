@@ -18,7 +18,7 @@ import numpy as np
 
 from spmdrules.errors import UnsupportedError
 from spmdrules.kernels import Array, Block, LocalContext, array, cotangent, register_vjp
-from spmdrules.kernels_nn import padding_row
+from spmdrules.kernels_nn import log_softmax_rows, padding_row
 from spmdrules.kernels_shape import block_range, input_spec
 from spmdrules.rulekit import normalise_axis
 from spmdrules.simulate import shard_index
@@ -118,41 +118,38 @@ def cross_entropy_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Bl
             "vocab-parallel lowering of spmdrules.adjoint, not the local VJP"
         )
     soft, use_softmax = bool(ctx.attrs["soft_label"]), bool(ctx.attrs["use_softmax"])
+    ignore = int(ctx.attrs["ignore_index"])
     g_prob, g_loss = cotangent(cts, 0, prob), cotangent(cts, 1, loss)
+    # a hard label's loss is 0 on the rows it ignores: no cotangent flows from them
+    g_kept = g_loss if soft else np.where(label == ignore, 0.0, g_loss)
     d_label: Array | None = None
     if use_softmax:
         dx = prob * (g_prob - np.sum(g_prob * prob, axis=axis, keepdims=True))
         if soft:
             dx = dx + (prob * np.sum(label, axis=axis, keepdims=True) - label) * g_loss
-            d_label = -(x - _log_total(x, axis)) * g_loss
+            d_label = -log_softmax_rows(x, axis) * g_loss
         else:
-            dx = dx + (prob - _one_hot(ctx, label, axis, x.shape)) * _kept(ctx, label, g_loss)
+            dx = dx + (prob - one_hot(label, axis, x.shape, ignore)) * g_kept
     else:
         with np.errstate(divide="ignore", invalid="ignore"):
             if soft:
                 dx = g_prob - label * g_loss / x
                 d_label = -np.log(x) * g_loss
             else:
-                hot = _one_hot(ctx, label, axis, x.shape)
-                dx = g_prob - hot * _kept(ctx, label, g_loss) / np.where(hot > 0, x, 1.0)
+                hot = one_hot(label, axis, x.shape, ignore)
+                dx = g_prob - hot * g_kept / np.where(hot > 0, x, 1.0)
     return (np.asarray(dx).astype(x.dtype),
             None if d_label is None else np.asarray(d_label).astype(label.dtype))
 
 
-def _log_total(x: Array, axis: int) -> Array:
-    m = np.max(x, axis=axis, keepdims=True)
-    out: Array = m + np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
-    return out
-
-
-def _kept(ctx: LocalContext, label: Array, g: Array) -> Array:
-    """The loss cotangent, zero on the rows whose label is ``ignore_index`` (their loss is 0)."""
-    return np.where(label == int(ctx.attrs["ignore_index"]), 0.0, g)
-
-
-def _one_hot(ctx: LocalContext, label: Array, axis: int, shape: tuple[int, ...]) -> Array:
+def one_hot(label: Array, axis: int, shape: tuple[int, ...], ignore_index: int,
+            classes: range | None = None) -> Array:
+    """1.0 at each row's label along ``axis``, 0.0 elsewhere and on rows whose label is
+    ``ignore_index``. ``classes`` is the range of classes a block holds (its rows' labels are
+    offset to it; labels outside it get no 1.0); None: all of ``shape[axis]``."""
+    lab = np.asarray(label).astype(np.int64)
+    lo, hi = (0, shape[axis]) if classes is None else (classes.start, classes.stop)
+    mine = (lab != ignore_index) & (lab >= lo) & (lab < hi)
     hot = np.zeros(shape)
-    kept = label != int(ctx.attrs["ignore_index"])
-    at = np.where(kept, label, 0).astype(np.intp)
-    np.put_along_axis(hot, at, np.where(kept, 1.0, 0.0), axis=axis)
+    np.put_along_axis(hot, np.where(mine, lab - lo, 0), np.where(mine, 1.0, 0.0), axis=axis)
     return hot
