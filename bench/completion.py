@@ -7,9 +7,12 @@ The model: B=8, S=1024, H=1024, 16 heads, FFN 4096, vocabulary 50304, on a 2x4 (
 
 What is timed: ``complete(g.reset_attrs())``, from annotations alone, with the rules' memo caches
 and completion's per-topology index warm (one untimed run first), as in a compiler that
-completes many graphs. ``plan`` plans every reshard edge with a cold
-plan cache; ``+plan+explain`` is completion, planning and the explanation index (every tensor's
-origin and the reshards per tensor) together.
+completes many graphs. ``cold s`` is the same with the per-topology index (operand orders,
+shapes, the rules' entry points and the repeated blocks) built again inside the timed run.
+``rule calls`` counts the rules' runs and ``replayed`` the blocks of repeated layers whose
+changes were replayed instead of visited (docs/completion.md, Speed). ``plan`` plans every
+reshard edge with a cold plan cache; ``+plan+explain`` is completion, planning and the
+explanation index (every tensor's origin and the reshards per tensor) together.
 
 How: each time is the median of ``--repeat`` runs. Before each run, the previous run's result is
 freed and ``gc.collect()`` runs; the new result is kept until after the timer stops, so the
@@ -36,7 +39,7 @@ import tracemalloc
 from collections.abc import Callable
 
 from spmdrules import ProcessMesh, examples
-from spmdrules.completion import Completion, complete
+from spmdrules.completion import _INDEX_CACHE, Completion, complete
 from spmdrules.graph import Graph
 from spmdrules.reshard import plan_reshard
 
@@ -95,6 +98,12 @@ def measure(g: Graph, base: Graph, repeat: int) -> dict[str, float]:
 
     done = complete(g.reset_attrs())
 
+    def cold() -> object:
+        _INDEX_CACHE.clear()  # the per-topology index (and its repeated blocks) built again
+        return complete(g.reset_attrs())
+
+    t_cold = statistics.median(timed(cold, keep) for _ in range(min(repeat, 3)))
+
     def plan() -> object:
         plan_reshard.cache_clear()
         return tuple(e.plan(done.cost) for e in done.reshards)
@@ -108,6 +117,7 @@ def measure(g: Graph, base: Graph, repeat: int) -> dict[str, float]:
         "ratio": statistics.median(ratios) if ratios else 1.0, "q1": q1, "q3": q3,
         "ratio_gc": statistics.median(ratios_gc) if ratios_gc else 1.0,
         "rule_calls": done.rule_calls, "sweeps": done.iterations, "reshards": len(done.reshards),
+        "replayed": done.blocks_replayed, "cold": t_cold,
     }
 
 
@@ -138,13 +148,15 @@ def main() -> None:
         rows.append((layers, g.num_ops, g.num_tensors, measure(g, base, args.repeat)))
         del g
     print(f"{'L':>4} {'ops':>6} {'tensors':>7} {'complete s':>10} {'us/op':>5} {'plan s':>8} "
-          f"{'+plan+explain s':>15} {'rule calls':>10} {'sweeps':>6} {'reshards':>8} "
+          f"{'+plan+explain s':>15} {'rule calls':>10} {'replayed':>8} {'sweeps':>6} "
+          f"{'reshards':>8} {'cold s':>7} "
           f"{'x L96':>6} {'spread':>11} {'gc after s':>10} {'x L96 +gc':>9}")
     for layers, n_ops, n_t, m in rows:
         print(f"{layers:>4} {n_ops:>6} {n_t:>7} {m['complete']:>10.4f} "
               f"{m['complete'] / n_ops * 1e6:>5.1f} {m['plan']:>8.4f} "
-              f"{m['full']:>15.4f} {int(m['rule_calls']):>10} {int(m['sweeps']):>6} "
-              f"{int(m['reshards']):>8} {m['ratio']:6.2f} {m['q1']:5.2f}-{m['q3']:<5.2f} "
+              f"{m['full']:>15.4f} {int(m['rule_calls']):>10} {int(m['replayed']):>8} "
+              f"{int(m['sweeps']):>6} {int(m['reshards']):>8} {m['cold']:>7.4f} "
+              f"{m['ratio']:6.2f} {m['q1']:5.2f}-{m['q3']:<5.2f} "
               f"{m['gc']:>10.4f} {m['ratio_gc']:9.2f}")
     if not args.no_memory and max(args.layers) >= 960:
         del base

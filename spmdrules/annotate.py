@@ -67,7 +67,7 @@ class Annotation:
     ``attr`` is the DistAttr the annotation seeds (open dims replicated).
     """
 
-    __slots__ = ("attr", "closed", "dims", "mesh", "partial", "priority")
+    __slots__ = ("_hash", "_key", "attr", "closed", "dims", "mesh", "partial", "priority")
 
     mesh: ProcessMesh
     dims: tuple[DimSpec, ...]
@@ -75,6 +75,8 @@ class Annotation:
     partial: PartialItems
     priority: int
     attr: DistAttr
+    _key: tuple[Any, ...]
+    _hash: int
 
     def __init__(
         self,
@@ -95,6 +97,10 @@ class Annotation:
         object.__setattr__(self, "priority", priority)
         mdm = tuple(() if x is None else x for x in d)
         object.__setattr__(self, "attr", DistAttr._make(mesh, mdm, self.partial))
+        # kept: completion compares and interns the annotations of every layer on every run
+        key = (mesh, d, c, self.partial, priority)
+        object.__setattr__(self, "_key", key)
+        object.__setattr__(self, "_hash", hash(key))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Annotation is immutable; call shard(...) again to replace it")
@@ -118,15 +124,15 @@ class Annotation:
         return all(self.closed)
 
     def key(self) -> tuple[Any, ...]:
-        return (self.mesh, self.dims, self.closed, self.partial, self.priority)
+        return self._key
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Annotation):
             return NotImplemented
-        return self.key() == other.key()
+        return self is other or self._key == other._key
 
     def __hash__(self) -> int:
-        return hash(self.key())
+        return self._hash
 
     def spec_str(self) -> str:
         """JAX-style text with mesh-dim names: ``('dp', None, ?)``; ``?`` marks an open dim."""

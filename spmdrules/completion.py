@@ -36,7 +36,9 @@ models what grows is cache misses, not work. So the sweeps read dense per-run ar
 per-topology index (operand and result orders, shapes, the rules' entry points), never the
 scattered ``Tensor`` and ``Op`` objects; specs and flattened rule answers are shared across the
 model's identical layers; worklists are bytearrays (no heap, no log n); and the attributes reach
-the graph as one list (``Graph.set_attrs``).
+the graph as one list (``Graph.set_attrs``). On a stack of identical layers, a block of ops
+entered in the state an earlier layer was entered in gets that layer's changes instead of its
+visits (``completion_blocks``), so the rules run for a few layers whatever the depth.
 """
 
 from __future__ import annotations
@@ -48,6 +50,16 @@ from typing import Any, Final, Literal, TypeVar
 
 from spmdrules.annotate import Annotation
 from spmdrules.attr import DistAttr
+from spmdrules.completion_blocks import (
+    Flags,
+    Visit,
+    close,
+    entry_head,
+    find_blocks,
+    matches,
+    open_visit,
+)
+from spmdrules.completion_blocks import replay as replay_block
 from spmdrules.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.errors import SpmdError
 from spmdrules.graph import Graph, Op, Tensor
@@ -64,6 +76,8 @@ OriginKind = Literal["annotation", "forward", "demand", "reverse", "default"]
 MAX_CHANGES: Final = 8
 #: sweeps (one forward and one reverse each) before the pass stops and reports non-convergence
 MAX_SWEEPS: Final = 64
+#: replay repeated blocks (``completion_blocks``); off only to check that replaying changes nothing
+REPLAY_BLOCKS = True
 _WEAK: Final = -(1 << 40)  # rank of an offer no known tensor drove (a placeholder's echo)
 
 
@@ -144,7 +158,10 @@ class ReshardEdge:
 
 
 # An offer inside the pass is a plain tuple (it is made thousands of times per model):
-# (attr, rank, op order, kind code, driver tensor order or -1). ``Completion`` turns it into an
+# (attr, rank, op, kind code, driver or -1). Nothing in it is absolute, so an offer is the same
+# tuple in every layer of a stack (see ``completion_blocks``): the op is counted from the
+# tensor's ``_Index.base`` op, and the driver is a position among the op's operands (forward and
+# demand offers) or results (reverse offers), not a tensor. ``Completion`` turns it into an
 # ``Offer`` when asked.
 _RawOffer = tuple[DistAttr, int, int, int, int]
 _FWD, _REV, _DEM = 0, 1, 2
@@ -192,6 +209,7 @@ class Completion:
         sweeps: int,
         rule_calls: int,
         converged: bool,
+        blocks_replayed: int = 0,
     ) -> None:
         self.graph = graph
         self.cost = cost
@@ -200,8 +218,10 @@ class Completion:
         self._origin_cache: list[Origin | None] = [None] * len(graph.tensors)
         self.reshards = reshards
         self.iterations = sweeps
-        self.rule_calls = rule_calls
+        self.rule_calls = rule_calls  # the rules' runs (a replayed block runs none)
         self.converged = converged
+        #: block visits replayed from an earlier identical block (``completion_blocks``)
+        self.blocks_replayed = blocks_replayed
         self._plans: tuple[Plan, ...] | None = None
 
     # ---- per tensor ------------------------------------------------------------------------
@@ -229,27 +249,30 @@ class Completion:
         """Every tensor's origin, by name (the explanation index)."""
         return _without_gc(lambda: {t.name: self._origin(t) for t in self.graph.tensors})
 
-    def _offer(self, raw: _RawOffer) -> Offer:
-        a, rank, k, kind, drv = raw
+    def _offer(self, raw: _RawOffer, i: int) -> Offer:
+        a, rank, _, kind, drv = raw
+        k = self._run.op_of(raw, i)
         ops, tensors = self.graph.ops, self.graph.tensors
-        return Offer(a, rank, ops[k].name, k, _KINDS[kind], None if drv < 0 else tensors[drv].name)
+        return Offer(a, rank, ops[k].name, k, _KINDS[kind],
+                     None if drv < 0 else tensors[self._run.driver(raw, i)].name)
 
     def offers(self, tensor: Tensor | str) -> tuple[Offer, ...]:
         """Every attribute an op offered the tensor (one per op and direction)."""
-        return tuple(self._offer(o) for o in self._state.offers_of(self._t(tensor).order))
+        i = self._t(tensor).order
+        return tuple(self._offer(o, i) for o in self._state.offers_of(i))
 
     def rejected(self, tensor: Tensor | str) -> tuple[Rejected, ...]:
         """The offers that lost, each with its reason (see ``explain`` for the prose)."""
         t = self._t(tensor)
         st = self._state
         chosen = st.attr[t.order]
-        out = [Rejected(self._offer(o), why, detail)  # type: ignore[arg-type]
+        out = [Rejected(self._offer(o, t.order), why, detail)  # type: ignore[arg-type]
                for o, why, detail in st.rejected.get(t.order, ())]
         seen = {(r.offer.op, r.offer.kind) for r in out}
         origin = self._origin(t)
         ann = t.annotation
         for raw in st.offers_of(t.order):
-            o = self._offer(raw)
+            o = self._offer(raw, t.order)
             if o.attr == chosen or (o.op, o.kind) in seen or o.rank == _WEAK:
                 continue
             if (chosen is not None and not divisible(chosen, t.shape)
@@ -324,6 +347,7 @@ class Completion:
             f"completion of {g.name!r}: {g.num_ops} ops, {g.num_tensors} tensors",
             f"  annotated {self.num_annotated}, inferred {self.num_inferred}, "
             f"defaulted {self.num_default}; {self.iterations} sweeps, {self.rule_calls} rule calls"
+            + (f", {self.blocks_replayed} repeated blocks replayed" if self.blocks_replayed else "")
             + ("" if self.converged else " (NOT converged: frozen tensors kept)"),
             f"  reshards {len(self.reshards)}, bytes moved {fmt_bytes(self.bytes_moved)}, "
             f"time {self.time * 1e3:.3f} ms",
@@ -395,7 +419,10 @@ class _Run:
         index = _indices(ops, tensors)
         self.ins, self.outs, self.consumers = index.ins, index.outs, index.consumers
         self.producer, self.calls, self.shapes = index.producer, index.calls, index.shapes
-        self.sources = index.sources
+        self.sources, self.base = index.sources, index.base
+        self.block_of, self.blocks = index.block_of, index.blocks if REPLAY_BLOCKS else ()
+        self.replays = 0
+        self.ann_keys: list[object] = []  # the annotations as keys, when there are blocks
         # Worklists are one byte per op: a sweep finds the next pending op with bytearray.find,
         # so a visit costs the same whatever the model's size (a heap's log n does not).
         self.fwd_next = bytearray(len(ops))
@@ -426,6 +453,10 @@ class _Run:
             )
         self.mesh_rank = meshes
         self.single_mesh: ProcessMesh | None = next(iter(meshes)) if len(meshes) == 1 else None
+        if self.blocks:
+            # equal annotations as one object, so blocks compare them by identity
+            interned: dict[Annotation, Annotation] = {}
+            self.ann_keys = [None if a is None else interned.setdefault(a, a) for a in self.ann]
         self.default_mesh = next(iter(meshes))
 
     # ---- specs --------------------------------------------------------------------------------
@@ -467,26 +498,26 @@ class _Run:
         return spec
 
     def best_known(self, idx: tuple[int, ...]) -> tuple[ProcessMesh, int, int]:
-        """The op's mesh, its highest-ranked known tensor among ``idx`` (-1: none) and its rank.
-        Ties go to the later mesh, then the earlier position."""
+        """The op's mesh, the position in ``idx`` of its highest-ranked known tensor (-1: none)
+        and that tensor's rank. Ties go to the later mesh, then the earlier position."""
         st = self.st
         attrs, ranks = st.attr, st.rank
         best, best_r = -1, _WEAK - 1
         if self.single_mesh is not None:
-            for i in idx:
+            for pos, i in enumerate(idx):
                 if attrs[i] is not None and ranks[i] > best_r:
-                    best, best_r = i, ranks[i]
+                    best, best_r = pos, ranks[i]
             return self.single_mesh, best, best_r
         best_key = (best_r, -1)
-        for i in idx:
+        for pos, i in enumerate(idx):
             a = attrs[i]
             if a is not None:
                 key = (ranks[i], self.mesh_rank.get(a.mesh, -1))
                 if key > best_key:
-                    best, best_key = i, key
+                    best, best_key = pos, key
         if best < 0:
             return self.default_mesh, -1, _WEAK
-        a = attrs[best]
+        a = attrs[idx[best]]
         assert a is not None
         return a.mesh, best, best_key[0]
 
@@ -508,8 +539,9 @@ class _Run:
         need, outs = self.run_forward(k, mesh)
         out_rank = (drank >> 1) << 1
         offer = self.offer
+        base = self.base
         for i, a in zip(self.outs[k], outs, strict=True):
-            offer(i, (a, out_rank, k, _FWD, driver))
+            offer(i, (a, out_rank, k - base[i], _FWD, driver))
         if len(ins) == 1:
             return
         # A demand carries the rank of the op's best *other* known operand: an operand does not
@@ -517,10 +549,11 @@ class _Run:
         attrs, ranks = st.attr, st.rank
         for pos, i in enumerate(ins):
             best, best_r = -1, _WEAK
-            for j in ins:
+            for q, j in enumerate(ins):
                 if j != i and attrs[j] is not None and ranks[j] > best_r:
-                    best, best_r = j, ranks[j]
-            offer(i, (need[pos], _WEAK if best < 0 else (best_r >> 1) << 1, k, _DEM, best))
+                    best, best_r = q, ranks[j]
+            offer(i, (need[pos], _WEAK if best < 0 else (best_r >> 1) << 1, k - base[i], _DEM,
+                      best))
 
     def run_forward(
         self, k: int, mesh: ProcessMesh
@@ -601,7 +634,7 @@ class _Run:
             a = st.attr[t.order]
             if a is not None and a != n:
                 st.rejected.setdefault(t.order, []).append((
-                    (n, _WEAK, op.order, _DEM, -1), "rule",
+                    (n, _WEAK, op.order - self.base[t.order], _DEM, -1), "rule",
                     f"{op.type} cannot take it together with its other operands ({error}); "
                     f"the op keeps {known[best[1]].name} and reshards this operand",
                 ))
@@ -642,9 +675,9 @@ class _Run:
         except SpmdError:
             return  # the reverse rule refuses: the forward answer stands and the edge reshards
         rank = (drank >> 1) << 1
-        offer = self.offer
+        offer, base = self.offer, self.base
         for i, a in zip(self.ins[k], need, strict=True):
-            offer(i, (a, rank, k, _REV, driver))
+            offer(i, (a, rank, k - base[i], _REV, driver))
 
     # ---- choosing -----------------------------------------------------------------------------
     def offer(self, i: int, o: _RawOffer) -> None:
@@ -771,13 +804,55 @@ class _Run:
         forward = direction == 1
         visit = self.forward if forward else self.reverse
         find = pending.find if forward else pending.rfind
+        if self.blocks:
+            self.sweep_blocks(pending, forward)
+        else:
+            k = find(1)
+            while k >= 0:
+                pending[k] = 0
+                self.cur = k
+                visit(k)
+                k = find(1, k + 1) if forward else find(1, 0, k)
+        self.cur = -1 if forward else len(self.ops)
+
+    def sweep_blocks(self, pending: bytearray, forward: bool) -> None:
+        """``sweep`` on a model with repeated blocks: a block entered in the state an earlier
+        block of its run was entered in gets that block's changes instead of its visits (see
+        ``completion_blocks``)."""
+        visit = self.forward if forward else self.reverse
+        find = pending.find if forward else pending.rfind
+        block_of, blocks, st = self.block_of, self.blocks, self.st
+        flags: Flags = (pending, self.fwd_next, self.rev_next)
+        last: dict[int, Visit] = {}  # per run: the block last visited in this sweep
+        inside = -1  # the block the cursor is in
+        open_: Visit | None = None  # its visit, when it can be recorded
         k = find(1)
         while k >= 0:
+            b = block_of[k]
+            if b != inside:
+                if open_ is not None:
+                    if close(st, open_, flags):
+                        last[open_.block.run] = open_
+                    open_ = None
+                inside = b
+                if b >= 0:
+                    blk = blocks[b]
+                    head = entry_head(st, self.ann_keys, blk, flags)
+                    if head is not None:
+                        seen = last.get(blk.run)
+                        if seen is not None and seen.head == head and matches(st, blk, seen):
+                            replay_block(st, blk, seen, flags)
+                            self.replays += 1
+                            inside = -1
+                            k = find(1, blk.stop) if forward else find(1, 0, blk.start)
+                            continue
+                        open_ = open_visit(st, blk, head)
             pending[k] = 0
             self.cur = k
             visit(k)
             k = find(1, k + 1) if forward else find(1, 0, k)
-        self.cur = -1 if forward else len(self.ops)
+        if open_ is not None and close(st, open_, flags):
+            last[open_.block.run] = open_
 
     # ---- driver -------------------------------------------------------------------------------
     def run(self) -> Completion:
@@ -820,7 +895,7 @@ class _Run:
         self.g.set_attrs(st.attr)
         reshards = self.reshard_edges()
         return Completion(self.g, self.cost, st, self, reshards, sweeps, self.rule_calls,
-                          converged)
+                          converged, self.replays)
 
     def forward_needs_only(self, k: int) -> None:
         st = self.st
@@ -829,6 +904,14 @@ class _Run:
                 st.attr[i] = DistAttr.replicated(self.default_mesh, self.tensors[i].ndim)
         mesh, _, _ = self.best_known(self.ins[k])
         self.run_forward(k, mesh)
+
+    def op_of(self, o: _RawOffer, i: int) -> int:
+        """The op that made offer ``o`` to tensor ``i``."""
+        return o[2] + self.base[i]
+
+    def driver(self, o: _RawOffer, i: int) -> int:
+        """The tensor that drove offer ``o`` to tensor ``i`` (the offer must have one)."""
+        return (self.outs if o[3] == _REV else self.ins)[o[2] + self.base[i]][o[4]]
 
     def origin_of(self, t: Tensor) -> Origin:
         st = self.st
@@ -841,8 +924,9 @@ class _Run:
                               or (o[1] == best[1] and _offer_key(o) < _offer_key(best))):
                 best = o
         ann = t.annotation
-        name = None if best is None else self.ops[best[2]].name
-        drv = None if best is None or best[4] < 0 else self.tensors[best[4]].name
+        name = None if best is None else self.ops[self.op_of(best, t.order)].name
+        drv = (None if best is None or best[4] < 0
+               else self.tensors[self.driver(best, t.order)].name)
         if ann is not None:
             rank = 2 * ann.priority + 1
             if a == ann.attr or best is None:
@@ -854,29 +938,64 @@ class _Run:
         return Origin(_KINDS[best[3]], name, drv, st.rank[t.order])
 
     def reshard_edges(self) -> tuple[ReshardEdge, ...]:
-        st = self.st
-        attrs, tensors, ops = st.attr, self.tensors, self.ops
+        tensors, ops = self.tensors, self.ops
         out: list[ReshardEdge] = []
+        for i, k, side, src, dst in self.raw_edges():
+            t = tensors[i]
+            out.append(ReshardEdge(t.name, ops[k].name, side, src, dst, t.shape, t.dtype))
+        return tuple(out)
+
+    def raw_edges(self) -> list[tuple[int, int, Literal["operand", "result"], DistAttr, DistAttr]]:
+        """(tensor, op, side, src, dst) of every reshard edge, in op order. A repeated block
+        whose attributes and rule answers are an earlier block's has that block's edges."""
+        st = self.st
+        attrs, needs, natural = st.attr, st.needs, st.natural
+        blocks, block_of = self.blocks, self.block_of
+        out: list[tuple[int, int, Literal["operand", "result"], DistAttr, DistAttr]] = []
+        seen: dict[int, tuple[tuple[Any, ...], list[Any]]] = {}  # per run: state, local edges
         # by index: iterating the Op objects themselves would touch each one (its reference
         # count), a cache miss per op on large models, where only the few with an edge are read
-        for k, need in enumerate(st.needs):
-            nat = st.natural[k]
-            assert need is not None and nat is not None
-            for i, n in zip(self.ins[k], need, strict=True):
-                a = attrs[i]
-                if a is not n and a != n:
-                    assert a is not None
-                    t = tensors[i]
-                    out.append(ReshardEdge(t.name, ops[k].name, "operand", a, n, t.shape,
-                                           t.dtype))
-            for i, n in zip(self.outs[k], nat, strict=True):
-                a = attrs[i]
-                if a is not n and a != n:
-                    assert a is not None
-                    t = tensors[i]
-                    out.append(ReshardEdge(t.name, ops[k].name, "result", n, a, t.shape,
-                                           t.dtype))
-        return tuple(out)
+        k, n = 0, len(needs)
+        while k < n:
+            b = block_of[k] if blocks else -1
+            if b < 0 or blocks[b].start != k:
+                self.op_edges(k, out)
+                k += 1
+                continue
+            blk = blocks[b]
+            key = (blk.gather(attrs), needs[blk.start:blk.stop], natural[blk.start:blk.stop])
+            prev = seen.get(blk.run)
+            if prev is not None and prev[0] == key:
+                for j, dk, side, src, dst in prev[1]:
+                    out.append((blk.tensors[j], blk.start + dk, side, src, dst))
+            else:
+                mine: list[tuple[int, int, Literal["operand", "result"], DistAttr, DistAttr]] = []
+                for kk in range(blk.start, blk.stop):
+                    self.op_edges(kk, mine)
+                local = {i: j for j, i in enumerate(blk.tensors)}
+                seen[blk.run] = (key, [(local[i], kk - blk.start, side, src, dst)
+                                       for i, kk, side, src, dst in mine])
+                out.extend(mine)
+            k = blk.stop
+        return out
+
+    def op_edges(
+        self, k: int, out: list[tuple[int, int, Literal["operand", "result"], DistAttr, DistAttr]]
+    ) -> None:
+        st = self.st
+        attrs = st.attr
+        need, nat = st.needs[k], st.natural[k]
+        assert need is not None and nat is not None
+        for i, n in zip(self.ins[k], need, strict=True):
+            a = attrs[i]
+            if a is not n and a != n:
+                assert a is not None
+                out.append((i, k, "operand", a, n))
+        for i, n in zip(self.outs[k], nat, strict=True):
+            a = attrs[i]
+            if a is not n and a != n:
+                assert a is not None
+                out.append((i, k, "result", n, a))
 
 
 _Call = tuple[Callable[..., SpmdInfo], tuple[Any, ...], Callable[..., SpmdInfo] | None,
@@ -893,7 +1012,8 @@ class _Index:
     so the layers of a model read one.
     """
 
-    __slots__ = ("calls", "consumers", "ins", "outs", "producer", "shapes", "sources")
+    __slots__ = ("base", "block_of", "blocks", "calls", "consumers", "ins", "outs", "producer",
+                 "shapes", "sources")
 
     def __init__(self, ops: tuple[Op, ...], tensors: tuple[Tensor, ...]) -> None:
         self.ins = [tuple(t.order for t in op.inputs) for op in ops]
@@ -905,6 +1025,10 @@ class _Index:
         self.consumers = [tuple(c) for c in cons]
         self.producer = [-1 if t.producer is None else t.producer.order for t in tensors]
         self.sources = [i for i, p in enumerate(self.producer) if p < 0]
+        # offers count their op from the tensor's producer (else its first consumer), so one
+        # offer is the same tuple in every layer of a stack (see completion_blocks)
+        self.base = [p if p >= 0 else (c[0] if c else 0)
+                     for p, c in zip(self.producer, self.consumers, strict=True)]
         # the tensors' shapes, interned: a change of a tensor's shape rebuilds the topology
         shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
         self.shapes = [shapes.setdefault(t.shape, t.shape) for t in tensors]
@@ -925,6 +1049,9 @@ class _Index:
                           _intern_tail(tails, schema, schema.reverse_attr_values(op.attrs)),
                           schema, all(type(v) is Tensor for v in op.results)))
         self.calls = calls
+        self.block_of, self.blocks = find_blocks(
+            self.ins, self.outs, self.producer, self.consumers, calls, self.shapes,
+            [t.dtype for t in tensors])
 
 
 def _intern_tail(

@@ -80,13 +80,13 @@ class Tensor:
     """
 
     __slots__ = (
-        "_annotation", "_attr", "_shape", "dtype", "graph", "index", "name", "order", "producer",
+        "_annotation", "_attr", "_dtype", "_shape", "graph", "index", "name", "order", "producer",
         "role",
     )
 
     name: str
     _shape: tuple[int, ...]
-    dtype: str
+    _dtype: str
     role: Role
     graph: Graph
     producer: Op | None
@@ -101,7 +101,7 @@ class Tensor:
         self.graph = graph
         self.name = name
         self._shape = shape
-        self.dtype = dtype
+        self._dtype = dtype
         self.role = role
         self.producer = None
         self.index = -1  # position among the producer's flat results
@@ -144,6 +144,15 @@ class Tensor:
         # topology, so those caches rebuild.
         self.graph._changed()
         self._shape = shape
+
+    @property
+    def dtype(self) -> str:
+        return self._dtype
+
+    @dtype.setter
+    def dtype(self, dtype: str) -> None:
+        self.graph._changed()  # as for a shape: completion's index holds the dtypes
+        self._dtype = dtype
 
     @property
     def ndim(self) -> int:
