@@ -184,7 +184,10 @@ class _State:
         self.offers: list[_RawOffer | list[_RawOffer] | None] = [None] * n_tensors
         self.changes: list[int] = [0] * n_tensors
         self.frozen: list[bool] = [False] * n_tensors
-        self.rejected: dict[int, list[tuple[_RawOffer, str, str]]] = {}
+        # offers refused per tensor: (offer, reason, detail, kept); ``kept`` is the position
+        # among the op's operands of the one a conflict kept (its name ends the detail), or -1,
+        # so that an entry names no tensor and reads the same in every layer of a stack
+        self.rejected: dict[int, list[tuple[_RawOffer, str, str, int]]] = {}
         self.natural: list[tuple[DistAttr, ...] | None] = [None] * n_ops
         self.needs: list[tuple[DistAttr, ...] | None] = [None] * n_ops
 
@@ -267,7 +270,7 @@ class Completion:
         st = self._state
         chosen = st.attr[t.order]
         out = [Rejected(self._offer(o, t.order), why, detail)  # type: ignore[arg-type]
-               for o, why, detail in st.rejected.get(t.order, ())]
+               for o, why, detail in self._run.rejected_of(t.order)]
         seen = {(r.offer.op, r.offer.kind) for r in out}
         origin = self._origin(t)
         ann = t.annotation
@@ -636,7 +639,7 @@ class _Run:
                 st.rejected.setdefault(t.order, []).append((
                     (n, _WEAK, op.order - self.base[t.order], _DEM, -1), "rule",
                     f"{op.type} cannot take it together with its other operands ({error}); "
-                    f"the op keeps {known[best[1]].name} and reshards this operand",
+                    "the op keeps", ins.index(known[best[1]]),
                 ))
         return need, best[3]
 
@@ -736,9 +739,9 @@ class _Run:
             if a is None or not (ann is not None or self.is_divisible(a, self.shapes[i])):
                 rej = st.rejected.setdefault(i, [])
                 if not any(r[0] == o for r in rej):
-                    rej.append((o, "divisibility", "it does not split the tensor's dims evenly")
+                    rej.append((o, "divisibility", "it does not split the tensor's dims evenly", -1)
                                if a is not None else
-                               (o, "annotation", "it is on another mesh than the annotation"))
+                               (o, "annotation", "it is on another mesh than the annotation", -1))
                 continue
             valid.append(o if a is o[0] else (a, o[1], o[2], o[3], o[4]))
         if not valid:
@@ -831,28 +834,27 @@ class _Run:
             b = block_of[k]
             if b != inside:
                 if open_ is not None:
-                    if close(st, open_, flags):
-                        last[open_.block.run] = open_
+                    close(st, open_, flags)
+                    last[open_.block.run] = open_
                     open_ = None
                 inside = b
                 if b >= 0:
                     blk = blocks[b]
                     head = entry_head(st, self.ann_keys, blk, flags)
-                    if head is not None:
-                        seen = last.get(blk.run)
-                        if seen is not None and seen.head == head and matches(st, blk, seen):
-                            replay_block(st, blk, seen, flags)
-                            self.replays += 1
-                            inside = -1
-                            k = find(1, blk.stop) if forward else find(1, 0, blk.start)
-                            continue
-                        open_ = open_visit(st, blk, head)
+                    seen = last.get(blk.run)
+                    if seen is not None and seen.head == head and matches(st, blk, seen):
+                        replay_block(st, blk, seen, flags)
+                        self.replays += 1
+                        inside = -1
+                        k = find(1, blk.stop) if forward else find(1, 0, blk.start)
+                        continue
+                    open_ = open_visit(st, blk, head)
             pending[k] = 0
             self.cur = k
             visit(k)
             k = find(1, k + 1) if forward else find(1, 0, k)
-        if open_ is not None and close(st, open_, flags):
-            last[open_.block.run] = open_
+        if open_ is not None:
+            close(st, open_, flags)
 
     # ---- driver -------------------------------------------------------------------------------
     def run(self) -> Completion:
@@ -884,6 +886,14 @@ class _Run:
                         st.attr[i] = DistAttr.replicated(self.default_mesh, len(self.shapes[i]))
                         defaulted.add(i)
                         self.changed(i)
+                # So are values whose every offer was refused (an uneven split and nothing
+                # else), on the mesh of those offers: their consumers took them replicated.
+                for i in list(st.rejected):
+                    if st.attr[i] is None:
+                        mesh = st.offers_of(i)[0][0].mesh
+                        st.attr[i] = DistAttr.replicated(mesh, len(self.shapes[i]))
+                        defaulted.add(i)
+                        self.changed(i)
         if any(st.frozen):
             converged = False
         # What each op needs from its final operands: already there at convergence (any change
@@ -904,6 +914,16 @@ class _Run:
                 st.attr[i] = DistAttr.replicated(self.default_mesh, self.tensors[i].ndim)
         mesh, _, _ = self.best_known(self.ins[k])
         self.run_forward(k, mesh)
+
+    def rejected_of(self, i: int) -> list[tuple[_RawOffer, str, str]]:
+        """Tensor ``i``'s refused offers: (offer, reason, detail)."""
+        out = []
+        for o, why, detail, kept in self.st.rejected.get(i, ()):
+            if kept >= 0:
+                name = self.tensors[self.ins[self.op_of(o, i)][kept]].name
+                detail = f"{detail} {name} and reshards this operand"
+            out.append((o, why, detail))
+        return out
 
     def op_of(self, o: _RawOffer, i: int) -> int:
         """The op that made offer ``o`` to tensor ``i``."""

@@ -64,7 +64,8 @@ def _signature(call: tuple[Any, ...] | None, ins: tuple[int, ...], outs: tuple[i
 
 
 def _period(sig: Sequence[int]) -> int:
-    """The most common distance between an op and the previous op of its signature."""
+    """The shift that maps the most ops onto ops of their signature, among the commonest
+    distances between an op and the previous op of its signature (0: none)."""
     last: dict[int, int] = {}
     gaps: Counter[int] = Counter()
     for k, s in enumerate(sig):
@@ -73,9 +74,12 @@ def _period(sig: Sequence[int]) -> int:
             if p is not None:
                 gaps[k - p] += 1
             last[s] = k
-    if not gaps:
-        return 0
-    return gaps.most_common(1)[0][0]
+    best, best_score = 0, 0
+    for p, _ in gaps.most_common(4):
+        score = sum(1 for a, b in zip(sig, sig[p:], strict=False) if a == b and a >= 0)
+        if score > best_score or (score == best_score and p < best):
+            best, best_score = p, score
+    return best
 
 
 def _local(start: int, stop: int, ins: Sequence[tuple[int, ...]],
@@ -218,15 +222,20 @@ class Visit:
     needs: list[Any] | None = None
 
 
-def entry_head(st: Any, ann: Sequence[Any], b: Block, flags: Flags) -> tuple[Any, ...] | None:
-    """The entry state of block ``b`` except the offers; None if the block holds a rejected
-    offer (its explanation names tensors, so a visit elsewhere would not say the same).
-    ``ann`` holds one key per tensor for its annotation (equal keys: equal annotations)."""
-    if st.rejected and not st.rejected.keys().isdisjoint(b.tensors):
+def _rejected(st: Any, b: Block) -> tuple[Any, ...] | None:
+    """The refused offers of the block's tensors, frozen (None: there are none anywhere)."""
+    rejected = st.rejected
+    if not rejected:
         return None
+    return tuple(None if (r := rejected.get(i)) is None else tuple(r) for i in b.tensors)
+
+
+def entry_head(st: Any, ann: Sequence[Any], b: Block, flags: Flags) -> tuple[Any, ...]:
+    """The entry state of block ``b`` except the offers. ``ann`` holds one object per distinct
+    annotation (equal annotations: the same object)."""
     g = b.gather
     lo, hi = b.lo, b.hi
-    return (g(st.attr), g(st.rank), g(st.changes), g(st.frozen), g(ann),
+    return (g(st.attr), g(st.rank), g(st.changes), g(st.frozen), g(ann), _rejected(st, b),
             st.natural[lo:hi], st.needs[lo:hi],
             bytes(flags[0][lo:hi]), bytes(flags[1][lo:hi]), bytes(flags[2][lo:hi]))
 
@@ -241,35 +250,38 @@ def open_visit(st: Any, b: Block, head: tuple[Any, ...]) -> Visit:
     return Visit(b, head, _copied(b.gather(st.offers)))
 
 
-def close(st: Any, v: Visit, flags: Flags) -> bool:
-    """Record what the visit of ``v.block`` changed; False if it cannot be replayed."""
+def close(st: Any, v: Visit, flags: Flags) -> None:
+    """Record what the visit of ``v.block`` changed."""
     b = v.block
-    if st.rejected and not st.rejected.keys().isdisjoint(b.tensors):
-        return False
     g = b.gather
     attr, rank, changes, frozen = g(st.attr), g(st.rank), g(st.changes), g(st.frozen)
     offers, spec = g(st.offers), g(st.spec)
-    a0, r0, c0, f0 = v.head[0], v.head[1], v.head[2], v.head[3]
+    a0, r0, c0, f0, e0 = v.head[0], v.head[1], v.head[2], v.head[3], v.head[5]
+    rej = _rejected(st, b)
+    none = (None,) * len(b.tensors)
+    if e0 is None:
+        e0 = none
+    if rej is None:
+        rej = none
     o0 = v.offers
     v.changed = tuple(
         (j, attr[j], rank[j], spec[j], list(offers[j]) if type(offers[j]) is list else offers[j],
-         changes[j], frozen[j])
+         changes[j], frozen[j], rej[j])
         for j in range(len(b.tensors))
         if attr[j] is not a0[j] or rank[j] != r0[j] or offers[j] != o0[j]
-        or changes[j] != c0[j] or frozen[j] != f0[j]
+        or changes[j] != c0[j] or frozen[j] != f0[j] or rej[j] != e0[j]
     )
     lo, hi = b.lo, b.hi
     v.flags = (bytes(flags[0][lo:hi]), bytes(flags[1][lo:hi]), bytes(flags[2][lo:hi]))
     v.natural, v.needs = st.natural[lo:hi], st.needs[lo:hi]
-    return True
 
 
 def replay(st: Any, b: Block, v: Visit, flags: Flags) -> None:
     """Make on block ``b`` the changes the visit ``v`` made on its block, through the symmetry."""
     tensors = b.tensors
     attrs, ranks, specs, offers = st.attr, st.rank, st.spec, st.offers
-    changes, frozen = st.changes, st.frozen
-    for j, a, rank, spec, held, n, fr in v.changed:
+    changes, frozen, rejected = st.changes, st.frozen, st.rejected
+    for j, a, rank, spec, held, n, fr, rej in v.changed:
         i = tensors[j]
         attrs[i] = a
         ranks[i] = rank
@@ -277,6 +289,8 @@ def replay(st: Any, b: Block, v: Visit, flags: Flags) -> None:
         offers[i] = list(held) if type(held) is list else held
         changes[i] = n
         frozen[i] = fr
+        if rej is not None:
+            rejected[i] = list(rej)
     lo, hi = b.lo, b.hi
     flags[0][lo:hi], flags[1][lo:hi], flags[2][lo:hi] = v.flags
     assert v.natural is not None and v.needs is not None

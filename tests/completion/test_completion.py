@@ -293,6 +293,20 @@ def test_uneven_offers_are_refused_for_divisibility() -> None:
     assert [x.reason for x in r.rejected("x")] == ["divisibility"]
 
 
+def test_a_result_whose_only_offer_is_uneven_is_replicated() -> None:
+    # the annotation splits 12 rows over 8 processes; the add passes that split on, and its
+    # result, offered nothing else, refuses it (found by tests/completion/test_blocks.py)
+    with Graph("uneven2") as g:
+        x = g.input("x", [12, 12])
+        w = g.param("w", [12, 12])
+        ops.add(x, w, name="y")
+    shard(w, MESH, (("dp", "mp"), None))
+    r = complete(g)
+    assert r.attr("y").is_replicated and r.origin("y").kind == "default"
+    assert [x.reason for x in r.rejected("y")] == ["divisibility"]
+    assert ("y", "result") in [(e.tensor, e.side) for e in r.reshards]
+
+
 def test_a_shape_changed_between_runs_is_seen_by_the_next_run() -> None:
     # completion keeps per-topology arrays (shapes among them) across runs on one graph
     with Graph("reshaped") as g:
