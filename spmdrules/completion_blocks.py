@@ -15,7 +15,8 @@ far their effects reach: the entry states are compared in full, and a block whos
 is visited as usual (and becomes the one later blocks are compared with).
 
 The static part (``find_blocks``) runs once per topology, with the completion index; the
-dynamic part (``Entry``, ``Changes``) lives in one sweep.
+dynamic part (``entry_head``, ``open_visit``, ``close``, ``replay``: one ``Visit`` a block) lives
+in one sweep (``completion._Run.sweep_blocks``).
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ def find_blocks(
         start = k
         while start + period <= n:
             tensors, local = _local(start, start + period, ins, outs)
-            near = {start, *range(start, start + period)}
+            near = set(range(start, start + period))
             for i in tensors:
                 near.update(consumers[i])
                 if producer[i] >= 0:
