@@ -19,7 +19,10 @@ calls ("paired", less sensitive to load from other processes on a shared machine
 the primitive moved to other workers per call (handed to MPI, or written into their memory
 through a shared-memory window; summed over ranks) against the minimum the data movement
 needs, and the bytes Python allocated per steady-state call (tracemalloc; numpy reports its
-buffers to it).  The last line gives the allocations of HaloExchange's steady calls.  Each
+buffers to it).  Broadcast+self must also hand the root a copy of its input (never in place),
+which Bcast does not: a line after the table times it, for information, against Bcast followed
+by the root's own copy, the same result with plain MPI.  The last line gives the allocations
+of HaloExchange's steady calls.  Each
 primitive runs twice: as built by default (steady calls move data with the plan of the
 agreed structure while a nonblocking Allgather of array headers checks that structure on
 every worker), and with ``check_structure=False`` (marked *), where only the first call
@@ -124,6 +127,7 @@ class Case:
         P_root = P_world.create_partition_inclusive([0]).create_cartesian_topology_partition([1])
         rng = np.random.default_rng(me)
         self.minimum = 0
+        self.same_result: Callable[[], object] | None = None
         self.primitive: Callable[[], object]
         self.baseline: Callable[[], object]
         layer: Broadcast | SumReduce | AllSumReduce | Repartition
@@ -142,8 +146,12 @@ class Case:
             layer = Broadcast(P_root, P_all, check_structure=check)
             x = page_array(n, rng) if me == 0 else zero_volume_tensor()
             buf = page_array(n, rng)
+            own = page_array(n)
             self.primitive = lambda: layer(x)
             self.baseline = lambda: comm.Bcast(buf, root=0)
+            # the same result with plain MPI: the root also needs its copy (reported apart)
+            self.same_result = lambda: (comm.Bcast(buf, root=0),
+                                        np.copyto(own, buf) if me == 0 else None)
             self.minimum = (k - 1) * nbytes
         elif name == "SumReduce":  # every worker contributes, the root receives the sum
             layer = SumReduce(P_all, P_root, check_structure=check)
@@ -193,7 +201,7 @@ class Case:
         sent = comm.allreduce(self.layer.bytes_sent - before)
         again = self.primitive()
         same_buffer = all(comm.allgather(again is first or getattr(again, "size", 1) == 0))
-        prim, base = [], []
+        prim, base, same = [], [], []
         for i in range(repeats):
             if i % 2:
                 base.append(timed(comm, self.baseline))
@@ -201,6 +209,8 @@ class Case:
             else:
                 prim.append(timed(comm, self.primitive))
                 base.append(timed(comm, self.baseline))
+            if self.same_result is not None:
+                same.append(timed(comm, self.same_result))
         alloc = comm.allreduce(allocated_per_call(self.primitive), op=MPI.MAX)
         tp, tb = statistics.median(prim), statistics.median(base)
         return {
@@ -212,6 +222,7 @@ class Case:
             "min": float(self.minimum),
             "alloc": float(alloc),
             "reused": float(same_buffer),
+            "same_result": statistics.median(same) / tp if same else 0.0,
         }
 
 
@@ -279,6 +290,12 @@ def main() -> int:
         print("* = check_structure=False: after the first call the layer skips the per-call "
               "structure check (a nonblocking Allgather overlapping the data movement) and "
               "checks its own input locally.")
+        same = [f"{name} {label} {r['same_result']:.2f}" for name, label, _, r in rows
+                if r["same_result"] and label != "8KiB"]
+        if same:
+            print("Broadcast+self against Bcast followed by the root's own copy (the same result "
+                  "with plain MPI; for information, the target compares with Bcast): "
+                  + ", ".join(same))
         print("HaloExchange (window 3, padding 1, over [k, 1]) bytes allocated per steady call, "
               "forward / adjoint: "
               + ", ".join(f"{label} {f} / {a}" for label, (f, a) in halo.items()))
