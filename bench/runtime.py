@@ -149,9 +149,13 @@ class Case:
             own = page_array(n)
             self.primitive = lambda: layer(x)
             self.baseline = lambda: comm.Bcast(buf, root=0)
-            # the same result with plain MPI: the root also needs its copy (reported apart)
-            self.same_result = lambda: (comm.Bcast(buf, root=0),
-                                        np.copyto(own, buf) if me == 0 else None)
+
+            def same_result() -> None:  # the same result with plain MPI: the root's copy too
+                comm.Bcast(buf, root=0)
+                if me == 0:
+                    np.copyto(own, buf)
+
+            self.same_result = same_result
             self.minimum = (k - 1) * nbytes
         elif name == "SumReduce":  # every worker contributes, the root receives the sum
             layer = SumReduce(P_all, P_root, check_structure=check)
@@ -191,6 +195,20 @@ class Case:
         self.layer = layer
         self.nbytes = nbytes
 
+    def interleaved(
+        self, baseline: Callable[[], object], repeats: int
+    ) -> tuple[list[float], list[float]]:
+        """Times of the primitive and of ``baseline``, called in turn (alternating which first)."""
+        prim, base = [], []
+        for i in range(repeats):
+            if i % 2:
+                base.append(timed(self.comm, baseline))
+                prim.append(timed(self.comm, self.primitive))
+            else:
+                prim.append(timed(self.comm, self.primitive))
+                base.append(timed(self.comm, baseline))
+        return prim, base
+
     def run(self, repeats: int) -> dict[str, float]:
         comm = self.comm
         for _ in range(WARMUP):
@@ -201,16 +219,10 @@ class Case:
         sent = comm.allreduce(self.layer.bytes_sent - before)
         again = self.primitive()
         same_buffer = all(comm.allgather(again is first or getattr(again, "size", 1) == 0))
-        prim, base, same = [], [], []
-        for i in range(repeats):
-            if i % 2:
-                base.append(timed(comm, self.baseline))
-                prim.append(timed(comm, self.primitive))
-            else:
-                prim.append(timed(comm, self.primitive))
-                base.append(timed(comm, self.baseline))
-            if self.same_result is not None:
-                same.append(timed(comm, self.same_result))
+        prim, base = self.interleaved(self.baseline, repeats)
+        same: list[float] = []
+        if self.same_result is not None:  # apart, so the comparison above stays as it is
+            prim2, same = self.interleaved(self.same_result, repeats)
         alloc = comm.allreduce(allocated_per_call(self.primitive), op=MPI.MAX)
         tp, tb = statistics.median(prim), statistics.median(base)
         return {
@@ -222,7 +234,7 @@ class Case:
             "min": float(self.minimum),
             "alloc": float(alloc),
             "reused": float(same_buffer),
-            "same_result": statistics.median(same) / tp if same else 0.0,
+            "same_result": statistics.median(same) / statistics.median(prim2) if same else 0.0,
         }
 
 
