@@ -78,6 +78,8 @@ MAX_CHANGES: Final = 8
 MAX_SWEEPS: Final = 64
 #: replay repeated blocks (``completion_blocks``); off only to check that replaying changes nothing
 REPLAY_BLOCKS = True
+#: how many visited blocks of a run a block's entry state is compared with
+RECENT_VISITS: Final = 4
 _WEAK: Final = -(1 << 40)  # rank of an offer no known tensor drove (a placeholder's echo)
 
 
@@ -826,7 +828,9 @@ class _Run:
         find = pending.find if forward else pending.rfind
         block_of, blocks, st = self.block_of, self.blocks, self.st
         flags: Flags = (pending, self.fwd_next, self.rev_next)
-        last: dict[int, Visit] = {}  # per run: the block last visited in this sweep
+        # per run: the blocks visited in this sweep, the latest first (a few: layers that
+        # alternate, say two kinds of annotation, replay from the one two layers back)
+        recent: dict[int, list[Visit]] = {}
         inside = -1  # the block the cursor is in
         open_: Visit | None = None  # its visit, when it can be recorded
         k = find(1)
@@ -835,14 +839,17 @@ class _Run:
             if b != inside:
                 if open_ is not None:
                     close(st, open_, flags)
-                    last[open_.block.run] = open_
+                    seen_before = recent.setdefault(open_.block.run, [])
+                    seen_before.insert(0, open_)
+                    del seen_before[RECENT_VISITS:]
                     open_ = None
                 inside = b
                 if b >= 0:
                     blk = blocks[b]
                     head = entry_head(st, self.ann_keys, blk, flags)
-                    seen = last.get(blk.run)
-                    if seen is not None and seen.head == head and matches(st, blk, seen):
+                    seen = next((v for v in recent.get(blk.run, ())
+                                 if v.head == head and matches(st, blk, v)), None)
+                    if seen is not None:
                         replay_block(st, blk, seen, flags)
                         self.replays += 1
                         inside = -1

@@ -205,6 +205,20 @@ def test_conflicts_settled_in_every_layer() -> None:
     assert len(losers) >= 2 * 5 - 1, losers
 
 
+def test_layers_annotated_in_turn_two_ways() -> None:
+    # even layers column-parallel, odd ones row-parallel: each replays the layer two back
+    def layer(g: Graph, h: Tensor, i: int) -> Tensor:
+        w = g.param(f"w{i}", [16, 16])
+        shard(w, MESH, (None, "mp") if i % 2 == 0 else ("mp", None))
+        return ops.relu(ops.matmul(h, w, name=f"mm{i}"), name=f"relu{i}")
+
+    def annotate(g: Graph) -> None:
+        shard(g.tensor("x"), MESH, ("dp", None))
+
+    r = _same_without_replay(_stack(10, 16, layer, annotate))
+    assert r.blocks_replayed >= 6
+
+
 def test_pipeline_stages() -> None:
     # the first half of the stack on one mesh, the second on another: one transfer between them
     def layer(g: Graph, h: Tensor, i: int) -> Tensor:
