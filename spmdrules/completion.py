@@ -427,7 +427,7 @@ class _Run:
         self.sources, self.base = index.sources, index.base
         self.block_of, self.blocks = index.block_of, index.blocks if REPLAY_BLOCKS else ()
         self.replays = 0
-        self.ann_keys: list[object] = []  # the annotations as keys, when there are blocks
+        self.ann_keys: list[Annotation | None] = []  # canonical annotations, with blocks
         # Worklists are one byte per op: a sweep finds the next pending op with bytearray.find,
         # so a visit costs the same whatever the model's size (a heap's log n does not).
         self.fwd_next = bytearray(len(ops))
@@ -459,9 +459,12 @@ class _Run:
         self.mesh_rank = meshes
         self.single_mesh: ProcessMesh | None = next(iter(meshes)) if len(meshes) == 1 else None
         if self.blocks:
-            # equal annotations as one object, so blocks compare them by identity
-            interned: dict[Annotation, Annotation] = {}
-            self.ann_keys = [None if a is None else interned.setdefault(a, a) for a in self.ann]
+            # equal annotations as one object (their attributes too), so that blocks compare
+            # them by identity
+            keys: list[Annotation | None] = [None] * len(tensors)
+            for i, ann in self.annotated:
+                keys[i] = _canonical(ann)
+            self.ann_keys = keys
         self.default_mesh = next(iter(meshes))
 
     # ---- specs --------------------------------------------------------------------------------
@@ -869,8 +872,9 @@ class _Run:
         defaulted: set[int] = set()
         n = len(self.ops)
         self.fwd_next = bytearray(b"\x01") * n
+        keys = self.ann_keys
         for i, ann in self.annotated:
-            st.attr[i] = ann.attr
+            st.attr[i] = (keys[i] or ann).attr if keys else ann.attr
             st.rank[i] = 2 * ann.priority + 1
             if self.producer[i] >= 0:
                 self.rev_next[self.producer[i]] = 1
@@ -1130,6 +1134,25 @@ def _spec(shape: tuple[int, ...], attr: DistAttr) -> TensorSpec:
 # for every layer, so each is flattened once. The entry holds the answer (its id stays unique).
 _FLAT: dict[int, tuple[SpmdInfo, OpSchema, int, tuple[DistAttr, ...], tuple[DistAttr, ...]]] = {}
 _FLAT_MAX: Final = 1 << 14
+
+
+# One object per distinct annotation, so that the layers of a stack share theirs; by the identity
+# of each annotation seen (held, so its id stays unique), to skip comparing it on the next run.
+_CANON: dict[int, tuple[Annotation, Annotation]] = {}
+_CANON_BY_VALUE: dict[Annotation, Annotation] = {}
+_CANON_MAX: Final = 1 << 16
+
+
+def _canonical(ann: Annotation) -> Annotation:
+    hit = _CANON.get(id(ann))
+    if hit is not None and hit[0] is ann:
+        return hit[1]
+    if len(_CANON) >= _CANON_MAX:
+        _CANON.clear()
+        _CANON_BY_VALUE.clear()
+    canon = _CANON_BY_VALUE.setdefault(ann, ann)
+    _CANON[id(ann)] = (ann, canon)
+    return canon
 
 
 def _first(entry: tuple[int, ProcessMesh]) -> int:
