@@ -810,11 +810,11 @@ class _Run:
         self.direction = direction
         self.pending = pending
         forward = direction == 1
-        visit = self.forward if forward else self.reverse
-        find = pending.find if forward else pending.rfind
         if self.blocks:
             self.sweep_blocks(pending, forward)
         else:
+            visit = self.forward if forward else self.reverse
+            find = pending.find if forward else pending.rfind
             k = find(1)
             while k >= 0:
                 pending[k] = 0
@@ -942,7 +942,7 @@ class _Run:
 
     def driver(self, o: _RawOffer, i: int) -> int:
         """The tensor that drove offer ``o`` to tensor ``i`` (the offer must have one)."""
-        return (self.outs if o[3] == _REV else self.ins)[o[2] + self.base[i]][o[4]]
+        return (self.outs if o[3] == _REV else self.ins)[self.op_of(o, i)][o[4]]
 
     def origin_of(self, t: Tensor) -> Origin:
         st = self.st

@@ -202,12 +202,18 @@ def _shifted(
 # tensors of two blocks compare and copy as they are. Lists of offers are updated in place by
 # the pass: a recorded state holds copies.
 
-
-def _copied(held: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple(list(h) if type(h) is list else h for h in held)
+Flags = tuple[bytearray, bytearray, bytearray]  # this sweep's, the next forward, the next reverse
 
 
-Flags = tuple[bytearray, bytearray, bytearray]
+def _own(held: Any) -> Any:
+    """One tensor's offers, as a list of its own if they are a list (the pass appends to it)."""
+    return list(held) if type(held) is list else held
+
+
+def _flag_window(flags: Flags, b: Block) -> tuple[bytes, bytes, bytes]:
+    """The worklist flags of the ops around block ``b``."""
+    lo, hi = b.lo, b.hi
+    return bytes(flags[0][lo:hi]), bytes(flags[1][lo:hi]), bytes(flags[2][lo:hi])
 
 
 @dataclass(slots=True)
@@ -232,13 +238,14 @@ def _rejected(st: Any, b: Block) -> tuple[Any, ...] | None:
 
 
 def entry_head(st: Any, ann: Sequence[Any], b: Block, flags: Flags) -> tuple[Any, ...]:
-    """The entry state of block ``b`` except the offers. ``ann`` holds one object per distinct
-    annotation (equal annotations: the same object)."""
+    """The entry state of block ``b`` except the offers: (attrs, ranks, change counts, frozen
+    flags, annotations, refused offers, rule answers of the ops around it, their needs, their
+    worklist flags). ``ann`` holds one object per distinct annotation (equal annotations: the
+    same object)."""
     g = b.gather
     lo, hi = b.lo, b.hi
     return (g(st.attr), g(st.rank), g(st.changes), g(st.frozen), g(ann), _rejected(st, b),
-            st.natural[lo:hi], st.needs[lo:hi],
-            bytes(flags[0][lo:hi]), bytes(flags[1][lo:hi]), bytes(flags[2][lo:hi]))
+            st.natural[lo:hi], st.needs[lo:hi], _flag_window(flags, b))
 
 
 def matches(st: Any, b: Block, v: Visit) -> bool:
@@ -248,7 +255,7 @@ def matches(st: Any, b: Block, v: Visit) -> bool:
 
 def open_visit(st: Any, b: Block, head: tuple[Any, ...]) -> Visit:
     """Start recording the visit of block ``b``, entered in state ``head``."""
-    return Visit(b, head, _copied(b.gather(st.offers)))
+    return Visit(b, head, tuple(_own(h) for h in b.gather(st.offers)))
 
 
 def close(st: Any, v: Visit, flags: Flags) -> None:
@@ -257,7 +264,7 @@ def close(st: Any, v: Visit, flags: Flags) -> None:
     g = b.gather
     attr, rank, changes, frozen = g(st.attr), g(st.rank), g(st.changes), g(st.frozen)
     offers, spec = g(st.offers), g(st.spec)
-    a0, r0, c0, f0, e0 = v.head[0], v.head[1], v.head[2], v.head[3], v.head[5]
+    a0, r0, c0, f0, _, e0 = v.head[:6]  # see entry_head
     rej = _rejected(st, b)
     none = (None,) * len(b.tensors)
     if e0 is None:
@@ -266,15 +273,13 @@ def close(st: Any, v: Visit, flags: Flags) -> None:
         rej = none
     o0 = v.offers
     v.changed = tuple(
-        (j, attr[j], rank[j], spec[j], list(offers[j]) if type(offers[j]) is list else offers[j],
-         changes[j], frozen[j], rej[j])
+        (j, attr[j], rank[j], spec[j], _own(offers[j]), changes[j], frozen[j], rej[j])
         for j in range(len(b.tensors))
         if attr[j] is not a0[j] or rank[j] != r0[j] or offers[j] != o0[j]
         or changes[j] != c0[j] or frozen[j] != f0[j] or rej[j] != e0[j]
     )
-    lo, hi = b.lo, b.hi
-    v.flags = (bytes(flags[0][lo:hi]), bytes(flags[1][lo:hi]), bytes(flags[2][lo:hi]))
-    v.natural, v.needs = st.natural[lo:hi], st.needs[lo:hi]
+    v.flags = _flag_window(flags, b)
+    v.natural, v.needs = st.natural[b.lo:b.hi], st.needs[b.lo:b.hi]
 
 
 def replay(st: Any, b: Block, v: Visit, flags: Flags) -> None:
@@ -287,7 +292,7 @@ def replay(st: Any, b: Block, v: Visit, flags: Flags) -> None:
         attrs[i] = a
         ranks[i] = rank
         specs[i] = spec
-        offers[i] = list(held) if type(held) is list else held
+        offers[i] = _own(held)
         changes[i] = n
         frozen[i] = fr
         if rej is not None:
