@@ -5,6 +5,7 @@ offers and explanation, the reshards, the sweeps and whether the pass converged.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -45,8 +46,8 @@ def _outcome(build: Callable[[], Graph]) -> tuple[Completion | None, Any]:
     return r, _everything(r)
 
 
-@pytest.fixture
-def replay_off() -> Iterator[None]:
+@contextmanager
+def _no_replay() -> Iterator[None]:
     completion.REPLAY_BLOCKS = False
     try:
         yield
@@ -54,16 +55,19 @@ def replay_off() -> Iterator[None]:
         completion.REPLAY_BLOCKS = True
 
 
+@pytest.fixture
+def replay_off() -> Iterator[None]:
+    with _no_replay():
+        yield
+
+
 def _same_outcome(build: Callable[[], Graph]) -> Completion | None:
     """Complete with replay and without; both must say the same, or raise the same error.
     Returns the replayed run (None: the error)."""
     assert completion.REPLAY_BLOCKS
     r, with_replay = _outcome(build)
-    completion.REPLAY_BLOCKS = False
-    try:
+    with _no_replay():
         _, without = _outcome(build)
-    finally:
-        completion.REPLAY_BLOCKS = True
     assert with_replay == without
     return r
 
