@@ -30,29 +30,31 @@ from spmdrules.simulate import ShardMismatch
 # ---- joins -----------------------------------------------------------------------------------------
 
 
+def _joined(ctx: LocalContext, blocks: Sequence[Block], name: str) -> list[Array]:
+    """The tensors a join takes (its list argument ``name``, first): at least one."""
+    xs = arrays(ctx, blocks, 0, name)
+    if not xs:
+        raise RuleArgumentError(f"{ctx.op}: {name!r} is an empty list; give at least one tensor")
+    return xs
+
+
 @register_kernel("concat")
 def concat(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
-    xs = arrays(ctx, blocks, 0, "x")
-    if not xs:
-        raise RuleArgumentError(f"{ctx.op}: 'x' is an empty list; give at least one tensor")
+    xs = _joined(ctx, blocks, "x")
     axis = normalise_axis(ctx.op, "x", int(ctx.attrs["axis"]), xs[0].ndim)
     return (np.concatenate(xs, axis=axis),)
 
 
 @register_kernel("stack")
 def stack(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
-    xs = arrays(ctx, blocks, 0, "x")
-    if not xs:
-        raise RuleArgumentError(f"{ctx.op}: 'x' is an empty list; give at least one tensor")
+    xs = _joined(ctx, blocks, "x")
     axis = normalise_axis(ctx.op, "x", int(ctx.attrs["axis"]), xs[0].ndim, allow_end=True)
     return (np.stack(xs, axis=axis),)
 
 
 @register_kernel("add_n")
 def add_n(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
-    xs = arrays(ctx, blocks, 0, "inputs")
-    if not xs:
-        raise RuleArgumentError(f"{ctx.op}: 'inputs' is an empty list; give at least one tensor")
+    xs = _joined(ctx, blocks, "inputs")
     out = xs[0].copy()
     for x in xs[1:]:  # in order, as Paddle's kernel accumulates
         out = out + x
