@@ -1,4 +1,4 @@
-"""Calibrate the alpha-beta cost model (spmdrules/cost.py) from this machine's MPI timings.
+"""Calibrate the alpha-beta cost model (spmdrules/completion/cost.py) from this machine's MPI timings.
 
     python bench/calibrate.py [--repeats 3] [--write [PATH]]   (relaunches under mpiexec -n 4)
 
@@ -10,7 +10,7 @@ size is timed ``--repeats`` times and the median kept. It prints the measurement
 per mesh dim, and the calibration it recommends: the all-reduce fit over both mesh dims for the
 collectives (one machine's processes share memory, so the mesh dims differ only by noise) and
 the ping-pong fit for transfers between meshes. ``--write`` stores that calibration as JSON
-(default: spmdrules/calibration.json, which ``spmdrules.cost.DEFAULT_COST_MODEL`` loads).
+(default: spmdrules/calibration.json, which ``spmdrules.completion.cost.DEFAULT_COST_MODEL`` loads).
 Run it on an otherwise idle machine.
 """
 
@@ -133,7 +133,7 @@ def pooled_fit(results: dict[str, dict[str, Any]], kind: str) -> tuple[float, fl
 
 
 def calibration(results: dict[str, dict[str, Any]], mpi_version: str) -> dict[str, Any]:
-    """The JSON that spmdrules.cost.load_calibration reads."""
+    """The JSON that spmdrules.completion.cost.load_calibration reads."""
     (ca, cb), (pa, pb) = pooled_fit(results, "allreduce"), pooled_fit(results, "pingpong")
     return {
         "collective": {"alpha": ca, "beta": cb},
@@ -173,7 +173,7 @@ def report(results: dict[str, dict[str, Any]]) -> str:
 
 def calibrated_cost_model(results: dict[str, dict[str, Any]]) -> Any:
     """The CostModel of these measurements (what ``--write`` would make the default)."""
-    from spmdrules.cost import CostModel, LinkCost
+    from spmdrules.completion.cost import CostModel, LinkCost
 
     return CostModel(default=LinkCost(*pooled_fit(results, "allreduce")),
                      p2p=LinkCost(*pooled_fit(results, "pingpong")))

@@ -40,8 +40,8 @@ from collections.abc import Callable
 
 from spmdrules import ProcessMesh, examples
 from spmdrules.completion import _INDEX_CACHE, Completion, complete
-from spmdrules.graph import Graph
-from spmdrules.reshard import plan_reshard
+from spmdrules.completion.planning import plan_reshard
+from spmdrules.graph.graph import Graph
 
 BASE = 96  # the ratio column compares every size with this one
 

@@ -5,7 +5,7 @@
 Every rank builds, annotates (Megatron-style on a 2x2 mesh), completes and lowers the same GPT
 decoder, then runs the forward ``--reps`` times with the MPI executor; rank 0 also runs the serial
 numpy forward and checks every tensor. Then it runs forward and reverse mode together (the
-gradient program of spmdrules.adjoint, seeded with the loss) and checks the gradients against
+gradient program of spmdrules.execution.adjoint, seeded with the loss) and checks the gradients against
 the simulated executor's. Reports time per phase, the measured communication time against the
 plan's alpha-beta prediction under the default cost model (calibrated on this machine class,
 spmdrules/calibration.json) and under one calibrated here (bench/calibrate.py's measurements,
@@ -27,14 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import calibrate  # bench/ is not a package: found through the path entry above
 import numpy as np
 
-from spmdrules.adjoint import gradient_program
 from spmdrules.completion import complete
-from spmdrules.cost import DEFAULT_COST_MODEL, CostModel
-from spmdrules.examples import gpt_decoder
-from spmdrules.executor import max_error, random_feeds, run_serial
-from spmdrules.executor_sim import run_simulated
-from spmdrules.lowering import Collective, Program, lower
-from spmdrules.mesh import ProcessMesh
+from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
+from spmdrules.core.mesh import ProcessMesh
+from spmdrules.execution.adjoint import gradient_program
+from spmdrules.execution.executor import max_error, random_feeds, run_serial
+from spmdrules.execution.lowering import Collective, Program, lower
+from spmdrules.execution.simulated import run_simulated
+from spmdrules.graph.examples import gpt_decoder
 from spmdrules.phases import Phases
 
 SIZES = {"batch": 8, "seq": 128, "hidden": 256, "heads": 8, "ffn": 1024, "vocab": 2048}
@@ -71,13 +71,13 @@ def predicted_seconds(prog: Program, cost: CostModel, itemsize: int) -> tuple[fl
 
 
 def _declared(dtype: str) -> int:
-    from spmdrules.shapes import DTYPE_BYTES
+    from spmdrules.graph.shapes import DTYPE_BYTES
 
     return DTYPE_BYTES[dtype]
 
 
 def _coords(mesh: ProcessMesh) -> list[tuple[int, ...]]:
-    from spmdrules.lowering import mesh_coords
+    from spmdrules.execution.lowering import mesh_coords
 
     return list(mesh_coords(mesh).values())
 
@@ -85,7 +85,7 @@ def _coords(mesh: ProcessMesh) -> list[tuple[int, ...]]:
 def main() -> int:
     from mpi4py import MPI
 
-    from spmdrules.executor_mpi import MPIExecutor
+    from spmdrules.execution.mpi import MPIExecutor
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=1)

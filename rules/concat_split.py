@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from spmdrules import einsum
-from spmdrules.attr import DistAttr, MultiDims, PartialItems
+from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
+from spmdrules.core.errors import RuleArgumentError
+from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.deviations import register_deviation
-from spmdrules.errors import RuleArgumentError
-from spmdrules.registry import A, T, Vec, register_rule
-from spmdrules.rulekit import attr, normalise_axis
-from spmdrules.spec import SpmdInfo, TensorSpec
+from spmdrules.engine import einsum
+from spmdrules.engine.registry import A, T, Vec, register_rule
+from spmdrules.engine.rulekit import attr, normalise_axis
 
 _LINEAR_REDUCE = frozenset(("sum", "avg"))
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from spmdrules import einsum
-from spmdrules.attr import MultiDims
+from spmdrules.core.attr import MultiDims
+from spmdrules.core.errors import RuleArgumentError, UnsupportedError
+from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.deviations import register_deviation
-from spmdrules.errors import RuleArgumentError, UnsupportedError
-from spmdrules.registry import A, T, register_rule
-from spmdrules.rulekit import attr, normalise_axis
-from spmdrules.spec import SpmdInfo, TensorSpec
+from spmdrules.engine import einsum
+from spmdrules.engine.registry import A, T, register_rule
+from spmdrules.engine.rulekit import attr, normalise_axis
 
 from .norm import agrees_when
 

@@ -23,13 +23,13 @@ import functools
 from collections.abc import Sequence
 from typing import Any, Final
 
-from spmdrules import einsum
-from spmdrules.attr import DistAttr, MultiDims
+from spmdrules.core.attr import DistAttr, MultiDims
+from spmdrules.core.errors import RuleArgumentError, UnsupportedError
+from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.deviations import register_deviation
-from spmdrules.errors import RuleArgumentError, UnsupportedError
-from spmdrules.registry import A, T, Vec, register_rule
-from spmdrules.rulekit import attr
-from spmdrules.spec import SpmdInfo, TensorSpec
+from spmdrules.engine import einsum
+from spmdrules.engine.registry import A, T, Vec, register_rule
+from spmdrules.engine.rulekit import attr
 
 MAX_OPERANDS: Final = 2
 

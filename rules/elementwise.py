@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from spmdrules.attr import DistAttr, MultiDims, PartialItems
+from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
+from spmdrules.core.errors import RuleArgumentError, ShardingConflictError
+from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.deviations import register_deviation
-from spmdrules.einsum import BROADCAST, LetterMap
-from spmdrules.errors import RuleArgumentError, ShardingConflictError
-from spmdrules.registry import A, Opt, T, register_rule
-from spmdrules.rulekit import attr, divisible_mapping
-from spmdrules.spec import SpmdInfo, TensorSpec
+from spmdrules.engine.einsum import BROADCAST, LetterMap
+from spmdrules.engine.registry import A, Opt, T, register_rule
+from spmdrules.engine.rulekit import attr, divisible_mapping
 
 UNARY_OPS = (
     "abs", "acos", "acosh", "asin", "asinh", "assign", "atan", "atanh", "bernoulli", "bitwise_not",

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from spmdrules.attr import MultiDims, PartialItems
+from spmdrules.core.attr import MultiDims, PartialItems
+from spmdrules.core.errors import RuleArgumentError, ShardingConflictError, UnsupportedError
+from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.deviations import register_deviation
-from spmdrules.errors import RuleArgumentError, ShardingConflictError, UnsupportedError
-from spmdrules.registry import A, T, register_rule
-from spmdrules.rulekit import attr
-from spmdrules.spec import SpmdInfo, TensorSpec
+from spmdrules.engine.registry import A, T, register_rule
+from spmdrules.engine.rulekit import attr
 
 from .norm import agrees_when
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spmdrules import einsum
-from spmdrules.attr import DistAttr, MultiDims
-from spmdrules.errors import RuleArgumentError
-from spmdrules.registry import Vec, register_rule
-from spmdrules.rulekit import attr
-from spmdrules.spec import SpmdInfo, TensorSpec
+from spmdrules.core.attr import DistAttr, MultiDims
+from spmdrules.core.errors import RuleArgumentError
+from spmdrules.core.spec import SpmdInfo, TensorSpec
+from spmdrules.engine import einsum
+from spmdrules.engine.registry import Vec, register_rule
+from spmdrules.engine.rulekit import attr
 
 
 def _batch_dims(side: str, tensors: Sequence[TensorSpec]) -> tuple[int, ...]:

@@ -26,13 +26,13 @@ from __future__ import annotations
 import functools
 from typing import Any, Final, TypeVar
 
-from spmdrules import einsum
-from spmdrules.attr import DistAttr, MultiDims, PartialItems
+from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
+from spmdrules.core.errors import RuleArgumentError, ShardingConflictError
+from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.deviations import register_deviation
-from spmdrules.errors import RuleArgumentError, ShardingConflictError
-from spmdrules.registry import A, T, register_rule
-from spmdrules.rulekit import attr, shard_product
-from spmdrules.spec import SpmdInfo, TensorSpec
+from spmdrules.engine import einsum
+from spmdrules.engine.registry import A, T, register_rule
+from spmdrules.engine.rulekit import attr, shard_product
 
 MATMUL_OPS: Final = ("matmul", "matmul_v2")
 _FREE: Final = frozenset("mn")

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from spmdrules import einsum
-from spmdrules.attr import DistAttr, MultiDims
+from spmdrules.core.attr import DistAttr, MultiDims
+from spmdrules.core.errors import RuleArgumentError
+from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.deviations import register_deviation
-from spmdrules.errors import RuleArgumentError
-from spmdrules.registry import A, Opt, T, register_rule
-from spmdrules.rulekit import attr
-from spmdrules.spec import SpmdInfo, TensorSpec
+from spmdrules.engine import einsum
+from spmdrules.engine.registry import A, Opt, T, register_rule
+from spmdrules.engine.rulekit import attr
 
 _ROW_LETTERS = "abcdefghijlopqrstuvwxyz"
 

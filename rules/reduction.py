@@ -21,12 +21,12 @@ import math
 from collections.abc import Sequence
 from typing import Any, Final
 
-from spmdrules.attr import DistAttr, MultiDims, PartialItems
+from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
+from spmdrules.core.errors import RuleArgumentError
+from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.deviations import register_deviation
-from spmdrules.errors import RuleArgumentError
-from spmdrules.registry import A, T, register_rule
-from spmdrules.rulekit import attr, replicated_like, shard_product
-from spmdrules.spec import SpmdInfo, TensorSpec
+from spmdrules.engine.registry import A, T, register_rule
+from spmdrules.engine.rulekit import attr, replicated_like, shard_product
 
 #: The reduce type that combines per-shard results; None: none does (replicate the reduced dims).
 Combine = str | None

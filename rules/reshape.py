@@ -1,7 +1,7 @@
 """Shape ops described by a DimTrans: reshape, reshape2, flatten, squeeze, unsqueeze, unsqueeze2.
 
 Each op is one pair of transformation builders: forward (input dims -> output dims) and reverse
-(output dims -> input dims). The shared inference in ``spmdrules.dim_trans`` derives both rules.
+(output dims -> input dims). The shared inference in ``spmdrules.engine.dim_trans`` derives both rules.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from spmdrules import dim_trans
+from spmdrules.core.errors import RuleArgumentError
+from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.deviations import register_deviation
-from spmdrules.dim_trans import SINGLETON, DimTrans, InputDim, Transformation
-from spmdrules.errors import RuleArgumentError
-from spmdrules.registry import A, T, register_rule
-from spmdrules.rulekit import attr, normalise_axis
-from spmdrules.spec import SpmdInfo, TensorSpec
+from spmdrules.engine import dim_trans
+from spmdrules.engine.dim_trans import SINGLETON, DimTrans, InputDim, Transformation
+from spmdrules.engine.registry import A, T, register_rule
+from spmdrules.engine.rulekit import attr, normalise_axis
 
 Shape = tuple[int, ...]
 

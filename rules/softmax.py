@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from spmdrules.attr import MultiDims
+from spmdrules.core.attr import MultiDims
+from spmdrules.core.errors import RuleArgumentError
+from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.deviations import register_deviation
-from spmdrules.errors import RuleArgumentError
-from spmdrules.registry import A, T, register_rule
-from spmdrules.rulekit import attr, divisible_mapping, normalise_axis
-from spmdrules.spec import SpmdInfo, TensorSpec
+from spmdrules.engine.registry import A, T, register_rule
+from spmdrules.engine.rulekit import attr, divisible_mapping, normalise_axis
 
 SOFTMAX_OPS = ("softmax", "log_softmax")
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from spmdrules.attr import DistAttr
+from spmdrules.core.attr import DistAttr
+from spmdrules.core.errors import RuleArgumentError
+from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.deviations import register_deviation
-from spmdrules.errors import RuleArgumentError
-from spmdrules.registry import A, T, register_rule
-from spmdrules.rulekit import attr, shard_product
-from spmdrules.spec import SpmdInfo, TensorSpec
+from spmdrules.engine.registry import A, T, register_rule
+from spmdrules.engine.rulekit import attr, shard_product
 
 TRANSPOSE_OPS = ("transpose", "transpose2")
 

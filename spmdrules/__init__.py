@@ -1,9 +1,15 @@
-"""spmdrules: sharding propagation rules, graph completion and an MPI partition runtime."""
+"""spmdrules: sharding propagation rules, graph completion and an MPI partition runtime.
 
-from spmdrules import examples, ops
-from spmdrules.annotate import OPEN, Annotation, shard
-from spmdrules.attr import DistAttr
-from spmdrules.errors import (
+The layers, each a subpackage (``docs/architecture.md``): ``core`` (attributes), ``engine`` (the rule
+engine), ``rules`` (the op rules), ``graph``, ``completion``, ``execution``, ``verify`` and
+``conformance``; ``runtime`` is the MPI partition runtime. This module is the public face; it also
+imports every rule family, so every rule is registered whatever module of spmdrules is used first.
+"""
+
+import importlib
+
+from spmdrules.core.attr import DistAttr
+from spmdrules.core.errors import (
     CoShardedDimError,
     InvalidDistAttrError,
     InvalidMeshError,
@@ -13,11 +19,13 @@ from spmdrules.errors import (
     UnknownOpError,
     UnsupportedError,
 )
-from spmdrules.graph import Graph, Op, Tensor
-from spmdrules.mesh import ProcessMesh
-from spmdrules.placements import REDUCE_TYPES, Partial, Placement, Replicate, Shard
-from spmdrules.registry import Rule, get_rule, list_rules, register_rule
-from spmdrules.spec import SpmdInfo, TensorSpec
+from spmdrules.core.mesh import ProcessMesh
+from spmdrules.core.placements import REDUCE_TYPES, Partial, Placement, Replicate, Shard
+from spmdrules.core.spec import SpmdInfo, TensorSpec
+from spmdrules.engine.registry import Rule, get_rule, list_rules, register_rule
+from spmdrules.graph import examples, ops
+from spmdrules.graph.annotate import OPEN, Annotation, shard
+from spmdrules.graph.graph import Graph, Op, Tensor
 
 __all__ = [
     "OPEN",
@@ -52,3 +60,8 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# Every rule family registers its rules as it is imported. By name, because the families live in
+# the repository's ``rules/`` folder, which only the installed package maps to ``spmdrules.rules``:
+# mypy, which reads the source tree, cannot follow a static import of it.
+importlib.import_module("spmdrules.rules")

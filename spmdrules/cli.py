@@ -11,12 +11,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from spmdrules import examples
 from spmdrules.completion import complete
-from spmdrules.errors import SpmdError
-from spmdrules.exchange import dump, load
-from spmdrules.explain import explain
-from spmdrules.mesh import ProcessMesh
+from spmdrules.completion.explain import explain
+from spmdrules.core.errors import SpmdError
+from spmdrules.core.mesh import ProcessMesh
+from spmdrules.graph import examples
+from spmdrules.graph.exchange import dump, load
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

@@ -1,9 +1,9 @@
 """``python -m spmdrules.demo`` (``make demo``): annotate, complete, lower, run on MPI, check.
 
-Two models on a 2x2 mesh (dp, mp), annotated Megatron-style by :mod:`spmdrules.examples`: the
+Two models on a 2x2 mesh (dp, mp), annotated Megatron-style by :mod:`spmdrules.graph.examples`: the
 MLP block and a 2-layer GPT decoder with small sizes. For each: complete the graph, print the
 annotation table and the reshard plan with bytes, lower it, add its reverse mode
-(:mod:`spmdrules.adjoint`), run forward and reverse under ``mpiexec -n 4`` (the venv's), compare
+(:mod:`spmdrules.execution.adjoint`), run forward and reverse under ``mpiexec -n 4`` (the venv's), compare
 every tensor with the same model run serially in numpy (float64 data) and every parameter's
 gradient with numerical derivatives of the serial model, check that the bytes sent equal the
 plans', and print the wall time of each phase.
@@ -22,17 +22,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spmdrules.adjoint import gradient_program
 from spmdrules.completion import Completion, complete
-from spmdrules.examples import gpt_decoder, mlp
-from spmdrules.executor import Traffic, max_error, random_feeds, run_serial
-from spmdrules.executor_sim import run_simulated
-from spmdrules.gradcheck import check_gradients
-from spmdrules.graph import Graph
-from spmdrules.lowering import Program, lower
-from spmdrules.mesh import ProcessMesh
+from spmdrules.completion.planning import fmt_bytes
+from spmdrules.core.mesh import ProcessMesh
+from spmdrules.execution.adjoint import gradient_program
+from spmdrules.execution.executor import Traffic, max_error, random_feeds, run_serial
+from spmdrules.execution.gradcheck import check_gradients
+from spmdrules.execution.lowering import Program, lower
+from spmdrules.execution.simulated import run_simulated
+from spmdrules.graph.examples import gpt_decoder, mlp
+from spmdrules.graph.graph import Graph
 from spmdrules.phases import Phases
-from spmdrules.reshard import fmt_bytes
 from spmdrules.runtime.errors import MPIUnavailableError
 
 #: float64 data must reproduce the serial result to this relative error
@@ -103,7 +103,7 @@ def run_model(name: str, build: Callable[[], Graph], limits: dict[str, int], *, 
     fetch = [*prog.tensors, *gp.grads.values()]
     executor = "simulated mesh (in process)"
     if use_mpi:
-        from spmdrules.executor_mpi import run_mpi
+        from spmdrules.execution.mpi import run_mpi
 
         with phases("run: mpiexec -n 4 (wall, start-up included)"):
             mr = run_mpi(gp, feeds, nprocs=4, fetch=fetch, timeout=50)
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             import mpi4py  # noqa: F401
 
-            from spmdrules.executor_mpi import mpiexec_path
+            from spmdrules.execution.mpi import mpiexec_path
 
             if mpiexec_path() is None:
                 raise ImportError("no mpiexec")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from spmdrules.spec import SpmdInfo
+from spmdrules.core.spec import SpmdInfo
 
 #: (case record, our answer or our exception) -> does this class explain the disagreement?
 Predicate = Callable[[dict[str, Any], SpmdInfo | BaseException], bool]
@@ -42,9 +42,6 @@ def register_deviation(
 
 
 def deviations() -> list[Deviation]:
-    from spmdrules.registry import _ensure_loaded
-
-    _ensure_loaded()
     return list(_DEVIATIONS.values())
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import spmdrules as sr
-from spmdrules.cost import (
+from spmdrules.completion.cost import (
     CALIBRATION,
     CALIBRATION_FILE,
     DEFAULT_COST_MODEL,

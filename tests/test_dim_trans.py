@@ -9,9 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from spmdrules import DistAttr, ProcessMesh, simulate
-from spmdrules.attr import MultiDims
-from spmdrules.dim_trans import (
+from spmdrules import DistAttr, ProcessMesh
+from spmdrules.core.attr import MultiDims
+from spmdrules.core.blocks import ShardMismatch, block_slices, gather, scatter
+from spmdrules.core.errors import RuleArgumentError, SpmdError, UnsupportedError
+from spmdrules.engine.dim_trans import (
     Flatten,
     InputDim,
     Singleton,
@@ -20,7 +22,6 @@ from spmdrules.dim_trans import (
     make_reshape_trans,
     resolve_shape,
 )
-from spmdrules.errors import RuleArgumentError, SpmdError, UnsupportedError
 
 Shape = tuple[int, ...]
 
@@ -142,16 +143,16 @@ def consistent(src: Shape, tgt: Shape, mesh: ProcessMesh, m_in: MultiDims, m_out
     x = np.arange(math.prod(src), dtype=float).reshape(src)
     a_in = DistAttr(mesh, multi_dims_mapping=m_in, partial=partial)
     a_out = DistAttr(mesh, multi_dims_mapping=m_out, partial=partial)
-    blocks = simulate.scatter(x, a_in)
+    blocks = scatter(x, a_in)
     local = {}
     for c, b in blocks.items():
-        want = tuple(s.stop - s.start for s in simulate.block_slices(tgt, a_out, c))
+        want = tuple(s.stop - s.start for s in block_slices(tgt, a_out, c))
         if b.size != math.prod(want):
             return False
         local[c] = b.reshape(want)
     try:
-        got = simulate.gather(local, tgt, a_out)
-    except simulate.ShardMismatch:
+        got = gather(local, tgt, a_out)
+    except ShardMismatch:
         return False
     return bool(np.array_equal(got, x.reshape(tgt)))
 

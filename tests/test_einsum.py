@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from spmdrules import RuleArgumentError, ShardingConflictError, einsum
+from spmdrules import RuleArgumentError, ShardingConflictError
+from spmdrules.engine import einsum
 
 
 def test_parse_and_errors_point_at_the_character() -> None:

@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import spmdrules as sr
-from spmdrules.attr import DistAttr
-from spmdrules.placements import REDUCE_TYPES
-from spmdrules.registry import AttrParam, Rule, TensorParam
-from spmdrules.spec import SpmdInfo, TensorSpec
+from spmdrules.core.attr import DistAttr
+from spmdrules.core.placements import REDUCE_TYPES
+from spmdrules.core.spec import SpmdInfo, TensorSpec
+from spmdrules.engine.registry import AttrParam, Rule, TensorParam
 
 MESH_SHAPES = [
     (1,), (2,), (3,), (4,), (8,),

@@ -53,7 +53,7 @@ def test_wheel_install_registers_every_rule(tmp_path: Path) -> None:
     )
     assert not (target / "rules").exists(), "rules/ must not be installed as a top-level package"
     probe = (
-        "import json, spmdrules, spmdrules.rules as r, spmdrules.cost as c; "
+        "import json, spmdrules, spmdrules.rules as r, spmdrules.completion.cost as c; "
         "print(json.dumps([spmdrules.__file__, r.__file__, spmdrules.list_rules(), "
         "str(c.CALIBRATION_FILE)]))"
     )

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import spmdrules as sr
-from spmdrules import registry
-from spmdrules.registry import A, T, Vec, register_rule
+from spmdrules.engine import registry
+from spmdrules.engine.registry import A, T, Vec, register_rule
 
 MESH = sr.ProcessMesh([[0, 1], [2, 3]])
 

@@ -11,12 +11,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from spmdrules.attr import DistAttr
+from spmdrules.core.attr import DistAttr
+from spmdrules.core.errors import SpmdError
+from spmdrules.core.mesh import ProcessMesh
+from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.deviations import classify
-from spmdrules.errors import SpmdError
-from spmdrules.mesh import ProcessMesh
-from spmdrules.registry import get_rule
-from spmdrules.spec import SpmdInfo, TensorSpec
+from spmdrules.engine.registry import get_rule
 
 Verdict = Literal["agree", "disagree", "crash"]
 

@@ -1,13 +1,13 @@
 """Typed errors of the partition runtime.
 
 Every error the runtime raises on bad input is a subclass of
-:class:`spmdrules.errors.SpmdError`.  Messages name the partition, the tensor and
+:class:`spmdrules.core.errors.SpmdError`.  Messages name the partition, the tensor and
 the dimension involved and say how to fix the call.
 """
 
 from __future__ import annotations
 
-from spmdrules.errors import SpmdError, UnsupportedError
+from spmdrules.core.errors import SpmdError, UnsupportedError
 
 
 class RuntimeSetupError(SpmdError, ValueError):

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from pipeline_cases import CASES, LIMITS, pipeline_stages
 
-from spmdrules.adjoint import gradient_program
 from spmdrules.completion import complete
-from spmdrules.executor import random_feeds
-from spmdrules.executor_mpi import run_mpi
-from spmdrules.executor_sim import run_simulated
-from spmdrules.gradcheck import check_gradients
-from spmdrules.lowering import lower
+from spmdrules.execution.adjoint import gradient_program
+from spmdrules.execution.executor import random_feeds
+from spmdrules.execution.gradcheck import check_gradients
+from spmdrules.execution.lowering import lower
+from spmdrules.execution.mpi import run_mpi
+from spmdrules.execution.simulated import run_simulated
 
 
 @pytest.mark.timeout(150)

@@ -11,15 +11,15 @@ from pipeline_cases import CASES, LIMITS, pipeline_stages
 
 import spmdrules as sr
 from spmdrules import ops
-from spmdrules.adjoint import GradientError, dual_attr, gradient_program
-from spmdrules.annotate import shard
 from spmdrules.completion import complete
-from spmdrules.errors import UnsupportedError
-from spmdrules.executor import random_feeds
-from spmdrules.executor_sim import run_simulated
-from spmdrules.gradcheck import check_gradients
-from spmdrules.graph import Graph
-from spmdrules.lowering import Collective, LocalStep, Program, lower
+from spmdrules.core.errors import UnsupportedError
+from spmdrules.execution.adjoint import GradientError, dual_attr, gradient_program
+from spmdrules.execution.executor import random_feeds
+from spmdrules.execution.gradcheck import check_gradients
+from spmdrules.execution.lowering import Collective, LocalStep, Program, lower
+from spmdrules.execution.simulated import run_simulated
+from spmdrules.graph.annotate import shard
+from spmdrules.graph.graph import Graph
 
 GRAD_CASES = sorted(c for c in CASES if c != "2d-partial-max-input")
 

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from spmdrules import ops
-from spmdrules.executor import serial_op, serial_vjp
-from spmdrules.graph import Graph, Op, Tensor
-from spmdrules.kernels import list_vjps
-from spmdrules.vjp_elementwise import DERIVATIVES
+from spmdrules.execution.executor import serial_op, serial_vjp
+from spmdrules.execution.local import list_vjps
+from spmdrules.execution.vjp.elementwise import DERIVATIVES
+from spmdrules.graph.graph import Graph, Op, Tensor
 
 Build = Callable[[Graph], Any]
 POSITIVE = {"log", "log1p", "sqrt", "rsqrt", "pow", "reciprocal"}

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 import spmdrules as sr
 from spmdrules import completion, examples, ops
-from spmdrules.annotate import OPEN, shard
 from spmdrules.completion import Completion, complete
-from spmdrules.errors import SpmdError
-from spmdrules.explain import explain
-from spmdrules.graph import Graph, Tensor
+from spmdrules.completion.explain import explain
+from spmdrules.core.errors import SpmdError
+from spmdrules.graph.annotate import OPEN, shard
+from spmdrules.graph.graph import Graph, Tensor
 
 MESH = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
 LINE = sr.ProcessMesh([[0, 1, 2, 3]], dim_names=["dp", "mp"])  # no data parallelism

@@ -11,14 +11,14 @@ from hypothesis import strategies as st
 
 import spmdrules as sr
 from spmdrules import examples, ops
-from spmdrules.annotate import OPEN, shard
 from spmdrules.completion import (
     Completion,
     CompletionError,
     NoAnnotationError,
     complete,
 )
-from spmdrules.graph import Graph
+from spmdrules.graph.annotate import OPEN, shard
+from spmdrules.graph.graph import Graph
 
 MESH = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
 SMALL: dict[str, Any] = {"batch": 4, "seq": 8, "hidden": 32, "heads": 4, "ffn": 64, "vocab": 128}

@@ -12,13 +12,13 @@ import pytest
 
 import spmdrules as sr
 from spmdrules import examples, ops
-from spmdrules.annotate import OPEN, shard
 from spmdrules.cli import main
 from spmdrules.completion import complete
-from spmdrules.exchange import ExchangeError, dumps, json_schema, load, loads, parse
-from spmdrules.explain import chain, explain
-from spmdrules.graph import Graph
-from spmdrules.graph_errors import GraphError
+from spmdrules.completion.explain import chain, explain
+from spmdrules.graph.annotate import OPEN, shard
+from spmdrules.graph.errors import GraphError
+from spmdrules.graph.exchange import ExchangeError, dumps, json_schema, load, loads, parse
+from spmdrules.graph.graph import Graph
 
 MESH = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
 SMALL: dict[str, Any] = {"batch": 4, "seq": 8, "hidden": 32, "heads": 4, "ffn": 64, "vocab": 128}

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import spmdrules as sr
-from spmdrules.cost import (
+from spmdrules.completion.cost import (
     CALIBRATION,
     DEFAULT_COST_MODEL,
     GPU_CLUSTER,
@@ -17,7 +17,7 @@ from spmdrules.cost import (
     CostModelError,
     LinkCost,
 )
-from spmdrules.reshard import (
+from spmdrules.completion.planning import (
     ReshardError,
     Step,
     blocks,

@@ -9,7 +9,7 @@ import pytest
 import spmdrules as sr
 from spmdrules import examples
 from spmdrules.completion import complete
-from spmdrules.lowering import (
+from spmdrules.execution.lowering import (
     Collective,
     KernelCall,
     Layout,

@@ -11,10 +11,10 @@ import pytest
 from pipeline_cases import CASES, LIMITS
 
 from spmdrules.completion import complete
-from spmdrules.executor import max_error, random_feeds, run_serial
-from spmdrules.executor_mpi import run_mpi
-from spmdrules.executor_sim import run_simulated
-from spmdrules.lowering import lower
+from spmdrules.execution.executor import max_error, random_feeds, run_serial
+from spmdrules.execution.lowering import lower
+from spmdrules.execution.mpi import run_mpi
+from spmdrules.execution.simulated import run_simulated
 
 
 @pytest.mark.timeout(120)
@@ -38,7 +38,7 @@ def test_mpi_run_equals_serial_and_the_simulated_bytes(case: str, nprocs: int) -
 def test_a_failing_rank_ends_the_job_with_its_error() -> None:
     prog = lower(complete(CASES["2d-megatron"]()))
     feeds = random_feeds(prog, seed=3)
-    from spmdrules.executor import ExecutionError
+    from spmdrules.execution.executor import ExecutionError
 
     with pytest.raises(ExecutionError, match="uses process ids up to 3"):
         run_mpi(prog, feeds, nprocs=2, timeout=60)

@@ -13,9 +13,9 @@ from pipeline_cases import CASES, LIMITS, MEGATRON2, MESH2, mlp64
 
 from spmdrules import examples
 from spmdrules.completion import complete
-from spmdrules.executor import max_error, random_feeds, run_serial
-from spmdrules.executor_sim import run_simulated
-from spmdrules.lowering import Collective, lower
+from spmdrules.execution.executor import max_error, random_feeds, run_serial
+from spmdrules.execution.lowering import Collective, lower
+from spmdrules.execution.simulated import run_simulated
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -55,7 +55,7 @@ def test_float64_data_through_a_float32_graph_sends_twice_the_plan() -> None:
 
 
 def test_a_wrong_kernel_block_is_named() -> None:
-    from spmdrules.executor import ExecutionError
+    from spmdrules.execution.executor import ExecutionError
 
     g = mlp64(MESH2, MEGATRON2)
     prog = lower(complete(g))

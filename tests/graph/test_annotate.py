@@ -7,16 +7,16 @@ from typing import Any
 import pytest
 
 import spmdrules as sr
-from spmdrules.annotate import OPEN, Annotation, shard
-from spmdrules.graph import Graph, Tensor
-from spmdrules.graph_errors import (
+from spmdrules.core.placements import Partial, Replicate, Shard
+from spmdrules.graph.annotate import OPEN, Annotation, shard
+from spmdrules.graph.errors import (
     AnnotationError,
     InvalidSpecError,
     MeshDimReusedError,
     SpecRankError,
     UnknownMeshDimError,
 )
-from spmdrules.placements import Partial, Replicate, Shard
+from spmdrules.graph.graph import Graph, Tensor
 
 MESH = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
 MESH3 = sr.ProcessMesh.from_shape([2, 2, 2], dim_names=["dp", "mp", "pp"])

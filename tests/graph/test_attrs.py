@@ -7,10 +7,10 @@ import pytest
 
 import spmdrules as sr
 from spmdrules import ops
-from spmdrules.annotate import shard
 from spmdrules.completion import complete
-from spmdrules.graph import Graph
-from spmdrules.graph_errors import ArityError, ProducerError
+from spmdrules.graph.annotate import shard
+from spmdrules.graph.errors import ArityError, ProducerError
+from spmdrules.graph.graph import Graph
 
 MESH = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
 

@@ -9,8 +9,8 @@ import pytest
 
 import spmdrules as sr
 from spmdrules import ops
-from spmdrules.graph import Graph, Op, Tensor
-from spmdrules.opschema import op_schema
+from spmdrules.graph.graph import Graph, Op, Tensor
+from spmdrules.graph.opschema import op_schema
 
 
 def test_ops_on_handles_build_a_bipartite_networkx_graph() -> None:

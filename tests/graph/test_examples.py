@@ -8,8 +8,8 @@ import pytest
 
 import spmdrules as sr
 from spmdrules import examples
-from spmdrules.graph import Graph
-from spmdrules.graph_errors import InvalidSpecError, ShapeError
+from spmdrules.graph.errors import InvalidSpecError, ShapeError
+from spmdrules.graph.graph import Graph
 
 MESH = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
 SMALL: dict[str, Any] = {"batch": 2, "seq": 8, "hidden": 16, "heads": 2, "ffn": 32, "vocab": 64}

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 import spmdrules as sr
-from spmdrules import ops, shapes
-from spmdrules.graph import Graph, Tensor
-from spmdrules.graph_errors import ShapeError
-from spmdrules.shapes import TensorMeta
+from spmdrules import ops
+from spmdrules.graph import shapes
+from spmdrules.graph.errors import ShapeError
+from spmdrules.graph.graph import Graph, Tensor
+from spmdrules.graph.shapes import TensorMeta
 
 RNG = np.random.default_rng(0)
 REGISTERED = set(sr.list_rules())

@@ -6,8 +6,7 @@ import pytest
 
 import spmdrules as sr
 from spmdrules import ops
-from spmdrules.graph import Graph
-from spmdrules.graph_errors import (
+from spmdrules.graph.errors import (
     ArityError,
     DuplicateNameError,
     GraphContextError,
@@ -21,6 +20,7 @@ from spmdrules.graph_errors import (
     UnknownNodeError,
     UnknownTensorError,
 )
+from spmdrules.graph.graph import Graph
 
 
 @pytest.fixture

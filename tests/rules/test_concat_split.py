@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import spmdrules as sr
-from spmdrules.attr import DistAttr
 from spmdrules.conformance import default_case_paths, iter_cases
+from spmdrules.core.attr import DistAttr
+from spmdrules.core.blocks import ShardMismatch, gather, run_local
+from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.deviations import classify
-from spmdrules.simulate import ShardMismatch, gather, run_local
-from spmdrules.spec import SpmdInfo, TensorSpec
 
 MESH = sr.ProcessMesh([[0, 1], [2, 3]])
 MESH1 = sr.ProcessMesh([0, 1])

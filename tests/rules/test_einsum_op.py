@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule, simulate
+from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule
 from spmdrules.conformance.runner import build_call, default_case_paths, iter_cases
+from spmdrules.core.blocks import ShardMismatch, gather, run_local
+from spmdrules.core.errors import RuleArgumentError, ShardingConflictError, UnsupportedError
 from spmdrules.deviations import classify
-from spmdrules.errors import RuleArgumentError, ShardingConflictError, UnsupportedError
 
 Array = np.ndarray[Any, Any]
 RNG = np.random.default_rng(11)
@@ -145,9 +146,9 @@ def check_forward(equation: str, info: SpmdInfo, ts: Sequence[TensorSpec]) -> No
     arrays = [RNG.standard_normal(t.shape) for t in ts]
     want = np.einsum(equation, *arrays)
     (oa,) = _attrs(info.outputs)
-    blocks = simulate.run_local(lambda *b: np.einsum(equation, *b), list(
+    blocks = run_local(lambda *b: np.einsum(equation, *b), list(
         zip(arrays, _attrs(info.inputs[0]), strict=True)))
-    np.testing.assert_allclose(simulate.gather(blocks, want.shape, oa), want, atol=1e-9)
+    np.testing.assert_allclose(gather(blocks, want.shape, oa), want, atol=1e-9)
 
 
 def _grad_kernel(equation: str, i: int) -> Any:
@@ -160,7 +161,7 @@ def _grad_kernel(equation: str, i: int) -> Any:
 
     def kernel(x: Array, g: Array, *rest: Array) -> Array:
         if not out:
-            g = np.reshape(g, ())  # simulate.scatter hands a 0-d tensor out as shape (1,)
+            g = np.reshape(g, ())  # scatter hands a 0-d tensor out as shape (1,)
         r = np.einsum(",".join([out, *others]) + "->" + present, g, *rest)
         for pos, c in enumerate(mine):
             if c not in have:
@@ -180,8 +181,8 @@ def check_grad(equation: str, info: SpmdInfo, ins: Sequence[TensorSpec], g_t: Te
         kernel = _grad_kernel(equation, i)
         others = [(a, at) for j, (a, at) in enumerate(zip(arrays, in_attrs, strict=True)) if j != i]
         want = kernel(x, g, *(a for a, _ in others))
-        blocks = simulate.run_local(kernel, [(x, xa), (g, ga), *others])
-        np.testing.assert_allclose(simulate.gather(blocks, x.shape, dxa), want, atol=1e-9)
+        blocks = run_local(kernel, [(x, xa), (g, ga), *others])
+        np.testing.assert_allclose(gather(blocks, x.shape, dxa), want, atol=1e-9)
 
 
 def test_our_answers_execute_correctly_on_the_recorded_cases() -> None:
@@ -228,10 +229,10 @@ def test_proof_einsum_unary_grad_partial() -> None:
     info = get_rule("einsum_grad").infer_forward([x], [x], g, "d->")
     assert s(info.outputs[0]) == ["[-1] P{0:sum,1:sum}"]
     gv = np.asarray(RNG.standard_normal())
-    blocks = simulate.run_local(lambda gb: np.broadcast_to(np.reshape(gb, ()), (32,)).copy(),
+    blocks = run_local(lambda gb: np.broadcast_to(np.reshape(gb, ()), (32,)).copy(),
                                 [(gv, DistAttr(mesh, [], [0, 1]))])
-    with pytest.raises(simulate.ShardMismatch, match="replicas disagree"):
-        simulate.gather(blocks, (32,), DistAttr(mesh, [-1]))
+    with pytest.raises(ShardMismatch, match="replicas disagree"):
+        gather(blocks, (32,), DistAttr(mesh, [-1]))
     check_grad("d->", info, [x], g)
     case: dict[str, Any] = {"op": "einsum", "direction": "reverse", "reverse_kind": "grad",
             "inputs": [[{"shape": [32]}]], "outputs": [{"partial": {"0": "sum", "1": "sum"}}],

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import spmdrules as sr
-from spmdrules.attr import DistAttr
-from spmdrules.simulate import ShardMismatch, gather, run_local
-from spmdrules.spec import SpmdInfo, TensorSpec
+from spmdrules.core.attr import DistAttr
+from spmdrules.core.blocks import ShardMismatch, gather, run_local
+from spmdrules.core.spec import SpmdInfo, TensorSpec
 
 MESH = sr.ProcessMesh([[0, 1], [2, 3]])
 MESH3 = sr.ProcessMesh([[[0, 1], [2, 3]], [[4, 5], [6, 7]]])

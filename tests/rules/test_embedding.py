@@ -16,7 +16,7 @@ from spmdrules import (
     UnsupportedError,
     get_rule,
 )
-from spmdrules.simulate import block_slices, coords, gather, run_local, scatter
+from spmdrules.core.blocks import block_slices, coords, gather, run_local, scatter
 
 MESH = ProcessMesh([[0, 1], [2, 3]])
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import spmdrules as sr
-from spmdrules.attr import DistAttr
-from spmdrules.simulate import gather, scatter
-from spmdrules.spec import SpmdInfo, TensorSpec
+from spmdrules.core.attr import DistAttr
+from spmdrules.core.blocks import gather, scatter
+from spmdrules.core.spec import SpmdInfo, TensorSpec
 
 MESH = sr.ProcessMesh([[0, 1], [2, 3]])
 

@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule, simulate
+from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule
 from spmdrules.conformance.runner import build_call, default_case_paths, iter_cases
+from spmdrules.core.blocks import ShardMismatch, gather, run_local
+from spmdrules.core.errors import RuleArgumentError, ShardingConflictError, SpmdError
 from spmdrules.deviations import classify
-from spmdrules.errors import RuleArgumentError, ShardingConflictError, SpmdError
 
 Array = np.ndarray[Any, Any]
 RNG = np.random.default_rng(7)
@@ -218,9 +219,9 @@ def check_matmul(info: SpmdInfo, xs: Sequence[int], ys: Sequence[int], tx: bool,
     (oa,) = info.outputs
     assert isinstance(xa, DistAttr) and isinstance(ya, DistAttr) and isinstance(oa, DistAttr)
     want = np.matmul(_trans(x, tx), _trans(y, ty))
-    blocks = simulate.run_local(
+    blocks = run_local(
         lambda a, b: np.matmul(_trans(a, tx), _trans(b, ty)), [(x, xa), (y, ya)])
-    np.testing.assert_allclose(simulate.gather(blocks, want.shape, oa), want, atol=1e-9)
+    np.testing.assert_allclose(gather(blocks, want.shape, oa), want, atol=1e-9)
 
 
 def _forward_cases(op: str, limit: int) -> list[dict[str, Any]]:
@@ -256,11 +257,11 @@ def test_bmm_grad_answers_execute_correctly() -> None:
         dxa, dya = attrs_of(info.outputs)
         x, y = RNG.standard_normal(x_t.shape), RNG.standard_normal(y_t.shape)
         g = RNG.standard_normal(g_t.shape)
-        dx = simulate.run_local(lambda gb, yb: gb @ np.swapaxes(yb, 1, 2), [(g, ga), (y, ya)])
-        dy = simulate.run_local(lambda xb, gb: np.swapaxes(xb, 1, 2) @ gb, [(x, xa), (g, ga)])
-        np.testing.assert_allclose(simulate.gather(dx, x.shape, dxa),
+        dx = run_local(lambda gb, yb: gb @ np.swapaxes(yb, 1, 2), [(g, ga), (y, ya)])
+        dy = run_local(lambda xb, gb: np.swapaxes(xb, 1, 2) @ gb, [(x, xa), (g, ga)])
+        np.testing.assert_allclose(gather(dx, x.shape, dxa),
                                    g @ np.swapaxes(y, 1, 2), atol=1e-9)
-        np.testing.assert_allclose(simulate.gather(dy, y.shape, dya),
+        np.testing.assert_allclose(gather(dy, y.shape, dya),
                                    np.swapaxes(x, 1, 2) @ g, atol=1e-9)
         n += 1
     assert n > 50
@@ -290,9 +291,9 @@ def test_proof_size_one_output_shard() -> None:
     xv, yv = RNG.standard_normal((1, 8)), RNG.standard_normal((8, 9))
     xa, ya = info.inputs
     assert isinstance(xa, DistAttr) and isinstance(ya, DistAttr)
-    blocks = simulate.run_local(np.matmul, [(xv, xa), (yv, ya)])
-    with pytest.raises(simulate.ShardMismatch, match="expected"):
-        simulate.gather(blocks, (1, 9), DistAttr(MESH222, [2, -1]))
+    blocks = run_local(np.matmul, [(xv, xa), (yv, ya)])
+    with pytest.raises(ShardMismatch, match="expected"):
+        gather(blocks, (1, 9), DistAttr(MESH222, [2, -1]))
     check_matmul(info, (1, 8), (8, 9), False, False)
     case: dict[str, Any] = {
             "op": "matmul", "direction": "forward", "inputs": [{"shape": [1, 8]}, {"shape": [8, 9]}],
@@ -315,9 +316,9 @@ def test_proof_reverse_out() -> None:
     assert strs(info) == (["[-1,-1,-1]", "[-1,-1,-1]"], ["[-1,-1,-1]"])
     xv, yv = RNG.standard_normal((8, 2, 16)), RNG.standard_normal((8, 16, 10))
     xa, ya = attrs_of(info.inputs)
-    blocks = simulate.run_local(np.matmul, [(xv, xa), (yv, ya)])
-    with pytest.raises(simulate.ShardMismatch):
-        simulate.gather(blocks, (8, 2, 10), out.attr)
+    blocks = run_local(np.matmul, [(xv, xa), (yv, ya)])
+    with pytest.raises(ShardMismatch):
+        gather(blocks, (8, 2, 10), out.attr)
     check_matmul(info, x.shape, y.shape, False, False)
     # matmul/reverse/109 with n = 6: a partial out cannot come from operands whose k is replicated
     mesh = MESH222

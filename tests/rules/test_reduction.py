@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule, simulate
+from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule
+from spmdrules.core.blocks import ShardMismatch, gather, run_local, scatter
+from spmdrules.core.errors import RuleArgumentError, SpmdError
 from spmdrules.deviations import classify
-from spmdrules.errors import RuleArgumentError, SpmdError
 
 Array = np.ndarray[Any, Any]
 Kernel = Callable[[Array], Array]
@@ -207,14 +208,14 @@ def test_zero_d_input() -> None:
 def execute(kernel: Kernel, x: Array, x_attr: DistAttr, out_attr: DistAttr, out_shape: Sequence[int]
             ) -> Array:
     """Run ``kernel`` on every mesh coordinate's block of x and gather the output by out_attr."""
-    blocks = simulate.run_local(kernel, [(x, x_attr)])
-    return simulate.gather(blocks, out_shape, out_attr)
+    blocks = run_local(kernel, [(x, x_attr)])
+    return gather(blocks, out_shape, out_attr)
 
 
 def wrong(kernel: Kernel, x: Array, x_attr: DistAttr, out_attr: DistAttr, expect: Array) -> bool:
     try:
         got = execute(kernel, x, x_attr, out_attr, expect.shape)
-    except simulate.ShardMismatch:
+    except ShardMismatch:
         return True
     return not np.allclose(got.astype(float), expect.astype(float))
 
@@ -276,7 +277,7 @@ def test_proof_reduce_type_any_and_p_norm_inf() -> None:
     x_attr, out_attr = ours("any", spec(MESH22, [32], [0]), [0], True)
     assert out_attr == da(MESH22, [-1], {0: "any"})
     with pytest.raises(SpmdError, match="sum partial cannot hold booleans"):
-        simulate.scatter(kernel(xb), da(MESH22, [-1], {0: "sum"}))
+        scatter(kernel(xb), da(MESH22, [-1], {0: "sum"}))
     check(kernel, xb, x_attr, out_attr, kernel(xb))
     # p_norm, p = inf: a max of |x| (p_norm/forward/18)
     x = RNG.standard_normal((4, 4))
@@ -384,7 +385,7 @@ def test_proof_logsumexp_reduce_all_out() -> None:
         return np.asarray(np.log(np.sum(np.exp(b), axis=(0, 2), keepdims=True)))
 
     assert lse(x).shape == (1, 2, 1)
-    with pytest.raises(simulate.ShardMismatch):
+    with pytest.raises(ShardMismatch):
         execute(lse, x, da(MESH22, [-1, 1, -1]), da(MESH22, [-1, 1, 0]), (1, 1, 1))
     with pytest.raises(RuleArgumentError, match=r"'out' has shape \[1, 1, 1\]"):
         get_rule("logsumexp").infer_reverse(
@@ -452,7 +453,7 @@ def test_proof_arg_flatten_rank() -> None:
 
     x_attr, out_attr = ours("argmax", spec(MESH22, [8, 4], [0, 1]), 0, False, True)
     assert (x_attr, out_attr) == (da(MESH22, [-1, -1]), da(MESH22, []))
-    with pytest.raises(simulate.ShardMismatch):
+    with pytest.raises(ShardMismatch):
         execute(am, x, x_attr, da(MESH22, [-1]), am(x).shape)
     check(am, x, x_attr, out_attr, am(x))
 

@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule, simulate
+from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule
 from spmdrules.conformance.runner import agrees, call_engine, default_case_paths, iter_cases
+from spmdrules.core.blocks import ShardMismatch, block_slices, gather, scatter
+from spmdrules.core.errors import RuleArgumentError, SpmdError
 from spmdrules.deviations import classify
-from spmdrules.errors import RuleArgumentError, SpmdError
 
 Array = np.ndarray[Any, Any]
 
@@ -176,14 +177,14 @@ def consistent(kernel: Callable[[Array], Array], x: Array, x_attr: DistAttr, out
     """Running ``kernel`` on every device's block of x (under x_attr) gives out under out_attr."""
     expect = kernel(x)
     blocks = {}
-    for c, b in simulate.scatter(x, x_attr).items():
-        want = tuple(s.stop - s.start for s in simulate.block_slices(expect.shape, out_attr, c))
+    for c, b in scatter(x, x_attr).items():
+        want = tuple(s.stop - s.start for s in block_slices(expect.shape, out_attr, c))
         if b.size != math.prod(want):
             return False
         blocks[c] = b.reshape(want)
     try:
-        got = simulate.gather(blocks, expect.shape, out_attr)
-    except simulate.ShardMismatch:
+        got = gather(blocks, expect.shape, out_attr)
+    except ShardMismatch:
         return False
     return bool(np.allclose(got, expect))
 

@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule, simulate
+from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule
 from spmdrules.conformance.runner import call_engine, default_case_paths, iter_cases
+from spmdrules.core.blocks import ShardMismatch, gather, run_local
+from spmdrules.core.errors import RuleArgumentError
 from spmdrules.deviations import classify
-from spmdrules.errors import RuleArgumentError
 
 Array = np.ndarray[Any, Any]
 MESH22 = ProcessMesh.from_shape([2, 2], list(range(4)))
@@ -72,8 +73,8 @@ def test_errors_name_the_perm_and_the_tensor() -> None:
 
 # ---- execution proof ----------------------------------------------------------------------------
 def execute(x: Array, perm: Sequence[int], x_attr: DistAttr, out_attr: DistAttr) -> Array:
-    blocks = simulate.run_local(lambda b: np.transpose(b, perm), [(x, x_attr)])
-    return simulate.gather(blocks, [x.shape[d] for d in perm], out_attr)
+    blocks = run_local(lambda b: np.transpose(b, perm), [(x, x_attr)])
+    return gather(blocks, [x.shape[d] for d in perm], out_attr)
 
 
 def test_proof_transpose_keeps_nondivisible_shard_forward() -> None:
@@ -82,7 +83,7 @@ def test_proof_transpose_keeps_nondivisible_shard_forward() -> None:
     x_attr = DistAttr(MESH22, [0, 1])
     paddle_out = DistAttr(MESH22, [-1, -1])
     # each device only holds its block: the "replicated" output it claims is four different arrays
-    with pytest.raises(simulate.ShardMismatch):
+    with pytest.raises(ShardMismatch):
         execute(x, [1, 0], x_attr, paddle_out)
     info = get_rule("transpose").infer_forward(spec(MESH22, [7, 5], [0, 1]), [1, 0])
     xa, oa = info.inputs[0], info.outputs[0]
@@ -94,7 +95,7 @@ def test_proof_transpose_keeps_nondivisible_shard_forward() -> None:
 def test_proof_transpose_keeps_nondivisible_shard_reverse() -> None:
     # transpose/reverse/7: out[2,8] dm[0,1] on mesh [4,2] -> Paddle: x [1,-1], out [0,1]
     x = np.arange(16.0).reshape(8, 2)
-    with pytest.raises(simulate.ShardMismatch):
+    with pytest.raises(ShardMismatch):
         execute(x, [1, 0], DistAttr(MESH42, [1, -1]), DistAttr(MESH42, [0, 1]))
     info = get_rule("transpose").infer_reverse(
         spec(MESH42, [8, 2], [-1, -1]), spec(MESH42, [2, 8], [0, 1]), [1, 0]
@@ -137,6 +138,6 @@ def test_every_filed_case_paddle_fails_and_ours_passes_by_execution(op: str) -> 
         assert isinstance(xa, DistAttr) and isinstance(oa, DistAttr)
         ex, eo = _attr(mesh, c["expected"]["inputs"][0]), _attr(mesh, c["expected"]["outputs"][0])
         np.testing.assert_allclose(execute(x, perm, xa, oa), np.transpose(x, perm))
-        with pytest.raises(simulate.ShardMismatch):
+        with pytest.raises(ShardMismatch):
             execute(x, perm, ex, eo)
     assert filed > 0

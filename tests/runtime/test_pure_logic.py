@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spmdrules.errors import SpmdError
+from spmdrules.core.errors import SpmdError
 from spmdrules.runtime import PartitionMismatchError, RuntimeSetupError, Window
 from spmdrules.runtime.decomposition import (
     balanced_box,

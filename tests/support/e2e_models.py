@@ -7,8 +7,8 @@ from typing import Any
 
 import spmdrules as sr
 from spmdrules import ops
-from spmdrules.annotate import shard
-from spmdrules.graph import Graph
+from spmdrules.graph.annotate import shard
+from spmdrules.graph.graph import Graph
 
 Spec = Sequence[Any]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from spmdrules.annotate import OPEN, shard
-from spmdrules.graph import Graph, Tensor
+from spmdrules.graph.annotate import OPEN, shard
+from spmdrules.graph.graph import Graph, Tensor
 
 
 def names(v: Tensor | tuple[Tensor, ...] | None) -> Any:

@@ -11,8 +11,8 @@ from e2e_models import mlp64
 
 import spmdrules as sr
 from spmdrules import examples, ops
-from spmdrules.annotate import shard
-from spmdrules.graph import Graph
+from spmdrules.graph.annotate import shard
+from spmdrules.graph.graph import Graph
 
 MESH1 = sr.ProcessMesh([0, 1, 2, 3], dim_names=["x"])
 MESH2 = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["dp", "mp"])

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 import spmdrules as sr
-from spmdrules.attr import DistAttr
-from spmdrules.errors import UnsupportedError
-from spmdrules.kernels import LocalContext, get_kernel, list_kernels
-from spmdrules.kernels_elementwise import BINARY_OPS, UNARY_OPS, digamma
-from spmdrules.simulate import coords, gather, scatter
-from spmdrules.spec import TensorSpec
+from spmdrules.core.attr import DistAttr
+from spmdrules.core.blocks import coords, gather, scatter
+from spmdrules.core.errors import UnsupportedError
+from spmdrules.core.spec import TensorSpec
+from spmdrules.execution.kernels.elementwise import BINARY_OPS, UNARY_OPS, digamma
+from spmdrules.execution.local import LocalContext, get_kernel, list_kernels
 
 Array = np.ndarray[Any, Any]
 Value = Array | list[Array] | None

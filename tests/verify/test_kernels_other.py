@@ -18,14 +18,15 @@ import numpy as np
 import pytest
 
 import spmdrules as sr
-from spmdrules import shapes, simulate
-from spmdrules.attr import DistAttr
-from spmdrules.errors import SpmdError, UnsupportedError
-from spmdrules.kernels import Array, Block, LocalContext, get_kernel
-from spmdrules.kernels_nn import AllReduce, KernelInputError, cross_entropy
-from spmdrules.mesh import ProcessMesh
-from spmdrules.registry import TensorParam
-from spmdrules.spec import SpmdInfo, TensorSpec
+from spmdrules.core.attr import DistAttr
+from spmdrules.core.blocks import ShardMismatch, gather, scatter, shard_index
+from spmdrules.core.errors import SpmdError, UnsupportedError
+from spmdrules.core.mesh import ProcessMesh
+from spmdrules.core.spec import SpmdInfo, TensorSpec
+from spmdrules.engine.registry import TensorParam
+from spmdrules.execution.kernels.nn import AllReduce, KernelInputError, cross_entropy
+from spmdrules.execution.local import Array, Block, LocalContext, get_kernel
+from spmdrules.graph import shapes
 
 Arg = Array | list[Array] | None
 Reference = Callable[..., tuple[Any, ...]]
@@ -75,8 +76,8 @@ def _scatter(x: Arg, a: Any, rng: np.random.Generator) -> Any:
     if x is None:
         return None
     if isinstance(x, list):
-        return [simulate.scatter(t, at, rng) for t, at in zip(x, a, strict=True)]
-    return simulate.scatter(x, a, rng)
+        return [scatter(t, at, rng) for t, at in zip(x, a, strict=True)]
+    return scatter(x, a, rng)
 
 
 def _at(s: Any, c: tuple[int, ...]) -> Block:
@@ -159,11 +160,11 @@ class Op:
         for k, (shp, at) in enumerate(zip(self.out_shapes, out_attrs, strict=True)):
             if isinstance(shp, list | tuple) and shp and isinstance(shp[0], tuple):
                 got.append([
-                    simulate.gather({c: b[k][i] for c, b in blocks.items()}, s, a)
+                    gather({c: b[k][i] for c, b in blocks.items()}, s, a)
                     for i, (s, a) in enumerate(zip(shp, at, strict=True))
                 ])
             else:
-                got.append(simulate.gather({c: b[k] for c, b in blocks.items()}, shp, at))
+                got.append(gather({c: b[k] for c, b in blocks.items()}, shp, at))
         return got
 
 
@@ -312,7 +313,7 @@ def test_reshape_refuses_blocks_cut_differently() -> None:
     mesh = mesh_of((2,))
     op = Op("reshape", [_x(3, 4)], {"shape": [12]})
     x_attr = DistAttr(mesh, [0, -1])  # rows 0..1 and 2: 8 and 4 elements
-    with pytest.raises(simulate.ShardMismatch, match="same pieces"):
+    with pytest.raises(ShardMismatch, match="same pieces"):
         op.run([x_attr], [DistAttr(mesh, [0])], np.random.default_rng(0))  # 6 and 6
 
 
@@ -399,7 +400,7 @@ def test_split_with_num_and_unbind() -> None:
 def test_unbind_refuses_a_sharded_axis() -> None:
     mesh = mesh_of((2,))
     op = Op("unbind", [_x(4, 3)], {"axis": 0})
-    with pytest.raises(simulate.ShardMismatch, match="replicate x dim 0"):
+    with pytest.raises(ShardMismatch, match="replicate x dim 0"):
         op.run([DistAttr(mesh, [0, -1])], [(DistAttr(mesh, [-1]),) * 4],
                np.random.default_rng(0))
 
@@ -446,7 +447,7 @@ def test_softmax_refuses_a_cut_row_and_a_partial_input() -> None:
     mesh = mesh_of((2,))
     op = Op("softmax", [_x(4, 6)], {"axis": -1})
     cut = DistAttr(mesh, [-1, 0])
-    with pytest.raises(simulate.ShardMismatch, match="whole row"):
+    with pytest.raises(ShardMismatch, match="whole row"):
         op.run([cut], [cut], np.random.default_rng(0))
     part = DistAttr(mesh, [-1, -1], {0: "sum"})
     with pytest.raises(UnsupportedError, match="partial"):
@@ -604,7 +605,7 @@ def run_vocab_parallel(op: Op, in_attrs: Sequence[Any], out_attrs: Sequence[Any]
     xs = [x for x in op.args if isinstance(x, np.ndarray)]
     axis = op.full_attrs["axis"] % xs[0].ndim
     tm = ThreadedMesh(mesh, in_attrs[0].multi_dims_mapping[axis])
-    scattered = [simulate.scatter(x, a, rng) for x, a in zip(xs, in_attrs, strict=True)]
+    scattered = [scatter(x, a, rng) for x, a in zip(xs, in_attrs, strict=True)]
     blocks: dict[tuple[int, ...], Any] = {}
     errors: list[BaseException] = []
 
@@ -645,12 +646,12 @@ def check_sharded_ce(op: Op, want: Sequence[Any], seed: int) -> int:
             except SpmdError:
                 continue
             in_attrs, out_attrs = op.attributes(info)
-            cut = simulate.shard_index(in_attrs[0], axis, (0,) * mesh.ndim)[1] > 1
+            cut = shard_index(in_attrs[0], axis, (0,) * mesh.ndim)[1] > 1
             vocab_parallel = not op.full_attrs["soft_label"] and op.full_attrs["use_softmax"]
             if cut and not vocab_parallel:
                 # Only the vocab-parallel kernel may cut the classes; the forward rule lets a
                 # soft label's class shard through (reported), and the kernel refuses it.
-                with pytest.raises(simulate.ShardMismatch, match="need every class"):
+                with pytest.raises(ShardMismatch, match="need every class"):
                     op.run(in_attrs, out_attrs, rng)
                 continue
             if cut:

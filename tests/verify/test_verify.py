@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import spmdrules as sr
-from spmdrules.kernels import Block, LocalContext, get_kernel
-from spmdrules.spec import flat_slots
+from spmdrules.core.spec import flat_slots
+from spmdrules.execution.local import Block, LocalContext, get_kernel
 from spmdrules.verify import (
     CaseResult,
     OpReport,
@@ -27,7 +27,7 @@ from spmdrules.verify import (
     verify,
     verify_op,
 )
-from spmdrules.verify_cases import (
+from spmdrules.verify.cases import (
     Case,
     Draft,
     case_rng,
@@ -43,7 +43,7 @@ MESH2 = sr.ProcessMesh([0, 1])
 #: zero-wrong assertion of the sample only, each pinned by a test below. None is open.
 KNOWN_WRONG: set[str] = set()
 #: Shape-inference disagreements the harness reported; none is open (logsumexp's reduce_all was
-#: fixed in spmdrules.shapes: test_logsumexp_reduce_all_reduces_only_axis).
+#: fixed in spmdrules.graph.shapes: test_logsumexp_reduce_all_reduces_only_axis).
 KNOWN_ERROR: set[str] = set()
 
 
@@ -225,7 +225,7 @@ def test_soft_label_class_shard_no_longer_leaks_into_x() -> None:
 
 def test_logsumexp_reduce_all_reduces_only_axis() -> None:
     """Found by the harness: logsumexp's rule and kernel reduce only `axis` when reduce_all=True
-    (as Paddle 3.3.1's op does), and spmdrules.shapes reduced every dim. Shapes now agree."""
+    (as Paddle 3.3.1's op does), and spmdrules.graph.shapes reduced every dim. Shapes now agree."""
     rng = np.random.default_rng(8)
     draft = Draft("logsumexp", ((6, 2),), ("real",),
                   {"axis": [0], "keepdims": True, "reduce_all": True})

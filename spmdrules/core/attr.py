@@ -1,0 +1,336 @@
+"""DistAttr: how one tensor is laid out on a ProcessMesh.
+
+The canonical form is ``multi_dims_mapping`` (a tuple of mesh dims per tensor dim, major first), which
+also says co-sharding exactly; ``dims_mapping`` is the flat view and the placements view is the same
+information indexed by mesh dim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from spmdrules.core.errors import CoShardedDimError, InvalidDistAttrError
+from spmdrules.core.mesh import ProcessMesh
+from spmdrules.core.placements import REDUCE_TYPES, Partial, Placement, Replicate, Shard
+
+MultiDims = tuple[tuple[int, ...], ...]
+PartialItems = tuple[tuple[int, str], ...]
+
+
+def _mesh_dim(mesh: ProcessMesh, d: Any, where: str) -> int:
+    if isinstance(d, str):
+        if d not in mesh.dim_names:
+            raise InvalidDistAttrError(
+                f"{where}: mesh dim {d!r} is not a dim name of the mesh {list(mesh.dim_names)}"
+            )
+        return mesh.dim_names.index(d)
+    if isinstance(d, bool) or not isinstance(d, int):
+        try:
+            import numpy as np
+
+            if isinstance(d, np.integer):
+                d = int(d)
+            else:
+                raise TypeError
+        except TypeError:
+            raise InvalidDistAttrError(f"{where}: mesh dim {d!r} is not an int") from None
+    if not 0 <= d < mesh.ndim:
+        raise InvalidDistAttrError(
+            f"{where}: mesh dim {d} is out of range for the {mesh.ndim}-d mesh of shape "
+            f"{list(mesh.shape)}; use 0..{mesh.ndim - 1}, or -1 to replicate"
+        )
+    return int(d)
+
+
+def _normalise_partial(mesh: ProcessMesh, partial: Any, where: str) -> PartialItems:
+    if partial is None:
+        return ()
+    items: Iterable[tuple[Any, Any]]
+    if isinstance(partial, Mapping):
+        items = partial.items()
+    elif isinstance(partial, Iterable) and not isinstance(partial, str):
+        items = ((d, "sum") for d in partial)
+    else:
+        raise InvalidDistAttrError(
+            f"{where}: partial must be a dict {{mesh_dim: reduce_type}} or a list of mesh dims, "
+            f"got {partial!r}"
+        )
+    out: dict[int, str] = {}
+    for d, rt in items:
+        md = _mesh_dim(mesh, int(d) if isinstance(d, str) and d.isdigit() else d, where)
+        if isinstance(rt, Partial):
+            rt = rt.reduce_type
+        if rt not in REDUCE_TYPES:
+            raise InvalidDistAttrError(
+                f"{where}: reduce type {rt!r} on mesh dim {md} is not one of {list(REDUCE_TYPES)}"
+            )
+        out[md] = rt
+    return tuple(sorted(out.items()))
+
+
+# Immutable value types set their slots once; bound here to keep construction cheap.
+_set = object.__setattr__
+
+
+class DistAttr:
+    """The distributed attribute of one tensor. Immutable, hashable, compares by value.
+
+    >>> mesh = ProcessMesh([[0, 1, 2], [3, 4, 5]], dim_names=["dp", "mp"])
+    >>> attr = DistAttr(mesh, dims_mapping=[0, -1], partial={1: "sum"})
+    >>> attr.dims_mapping, attr.multi_dims_mapping, attr.partial
+    ((0, -1), ((0,), ()), {1: 'sum'})
+    >>> attr.placements
+    (Shard(0), Partial())
+    """
+
+    __slots__ = ("_hash", "_mdm", "_partial", "mesh")
+
+    mesh: ProcessMesh
+    _mdm: MultiDims
+    _partial: PartialItems
+    _hash: int
+
+    def __init__(
+        self,
+        mesh: ProcessMesh,
+        dims_mapping: Sequence[int | str | None] | None = None,
+        partial: Mapping[Any, str] | Iterable[int] | None = None,
+        *,
+        multi_dims_mapping: Sequence[Sequence[int | str]] | None = None,
+    ) -> None:
+        where = "DistAttr"
+        if not isinstance(mesh, ProcessMesh):
+            raise InvalidDistAttrError(f"{where}: mesh must be a ProcessMesh, got {mesh!r}")
+        if (dims_mapping is None) == (multi_dims_mapping is None):
+            raise InvalidDistAttrError(
+                f"{where}: give exactly one of dims_mapping or multi_dims_mapping"
+            )
+        mdm: list[tuple[int, ...]] = []
+        if dims_mapping is not None:
+            if isinstance(dims_mapping, str | bytes) or not isinstance(dims_mapping, Iterable):
+                raise InvalidDistAttrError(
+                    f"{where}: dims_mapping must be a list, got {dims_mapping!r}"
+                )
+            for d in dims_mapping:
+                if d is None or (not isinstance(d, str) and not isinstance(d, bool) and d == -1):
+                    mdm.append(())
+                else:
+                    mdm.append((_mesh_dim(mesh, d, where),))
+        else:
+            assert multi_dims_mapping is not None
+            for entry in multi_dims_mapping:
+                if isinstance(entry, int) and not isinstance(entry, bool):
+                    entry = () if entry == -1 else (entry,)
+                mdm.append(tuple(_mesh_dim(mesh, d, where) for d in entry))
+        seen: dict[int, int] = {}
+        for tdim, dims in enumerate(mdm):
+            for d in dims:
+                if d in seen:
+                    raise InvalidDistAttrError(
+                        f"{where}: mesh dim {d} shards both tensor dim {seen[d]} and tensor dim "
+                        f"{tdim}; a mesh dim can split one tensor dim only. Set one of them to -1"
+                    )
+                seen[d] = tdim
+        part = _normalise_partial(mesh, partial, where)
+        for d, _ in part:
+            if d in seen:
+                raise InvalidDistAttrError(
+                    f"{where}: mesh dim {d} is partial but also shards tensor dim {seen[d]}; a mesh "
+                    "dim is either a shard, a replica or a pending reduction. Drop one of them"
+                )
+        self._init(mesh, tuple(mdm), part)
+
+    def _init(self, mesh: ProcessMesh, mdm: MultiDims, part: PartialItems) -> None:
+        _set(self, "mesh", mesh)
+        _set(self, "_mdm", mdm)
+        _set(self, "_partial", part)
+        _set(self, "_hash", -1)
+
+    @classmethod
+    def _make(cls, mesh: ProcessMesh, mdm: MultiDims, part: PartialItems = ()) -> DistAttr:
+        """Build without validation: for rules, whose results are valid by construction."""
+        self = object.__new__(cls)
+        _set(self, "mesh", mesh)
+        _set(self, "_mdm", mdm)
+        _set(self, "_partial", part)
+        # Rules build many attributes that are never hashed: hash lazily.
+        _set(self, "_hash", -1)
+        return self
+
+    @classmethod
+    def replicated(cls, mesh: ProcessMesh, ndim: int) -> DistAttr:
+        return cls._make(mesh, ((),) * ndim, ())
+
+    @classmethod
+    def from_placements(
+        cls, mesh: ProcessMesh, placements: Sequence[Placement], ndim: int
+    ) -> DistAttr:
+        """Build from one placement per mesh dim.
+
+        >>> mesh = ProcessMesh([[0, 1], [2, 3]])
+        >>> DistAttr.from_placements(mesh, [Shard(0), Partial("max")], ndim=2)
+        DistAttr(dims_mapping=[0, -1], partial={1: 'max'}, mesh=ProcessMesh(d0=2, d1=2; ids=[0, 1, 2, 3]))
+        """
+        where = "DistAttr.from_placements"
+        if len(placements) != mesh.ndim:
+            raise InvalidDistAttrError(
+                f"{where}: {len(placements)} placements for a {mesh.ndim}-d mesh; give one per mesh dim"
+            )
+        per_dim: list[list[tuple[int, int]]] = [[] for _ in range(ndim)]
+        partial: dict[int, str] = {}
+        for md, p in enumerate(placements):
+            if isinstance(p, Shard):
+                dim = p.dim + ndim if p.dim < 0 else p.dim
+                if not 0 <= dim < ndim:
+                    raise InvalidDistAttrError(
+                        f"{where}: Shard({p.dim}) on mesh dim {md} is out of range for a {ndim}-d "
+                        "tensor"
+                    )
+                per_dim[dim].append((p.order, md))
+            elif isinstance(p, Partial):
+                partial[md] = p.reduce_type
+            elif not isinstance(p, Replicate):
+                raise InvalidDistAttrError(f"{where}: {p!r} on mesh dim {md} is not a placement")
+        mdm = [tuple(md for _, md in sorted(entries)) for entries in per_dim]
+        return cls(mesh, multi_dims_mapping=mdm, partial=partial)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("DistAttr is immutable; use .replace(...)")
+
+    # ---- views -------------------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self._mdm)
+
+    @property
+    def multi_dims_mapping(self) -> MultiDims:
+        return self._mdm
+
+    @property
+    def dims_mapping(self) -> tuple[int, ...]:
+        out = []
+        for i, dims in enumerate(self._mdm):
+            if len(dims) > 1:
+                raise CoShardedDimError(
+                    f"DistAttr: tensor dim {i} is co-sharded over mesh dims {list(dims)}, which the "
+                    "flat dims_mapping cannot say; read multi_dims_mapping instead"
+                )
+            out.append(dims[0] if dims else -1)
+        return tuple(out)
+
+    @property
+    def is_co_sharded(self) -> bool:
+        return any(len(d) > 1 for d in self._mdm)
+
+    @property
+    def partial(self) -> dict[int, str]:
+        return dict(self._partial)
+
+    @property
+    def partial_items(self) -> PartialItems:
+        return self._partial
+
+    @property
+    def partial_dims(self) -> frozenset[int]:
+        return frozenset(d for d, _ in self._partial)
+
+    def is_partial(self, mesh_dim: int | None = None) -> bool:
+        if mesh_dim is None:
+            return bool(self._partial)
+        return any(d == mesh_dim for d, _ in self._partial)
+
+    @property
+    def is_replicated(self) -> bool:
+        return not self._partial and not any(self._mdm)
+
+    @property
+    def sharded_mesh_dims(self) -> frozenset[int]:
+        return frozenset(d for dims in self._mdm for d in dims)
+
+    @property
+    def placements(self) -> tuple[Placement, ...]:
+        out: list[Placement] = [Replicate()] * self.mesh.ndim
+        for tdim, dims in enumerate(self._mdm):
+            for order, md in enumerate(dims):
+                out[md] = Shard(tdim, order)
+        for md, rt in self._partial:
+            out[md] = Partial(rt)
+        return tuple(out)
+
+    def shard_count(self, tensor_dim: int) -> int:
+        """How many pieces tensor dim ``tensor_dim`` is cut into."""
+        n = 1
+        for md in self._mdm[tensor_dim]:
+            n *= self.mesh.shape[md]
+        return n
+
+    # ---- derived attributes ------------------------------------------------------------------
+    def replace(
+        self,
+        dims_mapping: Sequence[int] | None = None,
+        partial: Mapping[Any, str] | Iterable[int] | None = None,
+        *,
+        multi_dims_mapping: Sequence[Sequence[int]] | None = None,
+        keep_partial: bool = True,
+    ) -> DistAttr:
+        """A validated copy with a new mapping and/or partial status."""
+        if dims_mapping is None and multi_dims_mapping is None:
+            multi_dims_mapping = self._mdm
+        if partial is None and keep_partial:
+            partial = dict(self._partial)
+        return DistAttr(self.mesh, dims_mapping, partial, multi_dims_mapping=multi_dims_mapping)
+
+    def without_partial(self) -> DistAttr:
+        if not self._partial:
+            return self
+        return DistAttr._make(self.mesh, self._mdm, ())
+
+    # ---- dunder ------------------------------------------------------------------------------
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, DistAttr):
+            return NotImplemented
+        return (
+            self._mdm == other._mdm
+            and self._partial == other._partial
+            and (self.mesh is other.mesh or self.mesh == other.mesh)
+        )
+
+    def __hash__(self) -> int:
+        h = self._hash
+        if h == -1:
+            h = hash((self.mesh, self._mdm, self._partial))
+            _set(self, "_hash", h)
+        return h
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (self.mesh, self._mdm, self._partial))
+
+    def mapping_str(self) -> str:
+        """Compact text: ``[0,-1]`` or ``[[0,1],-1]`` for co-shard, then ``P{1:sum}``."""
+        parts = []
+        for dims in self._mdm:
+            if not dims:
+                parts.append("-1")
+            elif len(dims) == 1:
+                parts.append(str(dims[0]))
+            else:
+                parts.append("[" + ",".join(map(str, dims)) + "]")
+        text = "[" + ",".join(parts) + "]"
+        if self._partial:
+            text += " P{" + ",".join(f"{d}:{rt}" for d, rt in self._partial) + "}"
+        return text
+
+    def __repr__(self) -> str:
+        if self.is_co_sharded:
+            m = f"multi_dims_mapping={[list(d) for d in self._mdm]}"
+        else:
+            m = f"dims_mapping={list(self.dims_mapping)}"
+        p = f", partial={self.partial}" if self._partial else ""
+        return f"DistAttr({m}{p}, mesh={self.mesh!r})"
+
+
+def _rebuild(mesh: ProcessMesh, mdm: MultiDims, part: PartialItems) -> DistAttr:
+    return DistAttr._make(mesh, mdm, part)

@@ -1,0 +1,438 @@
+"""The rule registry: op name -> Rule, with Paddle's argument names, defaults and binding.
+
+A Rule binds a call by position or keyword in Paddle's order (tensors, then attributes), checks it
+once, and memoises the answer on the immutable arguments in a bounded cache.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from spmdrules.core.errors import (
+    RuleArgumentError,
+    SpmdError,
+    UnknownOpError,
+    UnsupportedError,
+    did_you_mean,
+)
+from spmdrules.core.spec import SpmdInfo, TensorSpec
+
+TensorKind = Literal["tensor", "optional", "list"]
+AttrType = Literal["bool", "int", "float", "str", "ints", "floats", "dtype"]
+RuleFn = Callable[..., SpmdInfo]
+
+CACHE_SIZE: Final = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class TensorParam:
+    """A tensor argument: one tensor, an optional one (``None`` when absent) or a list."""
+
+    name: str
+    kind: TensorKind = "tensor"
+
+
+@dataclass(frozen=True, slots=True)
+class AttrParam:
+    """A non-tensor attribute with its Paddle C++ name, type and default."""
+
+    name: str
+    type: AttrType
+    default: Any
+
+
+def T(name: str) -> TensorParam:
+    return TensorParam(name, "tensor")
+
+
+def Opt(name: str) -> TensorParam:
+    return TensorParam(name, "optional")
+
+
+def Vec(name: str) -> TensorParam:
+    return TensorParam(name, "list")
+
+
+def A(name: str, type_: AttrType, default: Any) -> AttrParam:
+    return AttrParam(name, type_, default)
+
+
+def _check_attr(op: str, p: AttrParam, v: Any) -> Any:
+    t = p.type
+    if t == "bool":
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, int) and v in (0, 1):
+            return bool(v)
+    elif t == "int":
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+        if _is_np_int(v):
+            return int(v)
+    elif t == "float":
+        if isinstance(v, float | int) and not isinstance(v, bool):
+            return float(v)
+    elif t == "str":
+        if isinstance(v, str):
+            return v
+    elif t == "ints":
+        if isinstance(v, int) and not isinstance(v, bool):
+            return (v,)
+        if isinstance(v, list | tuple) and all(
+            (isinstance(e, int) and not isinstance(e, bool)) or _is_np_int(e) for e in v
+        ):
+            return tuple(int(e) for e in v)
+    elif t == "floats":
+        if isinstance(v, list | tuple) and all(
+            isinstance(e, float | int) and not isinstance(e, bool) for e in v
+        ):
+            return tuple(float(e) for e in v)
+    elif t == "dtype":
+        return str(v)
+    raise RuleArgumentError(f"{op}: attribute {p.name!r} must be {TYPE_WORDS[t]}, got {v!r}")
+
+
+TYPE_WORDS: Final = {
+    "bool": "a bool",
+    "int": "an int",
+    "float": "a float",
+    "str": "a str",
+    "ints": "a list of ints",
+    "floats": "a list of floats",
+    "dtype": "a dtype name",
+}
+
+
+def _is_np_int(v: Any) -> bool:
+    import numpy as np
+
+    return isinstance(v, np.integer)
+
+
+_EXACT_TYPES: Final[dict[str, type | str]] = {
+    "bool": bool, "int": int, "float": float, "str": str, "ints": "ints",
+}
+
+
+def _check_tensor(op: str, p: TensorParam, v: Any) -> Any:
+    if p.kind == "list":
+        if isinstance(v, list | tuple):
+            for i, e in enumerate(v):
+                if not isinstance(e, TensorSpec):
+                    raise RuleArgumentError(
+                        f"{op}: element {i} of tensor list {p.name!r} must be a TensorSpec, got {e!r}"
+                    )
+            return tuple(v)
+        raise RuleArgumentError(f"{op}: tensor argument {p.name!r} must be a list of TensorSpec")
+    if isinstance(v, TensorSpec):
+        return v
+    if v is None and p.kind == "optional":
+        return None
+    what = "a TensorSpec or None" if p.kind == "optional" else "a TensorSpec"
+    raise RuleArgumentError(f"{op}: tensor argument {p.name!r} must be {what}, got {v!r}")
+
+
+class _Binding:
+    """One calling convention: tensor params then attrs; binds, checks and memoises."""
+
+    __slots__ = (
+        "attr_types", "attrs", "cached", "fn", "kinds", "list_at", "may_list", "n_full",
+        "n_tensors", "names", "op", "params",
+    )
+
+    def __init__(
+        self, op: str, fn: RuleFn, tensors: Sequence[TensorParam], attrs: Sequence[AttrParam]
+    ) -> None:
+        self.op = op
+        self.fn = fn
+        self.params: tuple[TensorParam, ...] = tuple(tensors)
+        self.attrs: tuple[AttrParam, ...] = tuple(attrs)
+        self.n_tensors = len(self.params)
+        self.n_full = self.n_tensors + len(self.attrs)
+        all_names = [p.name for p in self.params] + [a.name for a in self.attrs]
+        self.names = {n: i for i, n in enumerate(all_names)}
+        self.kinds = tuple(p.kind for p in self.params)
+        #: positions that may receive a Python list (variadic tensors, list attributes)
+        self.list_at = tuple(i for i, k in enumerate(self.kinds) if k == "list") + tuple(
+            self.n_tensors + j for j, a in enumerate(self.attrs) if a.type in ("ints", "floats")
+        )
+        self.may_list = bool(self.list_at)
+        self.attr_types: tuple[type | str | None, ...] = tuple(
+            _EXACT_TYPES.get(a.type) for a in self.attrs
+        )
+        self.cached = functools.lru_cache(maxsize=CACHE_SIZE)(self._run)
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        op = self.op
+        if len(args) > self.n_full:
+            raise RuleArgumentError(
+                f"{op}: takes {self.n_full} arguments ({self.signature()}) but {len(args)} were given"
+            )
+        vals: list[Any] = list(args) + [_MISSING] * (self.n_full - len(args))
+        for k, v in kwargs.items():
+            i = self.names.get(k)
+            if i is None:
+                hint = did_you_mean(k, self.names)
+                raise RuleArgumentError(f"{op}: unknown argument {k!r}{hint} ({self.signature()})")
+            if vals[i] is not _MISSING:
+                raise RuleArgumentError(f"{op}: argument {k!r} given twice")
+            vals[i] = v
+        for i, p in enumerate(self.params):
+            v = vals[i]
+            if v is _MISSING:
+                if p.kind == "optional":
+                    vals[i] = None
+                    continue
+                raise RuleArgumentError(
+                    f"{op}: missing tensor argument {p.name!r} ({self.signature()})"
+                )
+            vals[i] = v if type(v) is TensorSpec else _check_tensor(op, p, v)
+        for j, a in enumerate(self.attrs):
+            i = self.n_tensors + j
+            v = vals[i]
+            vals[i] = a.default if v is _MISSING else _check_attr(op, a, v)
+        return tuple(vals)
+
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SpmdInfo:
+        if not kwargs and len(args) == self.n_full:
+            # Lists (variadic tensors, int-list attrs) become tuples so the call can be memoised.
+            if self.may_list:
+                for i in self.list_at:
+                    if type(args[i]) is list:
+                        args = tuple(tuple(a) if type(a) is list else a for a in args)
+                        break
+            try:
+                return self.cached(args)
+            except TypeError as e:  # still unhashable (e.g. a list nested in a tuple): bind it
+                if "unhashable" not in str(e):
+                    raise
+        return self.cached(self.bind(args, kwargs))
+
+    def _already_valid(self, full: tuple[Any, ...]) -> bool:
+        """The common case, checked cheaply: exact types, every tensor on one mesh."""
+        mesh = None
+        for kind, v in zip(self.kinds, full, strict=False):
+            if type(v) is TensorSpec:
+                m = v.attr.mesh
+                if mesh is None:
+                    mesh = m
+                elif m is not mesh and m != mesh:
+                    return False
+            elif v is None:
+                if kind != "optional":
+                    return False
+            elif kind == "list" and type(v) is tuple:
+                for t in v:
+                    if type(t) is not TensorSpec:
+                        return False
+                    m = t.attr.mesh
+                    if mesh is None:
+                        mesh = m
+                    elif m is not mesh and m != mesh:
+                        return False
+            else:
+                return False
+        i = self.n_tensors
+        for want in self.attr_types:
+            v = full[i]
+            i += 1
+            if type(v) is want:
+                continue
+            if want != "ints" or type(v) is not tuple:
+                return False
+            for e in v:
+                if type(e) is not int:
+                    return False
+        return True
+
+    def _run(self, full: tuple[Any, ...]) -> SpmdInfo:
+        checked = full if self._already_valid(full) else self._checked(full)
+        try:
+            return self.fn(*checked)
+        except SpmdError as e:
+            if str(e).startswith(f"{self.op}:") or isinstance(e, UnknownOpError):
+                raise
+            raise type(e)(f"{self.op}: {e}") from e
+
+    def _checked(self, full: tuple[Any, ...]) -> tuple[Any, ...]:
+        checked = self.bind(full, {})
+        mesh = None
+        for v in checked[: self.n_tensors]:
+            for t in v if isinstance(v, tuple) else (v,):
+                if t is None:
+                    continue
+                if mesh is None:
+                    mesh = t.attr.mesh
+                elif t.attr.mesh != mesh:
+                    raise UnsupportedError(
+                        f"{self.op}: all tensors of one call must be on the same ProcessMesh; "
+                        f"got {mesh!r} and {t.attr.mesh!r}. Reshard them onto one mesh first"
+                    )
+        return checked
+
+    def signature(self) -> str:
+        parts = []
+        for p in self.params:
+            parts.append(
+                f"[{p.name}...]"
+                if p.kind == "list"
+                else (f"{p.name}?" if p.kind == "optional" else p.name)
+            )
+        parts += [f"{a.name}={a.default!r}" for a in self.attrs]
+        return f"{self.op}({', '.join(parts)})"
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING: Final = _Missing()
+
+
+class Rule:
+    """A registered SPMD rule: ``infer_forward`` and, where the op has one, ``infer_reverse``."""
+
+    __slots__ = ("_fwd", "_rev", "aliases", "attrs", "doc", "family", "inputs", "name", "outputs")
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        forward: RuleFn,
+        reverse: RuleFn | None,
+        inputs: Sequence[TensorParam],
+        outputs: Sequence[TensorParam],
+        attrs: Sequence[AttrParam] = (),
+        reverse_attrs: Sequence[AttrParam] | None = None,
+        aliases: Sequence[str] = (),
+        family: str = "",
+        doc: str = "",
+    ) -> None:
+        self.name = name
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self.attrs = tuple(attrs)
+        self.aliases = tuple(aliases)
+        self.family = family
+        self.doc = doc
+        self._fwd = _Binding(name, forward, self.inputs, self.attrs)
+        self._rev = (
+            None
+            if reverse is None
+            else _Binding(
+                name,
+                reverse,
+                (*self.inputs, *self.outputs),
+                self.attrs if reverse_attrs is None else reverse_attrs,
+            )
+        )
+
+    def infer_forward(self, *args: Any, **kwargs: Any) -> SpmdInfo:
+        """Infer the outputs' attributes (and corrected inputs) from the inputs'."""
+        b = self._fwd
+        if not kwargs and not b.may_list and len(args) == b.n_full:
+            try:  # the common call, without a further Python frame
+                return b.cached(args)
+            except TypeError as e:
+                if "unhashable" not in str(e):
+                    raise
+        return b(args, kwargs)
+
+    def infer_reverse(self, *args: Any, **kwargs: Any) -> SpmdInfo:
+        """Infer the inputs' attributes from the outputs': ``(inputs..., outputs..., **attrs)``."""
+        b = self._rev
+        if b is None:
+            raise UnsupportedError(
+                f"{self.name}: has no reverse rule (Paddle registers none); infer it forward "
+                "from its inputs instead"
+            )
+        if not kwargs and not b.may_list and len(args) == b.n_full:
+            try:
+                return b.cached(args)
+            except TypeError as e:
+                if "unhashable" not in str(e):
+                    raise
+        return b(args, kwargs)
+
+    @property
+    def has_reverse(self) -> bool:
+        return self._rev is not None
+
+    @property
+    def reverse_attrs(self) -> tuple[AttrParam, ...] | None:
+        """The reverse rule's attributes (None without a reverse rule); usually the forward
+        ones, but some reverse rules take fewer (reduce_base's drops reduce_type)."""
+        return None if self._rev is None else tuple(self._rev.attrs)
+
+    def signature(self, direction: Literal["forward", "reverse"] = "forward") -> str:
+        b = self._fwd if direction == "forward" else self._rev
+        if b is None:
+            return f"{self.name}: no reverse rule"
+        return b.signature()
+
+    def cache_clear(self) -> None:
+        self._fwd.cached.cache_clear()
+        if self._rev is not None:
+            self._rev.cached.cache_clear()
+
+    def __repr__(self) -> str:
+        return f"<Rule {self._fwd.signature()}>"
+
+
+# Filled as the rule families (``spmdrules.rules``) import: the top package imports them, so every
+# rule is registered before any module of spmdrules can be used.
+_RULES: dict[str, Rule] = {}
+
+
+def register_rule(
+    name: str,
+    *,
+    forward: RuleFn,
+    reverse: RuleFn | None = None,
+    inputs: Sequence[TensorParam],
+    outputs: Sequence[TensorParam],
+    attrs: Sequence[AttrParam] = (),
+    reverse_attrs: Sequence[AttrParam] | None = None,
+    aliases: Sequence[str] = (),
+    family: str = "",
+    doc: str = "",
+) -> Rule:
+    """Register a rule under ``name`` and each alias. Names must be new."""
+    rule = Rule(
+        name,
+        forward=forward,
+        reverse=reverse,
+        inputs=inputs,
+        outputs=outputs,
+        attrs=attrs,
+        reverse_attrs=reverse_attrs,
+        aliases=aliases,
+        family=family,
+        doc=doc,
+    )
+    for n in (name, *aliases):
+        if n in _RULES:
+            raise SpmdError(f"register_rule: a rule named {n!r} is already registered")
+    for n in (name, *aliases):
+        _RULES[n] = rule
+    return rule
+
+
+def get_rule(name: str) -> Rule:
+    """The rule registered under ``name`` (or an alias). Unknown names raise UnknownOpError."""
+    rule = _RULES.get(name)
+    if rule is None:
+        if not isinstance(name, str):
+            raise UnknownOpError(repr(name), [])
+        raise UnknownOpError(name, difflib.get_close_matches(name, list(_RULES), n=3, cutoff=0.6))
+    return rule
+
+
+def list_rules() -> list[str]:
+    """Every registered name, aliases included, sorted."""
+    return sorted(_RULES)

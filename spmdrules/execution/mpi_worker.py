@@ -1,0 +1,54 @@
+"""``mpiexec -n N python -m spmdrules.execution.mpi_worker JOB_DIR``: one rank of :func:`run_mpi`.
+
+The job directory holds ``program.pkl`` (a lowered :class:`~spmdrules.execution.lowering.Program`),
+``feeds.pkl`` (global source values) and ``fetch.json`` (tensor names to bring back); this
+process's own launcher wrote them, so unpickling them trusts nothing foreign. Rank 0 writes
+``values.pkl`` (the fetched global values) and ``report.pkl`` (bytes summed over ranks, the
+slowest rank's seconds). Any failure on any rank prints the traceback and aborts the whole job,
+so no rank waits forever for a partner that died.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    try:
+        from spmdrules.execution.mpi import MPIExecutor
+
+        job = Path(argv[0])
+        with open(job / "program.pkl", "rb") as f:
+            program = pickle.load(f)
+        with open(job / "feeds.pkl", "rb") as f:
+            feeds = pickle.load(f)
+        names = json.loads((job / "fetch.json").read_text())
+        ex = MPIExecutor(program, comm)
+        blocks, report = ex.run(feeds)
+        t0 = time.perf_counter()
+        values = ex.fetch(blocks, names)
+        report.seconds["fetch"] = time.perf_counter() - t0
+        total = ex.reduce_reports(report)
+        if comm.Get_rank() == 0:
+            assert values is not None and total is not None
+            with open(job / "values.pkl", "wb") as f:
+                pickle.dump(values, f)
+            with open(job / "report.pkl", "wb") as f:
+                pickle.dump(total, f)
+    except BaseException:
+        sys.stderr.write(f"rank {comm.Get_rank()}:\n{traceback.format_exc()}")
+        sys.stderr.flush()
+        comm.Abort(1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,81 @@
+"""Vector-Jacobian products of the matrix products (:mod:`spmdrules.execution.kernels.matmul`).
+
+``dx = g @ y^T`` and ``dy = x^T @ g`` on the rank's blocks, with numpy's reading of 1-D operands
+and of broadcast batch dims (summed back with :func:`spmdrules.execution.vjp.elementwise.unbroadcast`), and
+Paddle's ``trans_x`` / ``trans_y``. A rank holding a block of the contracted dim gets the block of
+``dx`` for that part of it; a weight replicated over the batch's mesh dim gets the sum over the
+rank's rows only, one piece of the pending sum that the dual of its layout names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from spmdrules.execution.kernels.matmul import _notation, operand_grad
+from spmdrules.execution.local import (
+    Array,
+    Block,
+    LocalContext,
+    array,
+    arrays,
+    cotangent,
+    register_vjp,
+)
+from spmdrules.execution.vjp.elementwise import unbroadcast
+
+
+def _t(a: Array) -> Array:
+    return np.swapaxes(a, -1, -2)
+
+
+def matmul_grads(x: Array, y: Array, g: Array, trans_x: bool, trans_y: bool
+                 ) -> tuple[Array, Array]:
+    """(dx, dy) of ``matmul(x, y, trans_x, trans_y)`` for the output cotangent ``g``."""
+    xs = _t(x) if trans_x and x.ndim >= 2 else x
+    ys = _t(y) if trans_y and y.ndim >= 2 else y
+    x2 = xs[None, :] if xs.ndim == 1 else xs
+    y2 = ys[:, None] if ys.ndim == 1 else ys
+    g2 = g[..., None] if ys.ndim == 1 else g
+    g2 = np.expand_dims(g2, -2) if xs.ndim == 1 else g2
+    dx = unbroadcast(np.asarray(np.matmul(g2, _t(y2))), x2.shape).reshape(xs.shape)
+    dy = unbroadcast(np.asarray(np.matmul(_t(x2), g2)), y2.shape).reshape(ys.shape)
+    dx = _t(dx) if trans_x and x.ndim >= 2 else dx
+    dy = _t(dy) if trans_y and y.ndim >= 2 else dy
+    return dx, dy
+
+
+@register_vjp("matmul", "matmul_v2")
+def matmul_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+               cts: Sequence[Block]) -> tuple[Block, ...]:
+    x = array(ctx, ins, 0, "x")
+    y = array(ctx, ins, 1, "y")
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
+    dx, dy = matmul_grads(x, y, g, bool(ctx.attrs.get("trans_x", False)),
+                          bool(ctx.attrs.get("trans_y", False)))
+    return dx.astype(x.dtype), dy.astype(y.dtype)
+
+
+@register_vjp("bmm")
+def bmm_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+            cts: Sequence[Block]) -> tuple[Block, ...]:
+    x = array(ctx, ins, 0, "x")
+    y = array(ctx, ins, 1, "y")
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
+    dx, dy = matmul_grads(x, y, g, False, False)
+    return dx.astype(x.dtype), dy.astype(y.dtype)
+
+
+@register_vjp("einsum")
+def einsum_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+               cts: Sequence[Block]) -> tuple[Block, ...]:
+    """Each operand's cotangent: the contraction of the output's with the other operands
+    (:func:`spmdrules.execution.kernels.matmul.operand_grad`, the kernel of einsum_grad)."""
+    ops = arrays(ctx, ins, 0, "inputs")
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
+    nota = _notation(ctx, len(ops))
+    out = nota.outputs[0]
+    pairs = list(zip(nota.inputs, ops, strict=True))
+    return ([operand_grad(ls, out, g, [p for j, p in enumerate(pairs) if j != i], x)
+             .astype(x.dtype) for i, (ls, x) in enumerate(pairs)],)

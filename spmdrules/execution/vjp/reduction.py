@@ -1,0 +1,81 @@
+"""Vector-Jacobian products of the reductions (:mod:`spmdrules.execution.kernels.reduction`).
+
+A sum's cotangent is the output's, broadcast back over the reduced axes of the rank's block; a
+block's mean spreads it evenly over the block's entries. Over a sharded dim the local result is
+one piece of a pending sum (or avg), whose dual is replicated: every rank receives the whole
+cotangent, and its block of the input cotangent is complete.
+
+Each axis reduction is described once, as its partial derivative given x, the result ``y`` and
+the cotangent ``g`` spread back over the reduced axes (:data:`GRADIENTS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+import numpy as np
+
+from spmdrules.execution.kernels.reduction import AXIS_OPS, reduced_axes
+from spmdrules.execution.local import Array, Block, LocalContext, array, cotangent, register_vjp
+
+Axes = tuple[int, ...] | None
+
+
+def _axes_keep(ctx: LocalContext, x: Array) -> tuple[tuple[int, ...] | None, bool]:
+    axes = reduced_axes(ctx.op, x.ndim, tuple(ctx.attrs.get("axis", ())))
+    return axes, bool(ctx.attrs.get("keep_dim", ctx.attrs.get("keepdims", False)))
+
+
+def _spread(g: Array, x: Array, axes: tuple[int, ...] | None, keep: bool) -> Array:
+    """``g`` (reduced over ``axes`` of x) broadcast back to x's block."""
+    if axes is not None and not keep:
+        g = np.expand_dims(g, axes)
+    return np.asarray(np.broadcast_to(g, x.shape))
+
+
+def _extremum(x: Array, y: Array, g: Array, axes: Axes) -> Array:
+    """The cotangent goes to the entries equal to the extremum, shared evenly among ties (as
+    JAX's reduction gradients share it)."""
+    hit = (x == y).astype(x.dtype)
+    return np.asarray(hit * g / np.maximum(np.sum(hit, axis=axes, keepdims=True), 1))
+
+
+def _frobenius(x: Array, y: Array, g: Array, axes: Axes) -> Array:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(np.where(x == 0, 0.0, x * g / y))
+
+
+#: what each reduction's input cotangent is, from x and the spread result and cotangent
+GRADIENTS: Final[dict[str, Callable[[Array, Array, Array, Axes], Array]]] = {
+    "sum": lambda x, y, g, axes: g,
+    "squared_l2_norm": lambda x, y, g, axes: 2.0 * x * g,
+    "max": _extremum,
+    "min": _extremum,
+    # d logsumexp / dx = softmax of x over the reduced axes
+    "logsumexp": lambda x, y, g, axes: np.exp(x - y) * g,
+    "frobenius_norm": _frobenius,
+}
+
+
+def _what(op: str) -> str:
+    return "logsumexp" if op == "logsumexp" else AXIS_OPS[op]
+
+
+@register_vjp(*(op for op, what in AXIS_OPS.items() if what in GRADIENTS), "logsumexp")
+def reduction_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                  cts: Sequence[Block]) -> tuple[Block, ...]:
+    x = array(ctx, ins, 0, "x")
+    y = array(ctx, outs, 0, "out")
+    g = cotangent(cts, 0, y)
+    axes, keep = _axes_keep(ctx, x)
+    dx = GRADIENTS[_what(ctx.op)](x, _spread(y, x, axes, keep), _spread(g, x, axes, keep), axes)
+    return (np.array(dx, dtype=x.dtype),)
+
+
+@register_vjp("mean_all")
+def mean_all_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                 cts: Sequence[Block]) -> tuple[Block, ...]:
+    x = array(ctx, ins, 0, "x")
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
+    return (np.full(x.shape, g.reshape(()) / max(x.size, 1), dtype=x.dtype),)

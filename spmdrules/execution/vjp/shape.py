@@ -1,0 +1,76 @@
+"""Vector-Jacobian products of the shape and join ops (:mod:`spmdrules.execution.kernels.shape`,
+:mod:`spmdrules.execution.kernels.concat_split`).
+
+They move entries without changing them, so the cotangent moves back the same way on the rank's
+blocks: reshaped to the input block, transposed by the inverse permutation, the pieces of a split
+joined again (a piece nothing depends on contributes zeros), a join's cotangent cut at the input
+blocks' sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import accumulate
+
+import numpy as np
+
+from spmdrules.engine.rulekit import normalise_axis
+from spmdrules.execution.local import Block, LocalContext, array, arrays, cotangent, register_vjp
+
+
+@register_vjp("reshape", "reshape2", "flatten", "squeeze", "unsqueeze", "unsqueeze2")
+def reshape_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                cts: Sequence[Block]) -> tuple[Block, ...]:
+    x = array(ctx, ins, 0, "x")
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
+    return (g.reshape(x.shape),)
+
+
+@register_vjp("transpose", "transpose2")
+def transpose_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                  cts: Sequence[Block]) -> tuple[Block, ...]:
+    x = array(ctx, ins, 0, "x")
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
+    perm = [normalise_axis(ctx.op, "x", int(p), x.ndim) for p in ctx.attrs["perm"]]
+    return (np.transpose(g, np.argsort(perm)).copy(),)
+
+
+@register_vjp("split", "split_with_num", "unbind")
+def split_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+              cts: Sequence[Block]) -> tuple[Block, ...]:
+    x = array(ctx, ins, 0, "x")
+    pieces = arrays(ctx, outs, 0, "out")
+    got = cts[0] if cts else None
+    gs = list(got) if isinstance(got, list | tuple) else [None] * len(pieces)
+    axis = normalise_axis(ctx.op, "x", int(ctx.attrs.get("axis", 0)), x.ndim)
+    full = [cotangent(gs, i, p) for i, p in enumerate(pieces)]
+    if ctx.op == "unbind":
+        return (np.stack(full, axis=axis),)
+    return (np.concatenate(full, axis=axis),)
+
+
+@register_vjp("concat")
+def concat_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+               cts: Sequence[Block]) -> tuple[Block, ...]:
+    xs = arrays(ctx, ins, 0, "x")
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
+    axis = normalise_axis(ctx.op, "x", int(ctx.attrs["axis"]), g.ndim)
+    bounds = list(accumulate(x.shape[axis] for x in xs))[:-1]
+    return ([np.array(p) for p in np.split(g, bounds, axis=axis)],)
+
+
+@register_vjp("stack")
+def stack_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+              cts: Sequence[Block]) -> tuple[Block, ...]:
+    xs = arrays(ctx, ins, 0, "x")
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
+    axis = normalise_axis(ctx.op, "x", int(ctx.attrs["axis"]), g.ndim)
+    return ([np.take(g, i, axis=axis) for i in range(len(xs))],)
+
+
+@register_vjp("add_n")
+def add_n_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+              cts: Sequence[Block]) -> tuple[Block, ...]:
+    xs = arrays(ctx, ins, 0, "inputs")
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
+    return ([np.array(g, dtype=x.dtype) for x in xs],)

@@ -1,0 +1,292 @@
+"""JSON exchange for compilers: the graph, its annotations and the completed attributes.
+
+The file is plain data validated by pydantic models (strict types, unknown keys refused); its
+JSON Schema is published as ``docs/model.schema.json``. Loading reads JSON and builds the graph
+through the ordinary, validating ``Graph`` API, so an untrusted file can only fail with a precise
+``ExchangeError`` (or the ``GraphError`` the builder raises, which names the node); nothing in it
+is ever imported, evaluated or executed.
+
+Layout (version 1)::
+
+    {"format": "spmdrules.model/1", "name": "mlp",
+     "meshes": {"mesh0": {"shape": [2, 4], "process_ids": [0, ..., 7], "dim_names": ["dp", "mp"]}},
+     "tensors": [{"name": "x", "shape": [8, 16], "dtype": "float32", "role": "input",
+                  "annotation": {"mesh": "mesh0", "dims": [[0], null], "closed": [true, false],
+                                 "partial": {}, "priority": 0},
+                  "attr": {"mesh": "mesh0", "dims": [[0], [1]], "partial": {}}}],
+     "ops": [{"name": "mm", "type": "matmul", "operands": ["x", "w"], "results": ["y"],
+              "attrs": {"trans_x": false, "trans_y": false}}]}
+
+``dims`` lists the mesh dims that split each tensor dim (major first; ``[]`` replicated; in an
+annotation ``null`` is an open dim with no preference); ``partial`` maps a mesh dim (as a string)
+to its reduce type. An operand is a tensor name, a list of names (a list parameter) or null (an
+absent optional).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from spmdrules.core.attr import DistAttr
+from spmdrules.core.errors import SpmdError
+from spmdrules.core.mesh import ProcessMesh
+from spmdrules.graph.annotate import OPEN, shard
+from spmdrules.graph.graph import Graph, Tensor
+
+FORMAT: Final = "spmdrules.model/1"
+#: the largest file ``load`` reads (a 960-layer GPT is about 15 MB)
+MAX_BYTES: Final = 256 * 1024 * 1024
+
+Name = Annotated[str, Field(min_length=1, max_length=512)]
+Dims = list[Annotated[int, Field(ge=0, le=64)]]
+ReduceType = Literal["sum", "avg", "max", "min", "product", "any", "all"]
+AttrValue = bool | int | float | str | list[int] | list[float] | list[bool] | None
+
+
+class ExchangeError(SpmdError, ValueError):
+    """A model file that is not valid JSON, does not match the schema, or does not make a graph."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class MeshModel(_Model):
+    shape: list[Annotated[int, Field(ge=1)]]
+    process_ids: list[Annotated[int, Field(ge=0)]]
+    dim_names: list[Name]
+
+
+class AnnotationModel(_Model):
+    mesh: Name
+    dims: list[Dims | None] = Field(description="mesh dims per tensor dim; null = open")
+    closed: list[bool]
+    partial: dict[str, ReduceType] = Field(default_factory=dict)
+    priority: int = 0
+
+
+class AttrModel(_Model):
+    mesh: Name
+    dims: list[Dims]
+    partial: dict[str, ReduceType] = Field(default_factory=dict)
+
+
+class TensorModel(_Model):
+    name: Name
+    shape: list[Annotated[int, Field(ge=0)]]
+    dtype: Name
+    role: Literal["input", "param", "value"]
+    annotation: AnnotationModel | None = None
+    attr: AttrModel | None = None
+
+
+class OpModel(_Model):
+    name: Name
+    type: Name
+    operands: list[Name | list[Name] | None]
+    results: list[Name]
+    attrs: dict[str, AttrValue] = Field(default_factory=dict)
+
+
+class ModelFile(_Model):
+    """A whole model: meshes, tensors (with annotations and attributes) and ops."""
+
+    format: Literal["spmdrules.model/1"] = FORMAT
+    name: Name
+    meshes: dict[Name, MeshModel]
+    tensors: list[TensorModel]
+    ops: list[OpModel]
+
+
+# ---- dump ------------------------------------------------------------------------------------
+def _mesh_id(meshes: dict[ProcessMesh, str], mesh: ProcessMesh) -> str:
+    if mesh not in meshes:
+        meshes[mesh] = f"mesh{len(meshes)}"
+    return meshes[mesh]
+
+
+def _partial(items: tuple[tuple[int, str], ...]) -> dict[str, Any]:
+    return {str(m): rt for m, rt in items}
+
+
+def _jsonable(v: Any) -> AttrValue:
+    if isinstance(v, tuple | list):
+        return [_jsonable(x) for x in v]  # type: ignore[return-value]
+    return v  # type: ignore[no-any-return]
+
+
+def to_model(graph: Graph) -> ModelFile:
+    """The graph as a validated ``ModelFile`` (with the current ``tensor.attr`` values)."""
+    meshes: dict[ProcessMesh, str] = {}
+    tensors = []
+    for t in graph.tensors:
+        ann = None
+        if t.annotation is not None:
+            a = t.annotation
+            ann = AnnotationModel(
+                mesh=_mesh_id(meshes, a.mesh),
+                dims=[None if d is None else list(d) for d in a.dims],
+                closed=list(a.closed), partial=_partial(a.partial), priority=a.priority,
+            )
+        attr = None
+        if t.attr is not None:
+            attr = AttrModel(mesh=_mesh_id(meshes, t.attr.mesh),
+                             dims=[list(d) for d in t.attr.multi_dims_mapping],
+                             partial=_partial(t.attr.partial_items))
+        tensors.append(TensorModel(name=t.name, shape=list(t.shape), dtype=t.dtype, role=t.role,
+                                   annotation=ann, attr=attr))
+
+    def operand(v: Tensor | tuple[Tensor, ...] | None) -> str | list[str] | None:
+        if v is None or isinstance(v, Tensor):
+            return None if v is None else v.name
+        return [x.name for x in v]
+
+    op_models = [
+        OpModel(name=op.name, type=op.type, operands=[operand(v) for v in op.operands],
+                results=[t.name for t in op.outputs],
+                attrs={k: _jsonable(v) for k, v in op.attr_dict.items()})
+        for op in graph.ops
+    ]
+    mesh_models = {
+        mid: MeshModel(shape=list(m.shape), process_ids=list(m.process_ids),
+                       dim_names=list(m.dim_names))
+        for m, mid in meshes.items()
+    }
+    return ModelFile(name=graph.name, meshes=mesh_models, tensors=tensors, ops=op_models)
+
+
+def dumps(graph: Graph, *, indent: int | None = 1) -> str:
+    """The graph as JSON text."""
+    return to_model(graph).model_dump_json(indent=indent)
+
+
+def dump(graph: Graph, path: str | Path) -> None:
+    Path(path).write_text(dumps(graph))
+
+
+# ---- load ------------------------------------------------------------------------------------
+def _validation_message(source: str, e: ValidationError) -> str:
+    parts = []
+    for err in e.errors()[:10]:
+        loc = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in err["loc"])
+        parts.append(f"{loc.lstrip('.') or '(top)'}: {err['msg']}")
+    more = f" (and {e.error_count() - 10} more)" if e.error_count() > 10 else ""
+    return f"{source}: does not match the {FORMAT} schema: " + "; ".join(parts) + more
+
+
+def parse(text: str | bytes, source: str = "<model>") -> ModelFile:
+    """Validate JSON text against the schema; an ``ExchangeError`` names the first bad fields."""
+    if len(text) > MAX_BYTES:
+        raise ExchangeError(f"{source}: {len(text)} bytes is more than the {MAX_BYTES} allowed")
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ExchangeError(f"{source}: not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ExchangeError(f"{source}: the top level must be a JSON object, got "
+                            f"{type(data).__name__}")
+    if data.get("format") != FORMAT:
+        raise ExchangeError(f"{source}: format is {data.get('format')!r}; this version reads "
+                            f"{FORMAT!r}")
+    try:
+        return ModelFile.model_validate(data)
+    except ValidationError as e:
+        raise ExchangeError(_validation_message(source, e)) from None
+
+
+def from_model(m: ModelFile, source: str = "<model>") -> Graph:
+    """Build (and validate) the graph a ``ModelFile`` describes."""
+    meshes: dict[str, ProcessMesh] = {}
+    for mid, mm in m.meshes.items():
+        try:
+            n = 1
+            for s in mm.shape:
+                n *= s
+            if n != len(mm.process_ids):
+                raise ExchangeError(f"{source}: meshes.{mid}: shape {mm.shape} holds {n} "
+                                    f"processes but {len(mm.process_ids)} ids are given")
+            meshes[mid] = ProcessMesh.from_shape(mm.shape, mm.process_ids, mm.dim_names)
+        except SpmdError as e:
+            if isinstance(e, ExchangeError):
+                raise
+            raise ExchangeError(f"{source}: meshes.{mid}: {e}") from None
+
+    def mesh(where: str, mid: str) -> ProcessMesh:
+        if mid not in meshes:
+            raise ExchangeError(f"{source}: {where}: mesh {mid!r} is not defined in meshes "
+                                f"({sorted(meshes)})")
+        return meshes[mid]
+
+    def partial(where: str, p: Mapping[str, str]) -> dict[int, str]:
+        out = {}
+        for k, rt in p.items():
+            if not k.isdigit():
+                raise ExchangeError(f"{source}: {where}.partial: key {k!r} is not a mesh dim "
+                                    "index; write it as a decimal string such as \"1\"")
+            out[int(k)] = rt
+        return out
+
+    g = Graph(m.name)
+    try:
+        for t in m.tensors:
+            {"input": g.input, "param": g.param, "value": g.declare}[t.role](
+                t.name, t.shape, t.dtype)
+        for op in m.ops:
+            g.add_op(op.type, list(op.operands), dict(op.attrs), name=op.name,
+                     results=list(op.results))
+        g.validate()
+        for i, tm in enumerate(m.tensors):
+            where = f"tensors[{i}] ({tm.name!r})"
+            tensor = g.tensor(tm.name)
+            if tm.annotation is not None:
+                a = tm.annotation
+                if len(a.closed) != len(a.dims):
+                    raise ExchangeError(f"{source}: {where}.annotation: {len(a.dims)} dims but "
+                                        f"{len(a.closed)} closed flags; give one per tensor dim")
+                spec = [OPEN if d is None else tuple(d) for d in a.dims]
+                shard(tensor, mesh(where, a.mesh), spec, partial=partial(where, a.partial),
+                      priority=a.priority, closed=[k for k, c in enumerate(a.closed) if c])
+            if tm.attr is not None:
+                at = tm.attr
+                attr = DistAttr(mesh(where, at.mesh), multi_dims_mapping=at.dims,
+                                partial=partial(where, at.partial))
+                if attr.ndim != tensor.ndim:
+                    raise ExchangeError(f"{source}: {where}.attr: {attr.ndim} dims for a tensor "
+                                        f"of rank {tensor.ndim}")
+                tensor.attr = attr
+    except ExchangeError:
+        raise
+    except SpmdError as e:
+        # the builder's typed error (naming the node) stays available as the cause
+        raise ExchangeError(f"{source}: {e}") from e
+    return g
+
+
+def loads(text: str | bytes, source: str = "<model>") -> Graph:
+    """Parse, validate and build a graph from JSON text."""
+    return from_model(parse(text, source), source)
+
+
+def load(path: str | Path) -> Graph:
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > MAX_BYTES:
+            raise ExchangeError(f"{p}: {size} bytes is more than the {MAX_BYTES} allowed")
+        text = p.read_bytes()
+    except OSError as e:
+        raise ExchangeError(f"{p}: cannot read the model file: {e.strerror or e}") from None
+    return loads(text, str(p))
+
+
+def json_schema() -> dict[str, Any]:
+    """The published JSON Schema of the model file (``docs/model.schema.json``)."""
+    schema = ModelFile.model_json_schema()
+    schema["$id"] = "https://spmdrules.invalid/model.schema.json"
+    schema["title"] = "spmdrules model file (graph, annotations, completed attributes)"
+    return schema
