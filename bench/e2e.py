@@ -32,7 +32,8 @@ from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.execution.adjoint import gradient_program
 from spmdrules.execution.executor import max_error, random_feeds, run_serial
-from spmdrules.execution.lowering import Collective, Program, lower
+from spmdrules.execution.lowering import lower
+from spmdrules.execution.program import Collective, Program
 from spmdrules.execution.simulated import run_simulated
 from spmdrules.graph.examples import gpt_decoder
 from spmdrules.phases import Phases
@@ -77,7 +78,7 @@ def _declared(dtype: str) -> int:
 
 
 def _coords(mesh: ProcessMesh) -> list[tuple[int, ...]]:
-    from spmdrules.execution.lowering import mesh_coords
+    from spmdrules.execution.program import mesh_coords
 
     return list(mesh_coords(mesh).values())
 

@@ -9,16 +9,11 @@ shard two letters (Paddle raises rather than choose). Partial inputs are reshard
 
 from __future__ import annotations
 
-from typing import Any
-
 from spmdrules.core.attr import MultiDims, PartialItems
 from spmdrules.core.errors import RuleArgumentError, ShardingConflictError, UnsupportedError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
-from spmdrules.deviations import register_deviation
 from spmdrules.engine.registry import A, T, register_rule
 from spmdrules.engine.rulekit import attr
-
-from .norm import agrees_when
 
 EMBEDDING_OPS = ("embedding", "lookup_table_v2")
 
@@ -89,24 +84,10 @@ def embedding_reverse(
     )
 
 
-def _reverse_keeps_out_partial(case: dict[str, Any], got: Any) -> bool:
-    return case["direction"] == "reverse" and agrees_when(
-        case, got, absent_as_none=False, partial=False
-    )
-
-
-register_deviation(
-    "embedding-reverse-keeps-out-partial",
-    set(EMBEDDING_OPS),
-    "Paddle's reverse rule returns out's partial status unchanged while it infers replicated "
-    "vocab rows, from which the lookup is complete, not a pending sum; we drop it.",
-    _reverse_keeps_out_partial,
-)
-
 for _name in EMBEDDING_OPS:
     register_rule(
         _name, forward=embedding_forward, reverse=embedding_reverse,
         inputs=[T("x"), T("weight")], outputs=[T("out")],
-        attrs=[A("padding_idx", "int", -1), A("sparse", "bool", False)], family="embedding",
+        attrs=[A("padding_idx", "int", -1), A("sparse", "bool", False)],
         doc="EmbeddingInferSpmd: x dims and the hidden dim pass through; vocab rows -> P(sum).",
     )

@@ -68,8 +68,8 @@ def replicated(ins: tuple[TensorSpec, ...], outs: tuple[TensorSpec, ...]) -> Spm
 # the reverse binding `(*inputs, *outputs)` is the same `(ins, outs)`.
 for _name in ("default_data_parallel", "default_"):
     register_rule(_name, forward=data_parallel_forward, reverse=data_parallel_reverse,
-                  inputs=[Vec("ins"), Vec("outs")], outputs=[], family="generic",
+                  inputs=[Vec("ins"), Vec("outs")], outputs=[],
                   doc="Shard dim 0 of every tensor like the merged batch axis; replicate the rest.")
 register_rule("replicated", forward=replicated, reverse=replicated,
-              inputs=[Vec("ins"), Vec("outs")], outputs=[], family="generic",
+              inputs=[Vec("ins"), Vec("outs")], outputs=[],
               doc="Replicate every input and output.")

@@ -10,12 +10,9 @@ scale only and one statistic. Partial inputs are resharded to replicated: normal
 
 from __future__ import annotations
 
-from typing import Any
-
 from spmdrules.core.attr import DistAttr, MultiDims
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
-from spmdrules.deviations import register_deviation
 from spmdrules.engine import einsum
 from spmdrules.engine.registry import A, Opt, T, register_rule
 from spmdrules.engine.rulekit import attr
@@ -148,88 +145,12 @@ def rms_norm_reverse(
 register_rule(
     "layer_norm", forward=layer_norm_forward, reverse=layer_norm_reverse,
     inputs=[T("x"), Opt("scale"), Opt("bias")], outputs=[T("out"), T("mean"), T("variance")],
-    attrs=[A("epsilon", "float", 1e-5), A("begin_norm_axis", "int", 1)], family="norm",
+    attrs=[A("epsilon", "float", 1e-5), A("begin_norm_axis", "int", 1)],
     doc="LayerNormInferSpmd: dims from begin_norm_axis on are replicated; scale/bias replicated.",
 )
 register_rule(
     "fused_rms_norm", forward=rms_norm_forward, reverse=rms_norm_reverse,
     inputs=[T("x"), T("scale")], outputs=[T("out"), T("invvar")],
-    attrs=[A("epsilon", "float", 1e-5)], family="norm",
+    attrs=[A("epsilon", "float", 1e-5)],
     doc="RmsNormInferSpmd: the last dim is replicated; scale replicated.",
-)
-
-
-# ---- deviations from Paddle 3.3.1 ----------------------------------------------------------------
-def _norm(e: dict[str, Any] | None, keep_partial: bool) -> tuple[Any, ...]:
-    if e is None:
-        return ((), ())
-    m = e.get("multi_dims_mapping")
-    mdm = tuple(tuple(d) for d in m) if m is not None else tuple(
-        () if d == -1 else (d,) for d in e["dims_mapping"]
-    )
-    part = tuple(sorted((int(k), v) for k, v in e.get("partial", {}).items()))
-    return mdm, part if keep_partial else ()
-
-
-def _ours(a: DistAttr | None) -> tuple[Any, ...]:
-    return ((), ()) if a is None else (a.multi_dims_mapping, a.partial_items)
-
-
-def agrees_when(case: dict[str, Any], got: Any, *, absent_as_none: bool, partial: bool) -> bool:
-    """Does ``got`` equal Paddle's answer once absent (shape0) inputs read as None and, unless
-    ``partial``, Paddle's partials are dropped? Shared by the nn rule modules' deviations."""
-    exp = case["expected"]
-    if "error" in exp or isinstance(got, BaseException):
-        return False
-    absent = {i for i, t in enumerate(case["inputs"]) if t.get("absent") == "shape0"}
-    for slot, ours in (("inputs", got.inputs), ("outputs", got.outputs)):
-        want = exp[slot]
-        if len(want) != len(ours):
-            return False
-        for i, (e, g) in enumerate(zip(want, ours, strict=True)):
-            if absent_as_none and slot == "inputs" and i in absent:
-                if g is not None or e.get("process_mesh", 0) is not None:
-                    return False
-                continue
-            if _norm(e, partial) != _ours(g):
-                return False
-    return True
-
-
-def _reverse_keeps_partial(case: dict[str, Any], got: Any) -> bool:
-    exp = case["expected"]
-    kept = "error" not in exp and any(
-        e.get("partial") for e in (*exp["inputs"], *exp["outputs"]) if e is not None
-    )
-    return (
-        kept
-        and case["direction"] == "reverse"
-        and agrees_when(case, got, absent_as_none=True, partial=False)
-    )
-
-
-def _reverse_rank0_param(case: dict[str, Any], got: Any) -> bool:
-    return (
-        case["direction"] == "reverse"
-        and "error" not in case["expected"]
-        and isinstance(got, RuleArgumentError)
-        and "has shape [] but must be 1-D" in str(got)
-        and any(t.get("absent") == "rank0" for t in case["inputs"])
-    )
-
-
-register_deviation(
-    "norm-reverse-keeps-partial",
-    {"layer_norm"},
-    "layer_norm's reverse rule keeps the partial status of every tensor (x, scale, bias, out, "
-    "mean, variance), even on a mesh dim that also shards out; a norm of a pending sum is not "
-    "the sum of norms, so we drop them as the forward rule and fused_rms_norm do.",
-    _reverse_keeps_partial,
-)
-register_deviation(
-    "norm-reverse-rank0-param",
-    {"layer_norm"},
-    "layer_norm's reverse rule returns a 1-D [-1] attribute for a 0-d scale/bias (forward "
-    "rejects them); we reject a 0-d scale/bias in both directions.",
-    _reverse_rank0_param,
 )

@@ -13,7 +13,6 @@ from typing import Any
 
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
-from spmdrules.deviations import register_deviation
 from spmdrules.engine import dim_trans
 from spmdrules.engine.dim_trans import SINGLETON, DimTrans, InputDim, Transformation
 from spmdrules.engine.registry import A, T, register_rule
@@ -216,83 +215,6 @@ def _unsqueeze_reverse(x_shape: Shape, out_shape: Shape, axis: tuple[int, ...] |
 UNSQUEEZE = ShapeOp(_unsqueeze_forward, _unsqueeze_reverse, False, False)
 
 
-# ---- deviation: Paddle's rule places unsorted, negative or repeated axes wrongly ---------------
-def paddle_unsqueeze_positions(x_ndim: int, axis: tuple[int, ...]) -> frozenset[int]:
-    """Where Paddle 3.3.1's rule puts the new dims: every axis against the input rank + 1, as a
-    set (paddle.unsqueeze itself inserts them one after another)."""
-    return frozenset(a + x_ndim + 1 if a < 0 else a for a in axis)
-
-
-def _unsqueeze_axes_differ(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
-    from spmdrules.conformance.runner import build_call
-
-    if not isinstance(got, SpmdInfo):
-        return False
-    x_ndim = len(case["inputs"][0]["shape"])
-    axis = tuple(case["attrs"]["axis"])
-    if _inserted(x_ndim, axis) == paddle_unsqueeze_positions(x_ndim, axis):
-        return False
-    _, direction, args, _ = build_call(case)
-    ours = (_forward if direction == "forward" else _reverse)(UNSQUEEZE, *args, axis)
-    return got == ours
-
-
-register_deviation(
-    "unsqueeze-sequential-axes",
-    {"unsqueeze", "unsqueeze2"},
-    "paddle.unsqueeze inserts the axes one after another (a negative axis counts from the rank "
-    "reached so far); Paddle's rule reads them as one set of positions against the input rank, "
-    "which moves shards onto the new size-1 dims when the axes are unsorted, negative or "
-    "repeated. We follow the op.",
-    _unsqueeze_axes_differ,
-)
-
-
-# ---- deviations of Paddle's reverse reshape --------------------------------------------------------
-def _reverse_variants(
-    case: dict[str, Any], got: SpmdInfo | BaseException, checked: bool
-) -> bool:
-    """Our answer is the rule's, and Paddle's record is the variant of it without divisibility
-    checks (``checked=False``; x's partial either way) or with x's own partial (``True``)."""
-    from spmdrules.conformance.runner import agrees, build_call
-
-    if not isinstance(got, SpmdInfo) or case["direction"] != "reverse":
-        return False
-    _, _, args, attrs = build_call(case)
-    x, out = args
-    shape = (tuple(attrs["shape"]),)
-    ours = _reverse_variant(RESHAPE, x, out, shape, checked=True, x_own_partial=False)
-    if got != ours:
-        return False
-    if checked:
-        variant = _reverse_variant(RESHAPE, x, out, shape, checked=True, x_own_partial=True)
-        return variant != ours and agrees(case, variant)
-    if _reverse_variant(RESHAPE, x, out, shape, checked=False, x_own_partial=False) == ours:
-        return False  # the checks change nothing here
-    return any(
-        agrees(case, _reverse_variant(RESHAPE, x, out, shape, checked=False, x_own_partial=own))
-        for own in (False, True)
-    )
-
-
-register_deviation(
-    "reshape-reverse-unchecked-divisibility",
-    {"reshape", "reshape2"},
-    "Paddle's reverse reshape co-shards a merged dim and keeps a split's shard without checking "
-    "that the sizes divide, so its x and out attributes cut the data differently; we apply the "
-    "forward's checks in both directions.",
-    # a record can show both of Paddle's reverse differences (reshape2/reverse/61): filed here
-    lambda case, got: _reverse_variants(case, got, checked=False),
-)
-register_deviation(
-    "reshape-reverse-partial-from-out",
-    {"reshape", "reshape2"},
-    "Paddle's reverse reshape returns x with its own partial status next to out's, though a "
-    "local reshape turns a partial x into an equally partial out; we give x out's partial.",
-    lambda case, got: _reverse_variants(case, got, checked=True),
-)
-
-
 # ---- registration -------------------------------------------------------------------------------
 def _register(names: tuple[str, ...], op: ShapeOp, attrs: list[Any], doc: str) -> None:
     for name in names:
@@ -303,7 +225,6 @@ def _register(names: tuple[str, ...], op: ShapeOp, attrs: list[Any], doc: str) -
             inputs=[T("x")],
             outputs=[T("out")],
             attrs=attrs,
-            family="shape",
             doc=doc,
         )
 

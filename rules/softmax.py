@@ -7,12 +7,9 @@ resharded to replicated (the exponential does not distribute over a pending sum)
 
 from __future__ import annotations
 
-from typing import Any
-
 from spmdrules.core.attr import MultiDims
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
-from spmdrules.deviations import register_deviation
 from spmdrules.engine.registry import A, T, register_rule
 from spmdrules.engine.rulekit import attr, divisible_mapping, normalise_axis
 
@@ -44,40 +41,9 @@ def softmax_reverse(x: TensorSpec, out: TensorSpec, axis: int) -> SpmdInfo:
     return SpmdInfo((attr(x, m),), (attr(out, m),))
 
 
-def _one_side_keeps_uneven(case: dict[str, Any], got: Any) -> bool:
-    """Paddle's answer differs from ours only in one side keeping an uneven sharding that the
-    other side (and ours, on both) drops: the input in forward, the output in reverse."""
-    exp = case["expected"]
-    if "error" in exp or isinstance(got, BaseException):
-        return False
-    kept_slot, dropped_slot = (
-        ("inputs", "outputs") if case["direction"] == "forward" else ("outputs", "inputs")
-    )
-    kept = exp[kept_slot][0]["dims_mapping"]
-    dropped = exp[dropped_slot][0]["dims_mapping"]
-    ours = [list(a.dims_mapping) for a in (got.inputs[0], got.outputs[0])]
-    if ours != [dropped, dropped] or kept == dropped:
-        return False
-    shape = case["inputs"][0]["shape"]
-    mesh_shape = case["mesh"]["shape"]
-    return all(
-        k == d or (d == -1 and shape[i] % mesh_shape[k] != 0)
-        for i, (k, d) in enumerate(zip(kept, dropped, strict=True))
-    )
-
-
-register_deviation(
-    "softmax-uneven-one-side",
-    set(SOFTMAX_OPS),
-    "Paddle replicates an unevenly divisible dim on one side of softmax only (the output in "
-    "forward, the input in reverse) and keeps it sharded on the other, so blocks and replicas "
-    "disagree; we replicate it on both sides.",
-    _one_side_keeps_uneven,
-)
-
 for _name in SOFTMAX_OPS:
     register_rule(
         _name, forward=softmax_forward, reverse=softmax_reverse, inputs=[T("x")],
-        outputs=[T("out")], attrs=[A("axis", "int", -1)], family="softmax",
+        outputs=[T("out")], attrs=[A("axis", "int", -1)],
         doc="SoftmaxInferSpmd: the normalised axis is replicated; uneven dims are replicated.",
     )

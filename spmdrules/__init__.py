@@ -24,8 +24,10 @@ from spmdrules.core.placements import REDUCE_TYPES, Partial, Placement, Replicat
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine.registry import Rule, get_rule, list_rules, register_rule
 from spmdrules.graph import examples, ops
-from spmdrules.graph.annotate import OPEN, Annotation, shard
-from spmdrules.graph.graph import Graph, Op, Tensor
+from spmdrules.graph.annotate import shard
+from spmdrules.graph.annotation import OPEN, Annotation
+from spmdrules.graph.graph import Graph
+from spmdrules.graph.nodes import Op, Tensor
 
 __all__ = [
     "OPEN",

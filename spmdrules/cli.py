@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from spmdrules.completion import complete
+from spmdrules.completion.driver import complete
 from spmdrules.completion.explain import explain
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh

@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spmdrules.completion import Completion, complete
+from spmdrules.completion.driver import Completion, complete
 from spmdrules.completion.planning import fmt_bytes
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.execution.adjoint import gradient_program
 from spmdrules.execution.executor import Traffic, max_error, random_feeds, run_serial
 from spmdrules.execution.gradcheck import check_gradients
-from spmdrules.execution.lowering import Program, lower
+from spmdrules.execution.lowering import lower
+from spmdrules.execution.program import Program
 from spmdrules.execution.simulated import run_simulated
 from spmdrules.graph.examples import gpt_decoder, mlp
 from spmdrules.graph.graph import Graph

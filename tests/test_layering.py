@@ -9,21 +9,35 @@ The layers, lowest first (``docs/architecture.md``): core, runtime (which may im
 engine, rules, graph, completion, execution, then verify and conformance (which do not import each
 other), then the top package's own modules (the public face, cli, demo). A module may import its
 own layer and the layers below it.
+
+The second half checks the other axis of the layout: one op family, one name in every layer. An
+op's shape rule, kernel, VJP, case generator and deviations live in modules named after the
+``rules/`` module that registers its rule.
 """
 
 from __future__ import annotations
 
 import ast
+import pkgutil
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import networkx as nx
 import pytest
 import spmdrules.rules
 
 import spmdrules
+from spmdrules.conformance import deviations as deviation_modules
+from spmdrules.conformance.deviation import deviations
+from spmdrules.execution import kernels, vjp
+from spmdrules.execution.local import get_kernel, get_vjp, list_kernels, list_vjps
+from spmdrules.graph import shapes
+from spmdrules.graph.shapes.shape_rule import SHAPE_RULES
+from spmdrules.verify import cases
+from spmdrules.verify.cases.drawing import FAMILIES
 
 #: layer -> rank; a module may import modules of a lower rank, or of its own layer
 RANKS: dict[str, int] = {
@@ -245,3 +259,73 @@ def test_a_module_outside_the_layers_is_caught(copy: Tree, tmp_path: Path) -> No
     tree = Tree.of(tmp_path / "spmdrules", tmp_path / "rules")
     assert set(violations(tree)) - before == {
         f"spmdrules.helpers: in no layer; put it in one of {sorted(RANKS)}"}
+
+
+# ---- one op family, one name in every layer -------------------------------------------------------
+RULE_FAMILIES = {m.name for m in pkgutil.iter_modules(spmdrules.rules.__path__)}
+#: what each per-family package holds besides its families: the contract, or the case drawing
+CONTRACTS = {"shape_rule", "case", "drawing"}
+
+
+def _family_of(fn: Callable[..., object]) -> str:
+    return fn.__module__.rsplit(".", 1)[-1]
+
+
+def test_a_rule_s_family_is_the_module_that_registers_it() -> None:
+    for op in spmdrules.list_rules():
+        rule = spmdrules.get_rule(op)
+        assert rule.family in RULE_FAMILIES, (op, rule.family)
+        assert _module_of_rule(op) == f"spmdrules.rules.{rule.family}", op
+
+
+def _module_of_rule(op: str) -> str:
+    fn = spmdrules.get_rule(op)._fwd.fn
+    while hasattr(fn, "func"):  # functools.partial
+        fn = fn.func
+    return fn.__module__
+
+
+@pytest.mark.parametrize(
+    ("what", "table", "lookup"),
+    [
+        ("shape rule", SHAPE_RULES, lambda op: SHAPE_RULES[op].shape),
+        ("kernel", list_kernels(), get_kernel),
+        ("vjp", list_vjps(), get_vjp),
+    ],
+)
+def test_every_piece_of_an_op_is_in_its_family_s_module(
+    what: str, table: Iterable[str], lookup: Callable[[str], Callable[..., object]]
+) -> None:
+    registered = set(spmdrules.list_rules())
+    ops = [op for op in table if op in registered]
+    assert ops, what
+    wrong = {op: (_family_of(lookup(op)), spmdrules.get_rule(op).family) for op in ops
+             if _family_of(lookup(op)) != spmdrules.get_rule(op).family}
+    assert not wrong, f"{what} outside its family's module: {wrong}"
+
+
+def test_shape_rows_name_their_family() -> None:
+    assert all(row.family == _family_of(row.shape) for row in SHAPE_RULES.values())
+
+
+def test_case_generators_are_keyed_and_placed_by_family() -> None:
+    assert set(FAMILIES) <= RULE_FAMILIES
+    for family, generator in FAMILIES.items():
+        assert _family_of(generator) == family, (family, generator)
+    covered = {spmdrules.get_rule(op).family for op in spmdrules.list_rules()} - {"generic"}
+    assert covered <= set(FAMILIES)
+
+
+def test_deviations_live_in_their_family_s_module() -> None:
+    for dev in deviations():
+        family = _family_of(dev.predicate)
+        assert family in RULE_FAMILIES, (dev.name, family)
+        registered = set(spmdrules.list_rules())
+        families = {spmdrules.get_rule(op).family for op in dev.ops if op in registered}
+        assert families == {family}, dev
+
+
+@pytest.mark.parametrize("package", [shapes, kernels, vjp, cases, deviation_modules])
+def test_per_family_packages_have_no_stray_module(package: ModuleType) -> None:
+    names = {m.name for m in pkgutil.iter_modules(package.__path__)}
+    assert names - CONTRACTS <= RULE_FAMILIES, names - CONTRACTS - RULE_FAMILIES

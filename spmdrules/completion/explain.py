@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spmdrules.completion import Completion, Origin
+from spmdrules.completion.driver import Completion
 from spmdrules.completion.planning import fmt_bytes
-from spmdrules.graph.graph import Tensor
+from spmdrules.completion.result import Origin
+from spmdrules.graph.nodes import Tensor
 
 MAX_CHAIN = 64  # a chain longer than this is cut (it only ever repeats one layer's pattern)
 

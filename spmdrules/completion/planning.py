@@ -37,7 +37,7 @@ from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
-from spmdrules.graph import shapes
+from spmdrules.graph.shapes.shape_rule import DTYPE_BYTES
 
 StepKind = Literal[
     "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "slice", "zero_partial", "p2p"
@@ -172,7 +172,7 @@ def lower_bound_bytes(src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtyp
     ``dst`` does not keep), it needs at least one value per element of its destination block:
     the others' contributions, however they were combined on the way.
     """
-    item = shapes.DTYPE_BYTES[dtype]
+    item = DTYPE_BYTES[dtype]
     kept = set(dst.partial_items) if dst.mesh == src.mesh else set()
     must_reduce = any(src.mesh.shape[m] > 1 and (m, rt) not in kept for m, rt in src.partial_items)
     sb = blocks(src, shape)
@@ -230,7 +230,7 @@ def transitions(
     in ``keep`` (a plan's source and destination) are allowed even when they do not.
     ``partial_types`` are the reduce types ``zero_partial`` may create (the destination's)."""
     mesh = attr.mesh
-    item = shapes.DTYPE_BYTES[dtype]
+    item = DTYPE_BYTES[dtype]
     mdm, part = attr.multi_dims_mapping, attr.partial_items
     local = local_numel(attr, shape) * item
     out: list[Step] = []
@@ -274,7 +274,7 @@ def _p2p_steps(
     Otherwise a transfer needs settled values, and goes straight to the destination's mapping
     (its partial dropped) or to replicated; slices on the destination mesh do the rest.
     """
-    item = shapes.DTYPE_BYTES[dtype]
+    item = DTYPE_BYTES[dtype]
     targets: list[DistAttr] = []
     if attr.mesh.shape == dst.mesh.shape:
         targets.append(_with(attr, attr.multi_dims_mapping, attr.partial_items, dst.mesh))

@@ -1,9 +1,13 @@
-"""Paddle conformance: run Paddle 3.3.1's recorded cases through the public API and compare."""
+"""Paddle conformance: run Paddle 3.3.1's recorded cases through the public API and compare.
 
+Importing the package registers the deviation classes (``deviations/``, one module per family).
+"""
+
+from spmdrules.conformance import deviations
+from spmdrules.conformance.calls import build_call
 from spmdrules.conformance.runner import (
     CaseResult,
     OpTally,
-    build_call,
     default_case_paths,
     deviation_summary,
     deviation_table,
@@ -19,6 +23,7 @@ __all__ = [
     "default_case_paths",
     "deviation_summary",
     "deviation_table",
+    "deviations",
     "iter_cases",
     "run_case",
     "run_cases",

@@ -9,20 +9,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-from spmdrules.conformance.runner import (
-    CaseResult,
-    OpTally,
-    default_case_paths,
-    deviation_summary,
-    deviation_table,
-    iter_cases,
-    run_case,
-)
+from spmdrules.conformance import runner
 
 
-def _table(tallies: dict[str, OpTally]) -> str:
+def _table(tallies: dict[str, runner.OpTally]) -> str:
     rows = [("op", "cases", "agree", "disagree", "crash", "deviation", "unexplained", "agree%")]
-    tot = OpTally()
+    tot = runner.OpTally()
     for op in sorted(tallies):
         t = tallies[op]
         dev = sum(t.deviations.values())
@@ -104,19 +96,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     ns = ap.parse_args(argv)
     try:
-        paths = ns.paths or default_case_paths()
-        cases = list(iter_cases(paths, ns.ops))
+        paths = ns.paths or runner.default_case_paths()
+        cases = list(runner.iter_cases(paths, ns.ops))
     except (OSError, ValueError) as e:
         print(f"conformance: {e}", file=sys.stderr)
         return 2
-    tallies: dict[str, OpTally] = {}
-    misses: list[CaseResult] = []
+    tallies: dict[str, runner.OpTally] = {}
+    misses: list[runner.CaseResult] = []
     bar = tqdm(
         cases, desc="conformance", unit="case", disable=not sys.stderr.isatty(), file=sys.stderr
     )
     for case in bar:
-        r = run_case(case)
-        tallies.setdefault(r.op, OpTally()).add(r)
+        r = runner.run_case(case)
+        tallies.setdefault(r.op, runner.OpTally()).add(r)
         if r.verdict != "agree":
             misses.append(r)
     if ns.json:
@@ -130,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(json.dumps(out))
     elif ns.deviations:
-        print(deviation_table(deviation_summary(misses)))
+        print(runner.deviation_table(runner.deviation_summary(misses)))
     else:
         print(_table(tallies))
         shown = [m for m in misses if m.deviation is None][: ns.show]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -399,10 +400,16 @@ def register_rule(
     attrs: Sequence[AttrParam] = (),
     reverse_attrs: Sequence[AttrParam] | None = None,
     aliases: Sequence[str] = (),
-    family: str = "",
+    family: str | None = None,
     doc: str = "",
 ) -> Rule:
-    """Register a rule under ``name`` and each alias. Names must be new."""
+    """Register a rule under ``name`` and each alias. Names must be new.
+
+    ``family`` defaults to the name of the calling module (``spmdrules.rules.softmax`` gives
+    ``softmax``): a family has one module of that name in every layer.
+    """
+    if family is None:
+        family = sys._getframe(1).f_globals.get("__name__", "").rsplit(".", 1)[-1]
     rule = Rule(
         name,
         forward=forward,

@@ -46,7 +46,8 @@ from numpy.typing import NDArray
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import SpmdError, UnsupportedError
 from spmdrules.core.spec import flat_slots
-from spmdrules.execution.lowering import (
+from spmdrules.execution.lowering import all_reduce_chain, class_axis
+from spmdrules.execution.program import (
     Collective,
     EdgePlan,
     Instruction,
@@ -55,11 +56,9 @@ from spmdrules.execution.lowering import (
     LocalStep,
     Program,
     Slot,
-    all_reduce_chain,
-    class_axis,
     counterpart_transfer,
 )
-from spmdrules.execution.vjp.nn import one_hot
+from spmdrules.execution.vjp.cross_entropy import one_hot
 from spmdrules.runtime.decomposition import relative
 
 Array = NDArray[Any]

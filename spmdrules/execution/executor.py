@@ -20,9 +20,10 @@ from spmdrules.core.blocks import gather
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.execution.local import Block, LocalContext, get_kernel, get_vjp
-from spmdrules.execution.lowering import Collective, KernelCall, Layout, Program
-from spmdrules.graph import shapes
-from spmdrules.graph.graph import Graph, Op, Tensor
+from spmdrules.execution.program import Collective, KernelCall, Layout, Program
+from spmdrules.graph.graph import Graph
+from spmdrules.graph.nodes import Op, Tensor
+from spmdrules.graph.shapes.shape_rule import DTYPE_BYTES
 
 Array = NDArray[Any]
 Coord = tuple[int, ...]
@@ -72,7 +73,7 @@ class Traffic:
         """Each edge's planned bytes, scaled to the element width the run actually moved."""
         out = {}
         for e in program.edges:
-            declared = shapes.DTYPE_BYTES[e.edge.dtype]
+            declared = DTYPE_BYTES[e.edge.dtype]
             actual = self.itemsize.get(e.label, declared)
             out[e.label] = e.plan.total_bytes * actual // declared
         return out

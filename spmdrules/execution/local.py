@@ -34,7 +34,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from spmdrules.core.attr import DistAttr
-from spmdrules.core.errors import RuleArgumentError, UnsupportedError
+from spmdrules.core.blocks import ShardMismatch, block_slices
+from spmdrules.core.errors import RuleArgumentError, SpmdError, UnsupportedError
 from spmdrules.core.mesh import ProcessMesh
 
 Array = NDArray[Any]
@@ -148,22 +149,112 @@ def cotangent(cts: Sequence[Block], i: int, like: Array) -> Array:
     return g
 
 
+# ---- reading the context: block shapes, outputs, and the checks kernels share ------------------
+Shape = tuple[int, ...]
+
+
+def local_shape(shape: Sequence[int], attr: DistAttr, coord: tuple[int, ...]) -> Shape:
+    """The shape of the block of a ``shape`` tensor under ``attr`` at mesh coordinate ``coord``."""
+    return tuple(s.stop - s.start for s in block_slices(shape, attr, coord))
+
+
+def block_range(ctx: LocalContext, shape: Sequence[int], attr: DistAttr, dim: int) -> range:
+    """The global indices along ``dim`` that this rank's block of the tensor holds."""
+    s = block_slices(shape, attr, ctx.coord)[dim]
+    return range(s.start, s.stop)
+
+
+def output(ctx: LocalContext, index: int = 0) -> tuple[Shape, DistAttr]:
+    """Global shape and attribute of the op's (non-list) output ``index``."""
+    shape, attr = ctx.output_shapes[index], ctx.output_attrs[index]
+    if not isinstance(attr, DistAttr):
+        raise RuleArgumentError(
+            f"{ctx.op}: output {index} has no DistAttr in the context (got {type(attr).__name__})"
+        )
+    return tuple(shape), attr
+
+
+def variadic_output(ctx: LocalContext) -> list[tuple[Shape, DistAttr]]:
+    """(global shape, attribute) of every tensor of the op's one list output.
+
+    The context holds them either per output (one entry: a tuple of shapes and one of attributes,
+    as the graph and ``spmdrules.graph.shapes`` give them) or flat, one entry per tensor (as Paddle's
+    rules answer split's outs); both read the same.
+    """
+    shapes: Sequence[Any] = ctx.output_shapes
+    attrs: Sequence[Any] = ctx.output_attrs
+    if len(attrs) == 1 and isinstance(attrs[0], list | tuple):
+        shapes, attrs = shapes[0], attrs[0]
+    if len(shapes) != len(attrs) or not all(isinstance(a, DistAttr) for a in attrs):
+        raise RuleArgumentError(
+            f"{ctx.op}: the context gives {len(shapes)} output shapes and {len(attrs)} "
+            "attributes; give one DistAttr per tensor of the list output"
+        )
+    return [(tuple(s), a) for s, a in zip(shapes, attrs, strict=True)]
+
+
+def out_block(ctx: LocalContext, index: int = 0) -> Shape:
+    """The shape of this rank's block of the op's (non-list) output ``index``."""
+    shape, attr = output(ctx, index)
+    return local_shape(shape, attr, ctx.coord)
+
+
+def input_spec(ctx: LocalContext, i: int, name: str) -> tuple[Shape, DistAttr]:
+    """Global shape and attribute of the (single-tensor) input ``i``."""
+    shape, attr = ctx.input_shapes[i], ctx.input_attrs[i]
+    if shape is None or not isinstance(attr, DistAttr):
+        raise RuleArgumentError(f"{ctx.op}: the context has no shape or DistAttr for {name!r}")
+    return tuple(shape), attr
+
+
+class KernelInputError(SpmdError, ValueError):
+    """A kernel's data lies outside the op's domain (an id past the vocabulary, a bad label)."""
+
+
+def require_whole(ctx: LocalContext, i: int, name: str) -> None:
+    """Refuse a partial input: these ops do not distribute over a pending reduction."""
+    a = ctx.input_attrs[i] if i < len(ctx.input_attrs) else None
+    if a is not None and a.partial_items:
+        raise UnsupportedError(
+            f"{ctx.op}: {name!r} is partial on mesh dims {[d for d, _ in a.partial_items]}; the op "
+            f"is not linear in it, so reshard {name!r} to replicated (or sharded) first"
+        )
+
+
+def require_full_dims(ctx: LocalContext, i: int, name: str, dims: Sequence[int], why: str) -> None:
+    """Refuse a block that holds only part of the ``dims`` of input ``i`` (a cut row)."""
+    shape, attr = input_spec(ctx, i, name)
+    for d in dims:
+        if block_range(ctx, shape, attr, d) != range(shape[d]):
+            raise ShardMismatch(
+                f"{ctx.op}: {name!r} dim {d} is sharded under {attr.mapping_str()}, but {why}; "
+                f"replicate {name!r} dim {d}"
+            )
+
 
 __all__ = [
     "Array",
     "Block",
-    "DistAttr",
     "Kernel",
+    "KernelInputError",
     "LocalContext",
+    "Shape",
     "Vjp",
     "array",
     "arrays",
+    "block_range",
     "cotangent",
     "get_kernel",
     "get_vjp",
+    "input_spec",
     "list_kernels",
     "list_vjps",
-    "np",
+    "local_shape",
+    "out_block",
+    "output",
     "register_kernel",
     "register_vjp",
+    "require_full_dims",
+    "require_whole",
+    "variadic_output",
 ]

@@ -53,7 +53,7 @@ from spmdrules.execution.executor import (
     gather_global,
 )
 from spmdrules.execution.local import Block, list_kernels
-from spmdrules.execution.lowering import (
+from spmdrules.execution.program import (
     Collective,
     KernelCall,
     Layout,

@@ -34,7 +34,7 @@ from spmdrules.execution.executor import (
     gather_global,
 )
 from spmdrules.execution.local import Block
-from spmdrules.execution.lowering import (
+from spmdrules.execution.program import (
     Collective,
     KernelCall,
     Layout,

@@ -12,7 +12,8 @@ from spmdrules.core.mesh import ProcessMesh
 from spmdrules.graph import ops
 from spmdrules.graph.annotate import shard
 from spmdrules.graph.errors import InvalidSpecError, ShapeError
-from spmdrules.graph.graph import Graph, Tensor
+from spmdrules.graph.graph import Graph
+from spmdrules.graph.nodes import Tensor
 
 #: compute ops per decoder layer, and around the layers (embeddings, head, loss)
 GPT_OPS_PER_LAYER = 22

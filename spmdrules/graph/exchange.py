@@ -35,8 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
-from spmdrules.graph.annotate import OPEN, shard
-from spmdrules.graph.graph import Graph, Tensor
+from spmdrules.graph.annotate import shard
+from spmdrules.graph.annotation import OPEN
+from spmdrules.graph.graph import Graph
+from spmdrules.graph.nodes import Tensor
 
 FORMAT: Final = "spmdrules.model/1"
 #: the largest file ``load`` reads (a 960-layer GPT is about 15 MB)

@@ -1,5 +1,7 @@
 """The Graph IR: ops and tensors in a networkx DiGraph, validated as it is built.
 
+The nodes, ``Tensor`` and ``Op``, are in ``spmdrules.graph.nodes``.
+
 Design. The DiGraph is bipartite: every op and every tensor is a node, with an edge tensor -> op
 for each operand and op -> tensor for each result. Tensors are nodes (not edge labels) because a
 tensor has one producer but many consumers, graph inputs and parameters have no producer at all,
@@ -20,8 +22,9 @@ node's successors in the DiGraph, sorted by ``Op.order``.
 The graph also keeps its annotated tensors (``Tensor.annotation`` registers them) and a count of
 declared tensors no op produces yet, so neither completion nor ``validate`` visits every tensor.
 
-Validation. ``add_op`` checks the op type, arity, attributes and shapes (through
-``spmdrules.graph.shapes``) before it touches the graph, so a failed call leaves the graph unchanged.
+Validation. ``add_op`` checks the op type, arity, attributes and shapes
+(``spmdrules.graph.binding``, with the shape rules of ``spmdrules.graph.shapes``) before it
+touches the graph, so a failed call leaves the graph unchanged.
 Cycles can only arise when an op adopts a declared tensor that is already consumed; they are found
 by networkx on ``validate()``, which also runs when a ``with Graph():`` block ends.
 """
@@ -30,35 +33,38 @@ from __future__ import annotations
 
 import contextvars
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 import networkx as nx
 
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import did_you_mean
-from spmdrules.core.spec import SpmdInfo, TensorSpec, flat_slots
-from spmdrules.engine.registry import Rule
-from spmdrules.graph import shapes
+from spmdrules.core.spec import flat_slots
+from spmdrules.graph.annotation import Annotation
+from spmdrules.graph.binding import (
+    adopted_results,
+    bind_operands,
+    check_dtype,
+    check_name,
+    check_shape,
+    infer_metas,
+    result_names,
+)
 from spmdrules.graph.errors import (
     ArityError,
     DuplicateNameError,
     GraphContextError,
     GraphCycleError,
-    InvalidNameError,
     ProducerError,
     ShapeError,
     UnknownNodeError,
     UnknownTensorError,
 )
-from spmdrules.graph.opschema import OpSchema, op_schema
-from spmdrules.graph.shapes import Arg, OutMeta, TensorMeta
+from spmdrules.graph.nodes import Op, Role, Tensor
+from spmdrules.graph.opschema import op_schema
+from spmdrules.graph.shapes.shape_rule import TensorMeta
 
-if TYPE_CHECKING:
-    from spmdrules.graph.annotate import Annotation
-
-Role = Literal["input", "param", "value"]
-_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/:\[\]]*$")
 _DIGITS: Final = re.compile(r"(\d+)")
 
 _CURRENT: contextvars.ContextVar[tuple[Graph, ...]] = contextvars.ContextVar(
@@ -70,281 +76,6 @@ def _natural_key(name: str) -> tuple[str | int, ...]:
     """'layer10' after 'layer9': strings at even positions, ints at odd ones, so keys compare."""
     parts = _DIGITS.split(name)
     return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))
-
-
-class Tensor:
-    """A tensor of a graph, and the handle ops are called on.
-
-    ``attr`` is the tensor's current DistAttr (None until annotated or completed); ``annotation``
-    is the user's ``shard(...)`` annotation, which completion never overwrites.
-    """
-
-    __slots__ = (
-        "_annotation", "_attr", "_dtype", "_shape", "graph", "index", "name", "order", "producer",
-        "role",
-    )
-
-    name: str
-    _shape: tuple[int, ...]
-    _dtype: str
-    role: Role
-    graph: Graph
-    producer: Op | None
-    index: int
-    order: int
-    _attr: DistAttr | None
-    _annotation: Annotation | None
-
-    def __init__(
-        self, graph: Graph, name: str, shape: tuple[int, ...], dtype: str, role: Role
-    ) -> None:
-        self.graph = graph
-        self.name = name
-        self._shape = shape
-        self._dtype = dtype
-        self.role = role
-        self.producer = None
-        self.index = -1  # position among the producer's flat results
-        self.order = -1  # position in Graph.tensors, set with the topological order
-        self._attr = None
-        self._annotation = None
-
-    @property
-    def attr(self) -> DistAttr | None:
-        attrs = self.graph._attrs
-        return self._attr if attrs is None else attrs[self.order]
-
-    @attr.setter
-    def attr(self, attr: DistAttr | None) -> None:
-        g = self.graph
-        if g._attrs is not None:
-            g._store_attrs()
-        self._attr = attr
-
-    @property
-    def annotation(self) -> Annotation | None:
-        return self._annotation
-
-    @annotation.setter
-    def annotation(self, ann: Annotation | None) -> None:
-        # the graph keeps its annotated tensors, so completion need not visit every tensor
-        self._annotation = ann
-        if ann is None:
-            self.graph._annotated.pop(self, None)
-        else:
-            self.graph._annotated[self] = ann
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @shape.setter
-    def shape(self, shape: tuple[int, ...]) -> None:
-        # Derived per-topology data (completion's index) holds shapes: a new shape is a new
-        # topology, so those caches rebuild.
-        self.graph._changed()
-        self._shape = shape
-
-    @property
-    def dtype(self) -> str:
-        return self._dtype
-
-    @dtype.setter
-    def dtype(self, dtype: str) -> None:
-        self.graph._changed()  # as for a shape: completion's index holds the dtypes
-        self._dtype = dtype
-
-    @property
-    def ndim(self) -> int:
-        return len(self._shape)
-
-    @property
-    def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-    @property
-    def nbytes(self) -> int:
-        """The global size in bytes (all shards together)."""
-        return self.numel * shapes.DTYPE_BYTES[self.dtype]
-
-    @property
-    def meta(self) -> TensorMeta:
-        return TensorMeta(self.shape, self.dtype)
-
-    @property
-    def consumers(self) -> tuple[Op, ...]:
-        return self.graph.consumers(self)
-
-    @property
-    def is_source(self) -> bool:
-        """A graph input or parameter: no op produces it."""
-        return self.role != "value"
-
-    def __repr__(self) -> str:
-        a = f", attr={self.attr.mapping_str()}" if self.attr is not None else ""
-        return f"Tensor({self.name!r}, shape={list(self.shape)}, dtype={self.dtype}{a})"
-
-    # numpy-style operators build ops in the tensor's graph
-    def __add__(self, other: Tensor) -> Tensor:
-        return _binary("add", self, other)
-
-    def __sub__(self, other: Tensor) -> Tensor:
-        return _binary("subtract", self, other)
-
-    def __mul__(self, other: Tensor) -> Tensor:
-        return _binary("multiply", self, other)
-
-    def __truediv__(self, other: Tensor) -> Tensor:
-        return _binary("divide", self, other)
-
-    def __matmul__(self, other: Tensor) -> Tensor:
-        return _binary("matmul", self, other)
-
-    @property
-    def T(self) -> Tensor:
-        """The tensor with its dims reversed (numpy's ``.T``)."""
-        out = self.graph.add_op("transpose", [self], {"perm": list(range(self.ndim))[::-1]})
-        assert isinstance(out.results[0], Tensor)
-        return out.results[0]
-
-
-def _binary(op_type: str, x: Tensor, y: Any) -> Tensor:
-    if not isinstance(y, Tensor):
-        raise ArityError(
-            f"{op_type}({x.name!r}, {y!r}): both operands must be tensors of the graph; "
-            "create constants with g.input(...) or g.param(...)"
-        )
-    op = x.graph.add_op(op_type, [x, y])
-    out = op.results[0]
-    assert isinstance(out, Tensor)
-    return out
-
-
-class Op:
-    """An op node: a registered rule name, its attributes and its ordered operands and results.
-
-    ``operands`` and ``results`` have one entry per tensor parameter of the rule (``schema``):
-    a Tensor, None for an absent optional, a tuple for a list parameter. ``attrs`` holds the
-    attribute values in the rule's order, defaults filled, ready to pass positionally.
-    """
-
-    __slots__ = ("attrs", "name", "operands", "order", "results", "schema", "type")
-
-    name: str
-    type: str
-    schema: OpSchema
-    attrs: tuple[Any, ...]
-    operands: tuple[Tensor | tuple[Tensor, ...] | None, ...]
-    results: tuple[Tensor | tuple[Tensor, ...], ...]
-    order: int
-
-    def __init__(
-        self,
-        name: str,
-        schema: OpSchema,
-        attrs: tuple[Any, ...],
-        operands: tuple[Tensor | tuple[Tensor, ...] | None, ...],
-    ) -> None:
-        self.name = name
-        self.type = schema.name
-        self.schema = schema
-        self.attrs = attrs
-        self.operands = operands
-        self.results = ()
-        self.order = -1
-
-    @property
-    def rule(self) -> Rule:
-        return self.schema.rule
-
-    @property
-    def reverse_attrs(self) -> tuple[Any, ...]:
-        """The attributes the reverse rule takes positionally (may be fewer than ``attrs``)."""
-        return self.schema.reverse_attr_values(self.attrs)
-
-    @property
-    def inputs(self) -> tuple[Tensor, ...]:
-        """The operand tensors, flattened in order (absent optionals skipped)."""
-        return tuple(flat_slots(self.operands, Tensor))
-
-    @property
-    def outputs(self) -> tuple[Tensor, ...]:
-        """The result tensors, flattened in order."""
-        return tuple(flat_slots(self.results, Tensor))
-
-    # ---- calling the op's rule ------------------------------------------------------------------
-    def forward_args(self, spec: Callable[[Tensor], TensorSpec]) -> tuple[Any, ...]:
-        """Positional arguments of ``rule.infer_forward`` for this op: ``spec(t)`` per operand
-        (a list for a list parameter, None for an absent optional), then the attributes. A
-        generic rule also gets the results, as its second list."""
-        args: list[Any] = [_specs(v, spec) for v in self.operands]
-        if self.schema.generic:
-            args.extend(_specs(r, spec) for r in self.results)
-        args.extend(self.attrs)
-        return tuple(args)
-
-    def reverse_args(self, spec: Callable[[Tensor], TensorSpec]) -> tuple[Any, ...]:
-        """Positional arguments of ``rule.infer_reverse``: operands, results, reverse attributes."""
-        args: list[Any] = [_specs(v, spec) for v in self.operands]
-        args.extend(_specs(r, spec) for r in self.results)
-        args.extend(self.schema.reverse_attr_values(self.attrs))
-        return tuple(args)
-
-    def flat_info(self, info: SpmdInfo) -> tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]]:
-        """A rule's answer as one DistAttr per tensor of ``inputs`` and of ``outputs``.
-
-        Rules group list tensors differently (concat answers a tuple for its list operand, split
-        one entry per piece, the generic rules one entry per tensor); flattening both sides and
-        dropping absent optionals lines every convention up with ``inputs`` / ``outputs``.
-        """
-        ins = tuple(flat_slots(info.inputs, DistAttr))
-        outs = tuple(flat_slots(info.outputs, DistAttr))
-        n_in, n_out = len(self.inputs), len(self.outputs)
-        if self.schema.generic and len(ins) == n_in + n_out and not outs:
-            ins, outs = ins[:n_in], ins[n_in:]
-        if len(ins) != n_in or len(outs) != n_out:
-            raise ArityError(
-                f"op {self.name!r} ({self.type}): its rule answered {len(ins)} input and "
-                f"{len(outs)} output attributes for {n_in} operand and {n_out} result tensors"
-            )
-        return ins, outs
-
-    def attr(self, name: str) -> Any:
-        i = self.schema.attr_index.get(name)
-        if i is None:
-            raise KeyError(f"op {self.name!r} ({self.type}) has no attribute {name!r}")
-        return self.attrs[i]
-
-    @property
-    def attr_dict(self) -> dict[str, Any]:
-        return {a.name: v for a, v in zip(self.schema.attrs, self.attrs, strict=True)}
-
-    def __repr__(self) -> str:
-        ins = ", ".join(_fmt(o) for o in self.operands)
-        outs = ", ".join(_fmt(r) for r in self.results)
-        at = "".join(f", {k}={v!r}" for k, v in self.attr_dict.items())
-        return f"Op({self.name!r}: {outs} = {self.type}({ins}{at}))"
-
-
-def _specs(
-    v: Tensor | tuple[Tensor, ...] | None, spec: Callable[[Tensor], TensorSpec]
-) -> TensorSpec | list[TensorSpec] | None:
-    if v is None:
-        return None
-    if isinstance(v, Tensor):
-        return spec(v)
-    return [spec(t) for t in v]
-
-
-def _fmt(item: Tensor | tuple[Tensor, ...] | None) -> str:
-    if item is None:
-        return "None"
-    if isinstance(item, Tensor):
-        return item.name
-    return "[" + ", ".join(t.name for t in item) + "]"
 
 
 class Graph:
@@ -427,13 +158,13 @@ class Graph:
         return self._new_tensor(name, shape, dtype, "value")
 
     def _new_tensor(self, name: str, shape: Sequence[int], dtype: str, role: Role) -> Tensor:
-        self._check_name(name, "tensor")
+        check_name(name, "tensor")
         if name in self._tensors:
             raise DuplicateNameError(
                 f"tensor {name!r} already exists in graph {self.name!r}; give the new tensor "
                 "another name"
             )
-        t = Tensor(self, name, _check_shape(name, shape), _check_dtype(name, dtype), role)
+        t = Tensor(self, name, check_shape(name, shape), check_dtype(name, dtype), role)
         self._changed()
         self._tensors[name] = t
         if role == "value":
@@ -441,13 +172,6 @@ class Graph:
         self._nx.add_node(t)
         return t
 
-    @staticmethod
-    def _check_name(name: Any, what: str) -> None:
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise InvalidNameError(
-                f"{what} name {name!r} is not a valid name; use letters, digits and _ . - / : [ ] "
-                "starting with a letter or _"
-            )
 
     def tensor(self, name: str) -> Tensor:
         t = self._tensors.get(name)
@@ -463,21 +187,6 @@ class Graph:
             raise UnknownNodeError(f"graph {self.name!r} has no op {name!r}{hint}")
         return o
 
-    def _resolve(self, node: str, param: str, v: Any) -> Tensor:
-        if isinstance(v, Tensor):
-            if v.graph is not self:
-                raise GraphContextError(
-                    f"op {node!r}: operand {param!r} is tensor {v.name!r} of graph "
-                    f"{v.graph.name!r}, not of graph {self.name!r}; build each op in the graph "
-                    "of its operands"
-                )
-            return v
-        if isinstance(v, str):
-            return self.tensor(v)
-        raise ArityError(
-            f"op {node!r}: operand {param!r} must be a tensor of the graph (or its name), got "
-            f"{type(v).__name__} {v!r}"
-        )
 
     # ---- ops ----------------------------------------------------------------------------------
     def add_op(
@@ -504,18 +213,18 @@ class Graph:
         if name is None:
             name = self._auto_name(op_type)
         else:
-            self._check_name(name, "op")
+            check_name(name, "op")
             if name in self._ops:
                 raise DuplicateNameError(
                     f"op {name!r} already exists in graph {self.name!r}; give the new op another name"
                 )
-        ops_in = self._bind_operands(name, schema, operands)
+        ops_in = bind_operands(self, name, schema, operands)
         attr_values = schema.bind_attrs(name, attrs)
-        metas = self._infer(name, schema, ops_in, attr_values, result_metas)
+        metas = infer_metas(name, schema, ops_in, attr_values, result_metas)
         flat_metas = [m for ms in metas for m in (ms if isinstance(ms, tuple) and not
                                                   isinstance(ms, TensorMeta) else (ms,))]
-        names = self._result_names(name, schema, metas, results)
-        adopt = self._check_results(name, names, flat_metas)
+        names = result_names(name, schema, metas, results)
+        adopt = adopted_results(self._tensors, name, names, flat_metas)
 
         self._changed()
         op = Op(name, schema, attr_values, ops_in)
@@ -554,132 +263,6 @@ class Graph:
             if name not in self._ops and name not in self._tensors:
                 return name
 
-    def _bind_operands(
-        self, name: str, schema: OpSchema, operands: Sequence[Any]
-    ) -> tuple[Tensor | tuple[Tensor, ...] | None, ...]:
-        if isinstance(operands, str | Tensor) or not isinstance(operands, Sequence):
-            raise ArityError(
-                f"op {name!r} ({schema.name}): operands must be a list with one entry per tensor "
-                f"parameter; the signature is {schema.signature()}"
-            )
-        params = schema.inputs
-        if len(operands) > len(params):
-            raise ArityError(
-                f"op {name!r} ({schema.name}): takes {len(params)} tensor operand(s) but "
-                f"{len(operands)} were given; the signature is {schema.signature()}"
-            )
-        out: list[Tensor | tuple[Tensor, ...] | None] = []
-        for i, p in enumerate(params):
-            v = operands[i] if i < len(operands) else None
-            if p.kind == "list":
-                if isinstance(v, Tensor | str) or not isinstance(v, Sequence):
-                    raise ArityError(
-                        f"op {name!r} ({schema.name}): operand {p.name!r} is a list of tensors; "
-                        f"pass a list, got {v!r}"
-                    )
-                out.append(tuple(self._resolve(name, f"{p.name}[{j}]", e) for j, e in enumerate(v)))
-            elif v is None:
-                if p.kind != "optional":
-                    raise ArityError(
-                        f"op {name!r} ({schema.name}): missing tensor operand {p.name!r}; the "
-                        f"signature is {schema.signature()}"
-                    )
-                out.append(None)
-            else:
-                out.append(self._resolve(name, p.name, v))
-        return tuple(out)
-
-    def _infer(
-        self,
-        name: str,
-        schema: OpSchema,
-        ops_in: tuple[Tensor | tuple[Tensor, ...] | None, ...],
-        attr_values: tuple[Any, ...],
-        result_metas: Sequence[tuple[Sequence[int], str]] | None,
-    ) -> tuple[OutMeta, ...]:
-        if schema.generic:
-            if result_metas is None:
-                raise ArityError(
-                    f"op {name!r} ({schema.name}): a generic rule cannot infer result shapes; "
-                    "pass result_metas=[(shape, dtype), ...] (ops.<name>(..., outs=[...]))"
-                )
-            declared = tuple(
-                TensorMeta(_check_shape(f"{name} result {i}", s), _check_dtype(f"{name} result {i}", d))
-                for i, (s, d) in enumerate(result_metas)
-            )
-            return (declared,)
-        if result_metas is not None:
-            raise ArityError(
-                f"op {name!r} ({schema.name}): result_metas is only for generic rules; "
-                f"{schema.name} infers its own result shapes"
-            )
-        args: list[Arg] = []
-        for v in ops_in:
-            if isinstance(v, Tensor):
-                args.append(TensorMeta(v.shape, v.dtype))
-            elif v is None:
-                args.append(None)
-            else:
-                args.append(tuple(TensorMeta(t.shape, t.dtype) for t in v))
-        attr_map = {a.name: val for a, val in zip(schema.attrs, attr_values, strict=True)}
-        metas = shapes.infer_meta(schema.name, args, attr_map, node=name)
-        if len(metas) != len(schema.outputs):
-            raise AssertionError(f"{schema.name}: shape rule and registered outputs disagree")
-        return metas
-
-    def _result_names(
-        self, name: str, schema: OpSchema, metas: tuple[OutMeta, ...], results: Sequence[str] | None
-    ) -> list[str]:
-        n_flat = sum(1 if isinstance(m, TensorMeta) else len(m) for m in metas)
-        if results is not None:
-            if isinstance(results, str) or len(results) != n_flat:
-                raise ArityError(
-                    f"op {name!r} ({schema.name}): results names {results!r} but the op has "
-                    f"{n_flat} result(s); give one name per result"
-                )
-            names = list(results)
-        else:
-            names = []
-            single = len(metas) == 1
-            for p, m in zip(schema.outputs, metas, strict=True):
-                base = name if single else f"{name}.{p.name}"
-                if isinstance(m, TensorMeta):
-                    names.append(base)
-                else:
-                    names.extend(f"{base}.{i}" for i in range(len(m)))
-        seen: set[str] = set()
-        for r in names:
-            self._check_name(r, "tensor")
-            if r in seen:
-                raise DuplicateNameError(f"op {name!r}: result name {r!r} is given twice")
-            seen.add(r)
-        return names
-
-    def _check_results(
-        self, name: str, names: list[str], metas: list[TensorMeta]
-    ) -> dict[str, Tensor]:
-        adopt: dict[str, Tensor] = {}
-        for r, m in zip(names, metas, strict=True):
-            t = self._tensors.get(r)
-            if t is None:
-                continue
-            if t.role != "value":
-                raise ProducerError(
-                    f"op {name!r}: result {r!r} is a graph {t.role}, which no op may produce; "
-                    "name the result differently"
-                )
-            if t.producer is not None:
-                raise DuplicateNameError(
-                    f"op {name!r}: result {r!r} is already produced by op {t.producer.name!r}; "
-                    "each tensor has one producer, so name the result differently"
-                )
-            if t.shape != m.shape or t.dtype != m.dtype:
-                raise ShapeError(
-                    f"op {name!r}: result {r!r} was declared {list(t.shape)} {t.dtype} but the op "
-                    f"produces {list(m.shape)} {m.dtype}; fix the declaration or the op's inputs"
-                )
-            adopt[r] = t
-        return adopt
 
     # ---- queries ------------------------------------------------------------------------------
     @property
@@ -828,7 +411,7 @@ class Graph:
             for op in self.topological_order():
                 if op.schema.generic:
                     continue
-                metas = self._infer(op.name, op.schema, op.operands, op.attrs, None)
+                metas = infer_metas(op.name, op.schema, op.operands, op.attrs, None)
                 flat = [m for ms in metas for m in (ms if not isinstance(ms, TensorMeta) else (ms,))]
                 for t, m in zip(op.outputs, flat, strict=True):
                     if t.shape != m.shape or t.dtype != m.dtype:
@@ -893,30 +476,6 @@ def _op_order(op: Op) -> int:
 
 def _tensor_order(t: Tensor) -> int:
     return t.order
-
-
-def _check_shape(name: str, shape: Any) -> tuple[int, ...]:
-    if isinstance(shape, str | bytes) or not isinstance(shape, Iterable):
-        raise ShapeError(f"tensor {name!r}: shape must be a list of ints, got {shape!r}")
-    out: list[int] = []
-    for i, n in enumerate(shape):
-        if isinstance(n, bool) or not hasattr(n, "__index__"):
-            raise ShapeError(f"tensor {name!r}: dim {i} is {n!r}, not an int; give sizes as ints")
-        v = int(n)
-        if v < 0:
-            raise ShapeError(f"tensor {name!r}: dim {i} is {v}; sizes are >= 0")
-        out.append(v)
-    return tuple(out)
-
-
-def _check_dtype(name: str, dtype: Any) -> str:
-    d = str(dtype)
-    if d not in shapes.DTYPES:
-        hint = did_you_mean(d, sorted(shapes.DTYPES))
-        raise ShapeError(
-            f"tensor {name!r}: dtype {dtype!r} is not one of {sorted(shapes.DTYPES)}{hint}"
-        )
-    return d
 
 
 def current_graph(node: str) -> Graph:

@@ -24,7 +24,8 @@ from spmdrules.graph.errors import (
     GraphUnknownOpError,
     OpAttributeError,
 )
-from spmdrules.graph.graph import Graph, Op, Tensor
+from spmdrules.graph.graph import Graph
+from spmdrules.graph.nodes import Op, OwnerGraph, Tensor
 from spmdrules.graph.opschema import OpSchema, graph_op_names, op_schema
 
 _RESERVED = frozenset({"names", "call"})
@@ -93,8 +94,8 @@ def call(op_type: str, *args: Any, name: str | None = None, **kwargs: Any) -> Op
     return g.add_op(op_type, operands, attrs, name=name, result_metas=metas)
 
 
-def _graph_of(where: str, operands: Sequence[Any]) -> Graph:
-    found: Graph | None = None
+def _graph_of(where: str, operands: Sequence[Any]) -> OwnerGraph:
+    found: OwnerGraph | None = None
     for v in operands:
         for t in v if isinstance(v, list | tuple) else (v,):
             if isinstance(t, Tensor):

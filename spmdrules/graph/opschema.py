@@ -13,8 +13,8 @@ from typing import Any, Final
 from spmdrules.core.errors import UnknownOpError, did_you_mean
 from spmdrules.engine.registry import TYPE_WORDS as _TYPE_WORDS
 from spmdrules.engine.registry import AttrParam, Rule, TensorParam, get_rule, list_rules
-from spmdrules.graph import shapes
 from spmdrules.graph.errors import GraphUnknownOpError, OpAttributeError
+from spmdrules.graph.shapes.shape_rule import GENERIC_OPS
 
 
 def is_graph_op_name(name: str) -> bool:
@@ -47,7 +47,7 @@ class OpSchema:
         self.name = name
         self.rule = rule
         ins = rule.inputs
-        self.generic = name in shapes.GENERIC_OPS or (
+        self.generic = name in GENERIC_OPS or (
             len(ins) >= 2 and ins[-1].name == "outs" and ins[-1].kind == "list"
         )
         if self.generic:

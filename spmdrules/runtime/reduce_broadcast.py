@@ -21,25 +21,28 @@ workers paired with it, with the small worker as group rank 0):
   gather moves no data (two zero-byte messages per rank order the writes).
 
 Groups are served one at a time in increasing small-partition rank on every worker, which
-rules out deadlock when a worker belongs to two groups.
+rules out deadlock when a worker belongs to two groups.  The groups, their thresholds and
+their buffer plans are in :mod:`spmdrules.runtime.reduction_group`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from spmdrules.runtime._mpi import mpi, mpi_datatype
-from spmdrules.runtime.decomposition import (
-    ZeroVolumeCache,
-    aligned_empty,
-    balanced_sizes,
-    starts_from_sizes,
-)
+from spmdrules.runtime._mpi import mpi
+from spmdrules.runtime.decomposition import ZeroVolumeCache
 from spmdrules.runtime.errors import PartitionMismatchError, TensorStructureError
 from spmdrules.runtime.partition import MPIPartition, free_communicator, sub_communicator
+from spmdrules.runtime.reduction_group import (
+    TAG_BROADCAST,
+    TAG_REDUCE_SCATTER,
+    Group,
+    GroupPlan,
+    free_plans,
+    plan_group,
+)
 from spmdrules.runtime.reduction_rules import ReductionMatch, match_reduction
 from spmdrules.runtime.shared_window import SharedOutputs
 from spmdrules.runtime.structure import (
@@ -50,100 +53,6 @@ from spmdrules.runtime.structure import (
 )
 
 Array = np.ndarray[Any, Any]
-
-# Point-to-point tags of the reduce algorithm (each group has its own communicator).
-TAG_REDUCE_SCATTER = 4201
-TAG_REDUCE_GATHER = 4202
-TAG_BROADCAST = 4203
-TAG_REDUCE_READY = 4204  # direct gather: rank 0's previous result may be overwritten
-TAG_REDUCE_DONE = 4205  # direct gather: a rank has added its chunk into rank 0's result
-
-# Broadcasts of at least this many bytes go from the source to every member directly (a
-# flat tree): over shared memory each member then copies the data once, straight from the
-# source's array, and all members copy in parallel.  MPI_Bcast's scatter-allgather moves
-# every byte through several workers, which costs more on an oversubscribed node.  Smaller
-# broadcasts are latency-bound and use MPI_Bcast's tree.  A pair (one source, one member) gains
-# nothing from a flat tree, and MPI_Ibcast lets a source that is also a destination overlap
-# its own copy with the transfer better than an Isend does (measured at 16 MiB on 2 ranks:
-# 0.93 of MPI_Bcast's throughput against 0.69).
-FLAT_BROADCAST_MIN_BYTES = 64 * 1024
-
-# Groups of at most this many workers reduce directly (every source sends everything to
-# the destination, which adds): fewer bytes and one round instead of two.
-DIRECT_REDUCE_MAX_GROUP = 2
-
-# Reductions of tensors of at least this many bytes, by groups that share one node, sum
-# their chunks straight into the destination's result in a shared-memory window (see
-# spmdrules.runtime.shared_window) instead of gathering the sums by messages: that saves
-# the destination one copy of the tensor.  Smaller ones are latency-bound.
-DIRECT_GATHER_MIN_BYTES = 64 * 1024
-
-
-@dataclass
-class _Group:
-    """One reduction group as seen by a member worker."""
-
-    small_rank: int
-    comm: Any
-    size: int
-    my_rank: int
-    sources: tuple[int, ...]  # group ranks holding big-partition data, in big-rank order
-    shared: SharedOutputs  # the destination's reduce results, when they are shared
-
-    @property
-    def remote_sources(self) -> tuple[int, ...]:
-        return tuple(s for s in self.sources if s != self.my_rank)
-
-    @property
-    def i_am_dest(self) -> bool:
-        return self.my_rank == 0
-
-    @property
-    def i_am_source(self) -> bool:
-        return self.my_rank in self.sources
-
-
-@dataclass
-class _GroupPlan:
-    """Buffers of one group for one tensor structure."""
-
-    dtype: np.dtype[Any]
-    shape: tuple[int, ...]
-    mtype: Any  # the MPI datatype of dtype
-    out: Array  # dest: the reduced tensor / source: the broadcast tensor
-    bounds: list[tuple[int, int]] = field(default_factory=list)  # flat chunk of each rank
-    rows: list[Array] | None = None  # reduce: my chunk of every other source
-    acc: Array | None = None  # reduce: my summed chunk (non-dest ranks)
-    flat: bool = False  # broadcast: the source sends to every member directly
-    # Precomputed steady path: persistent requests for the plan-owned buffers (receives into
-    # rows, out and the flat broadcast's out; sends from acc), and what the call must do.
-    scatter_recvs: list[Any] = field(default_factory=list)
-    send_chunks: list[tuple[int, int, int]] = field(default_factory=list)  # (rank, a, b)
-    send_bytes: int = 0
-    order: list[int] = field(default_factory=list)  # per source: row index, -1 = my own
-    target: Array | None = None  # where my chunk's sum goes
-    gather: list[Any] = field(default_factory=list)
-    gather_bytes: int = 0
-    bcast_recv: Any = None
-    # direct gather: the window of the destination's result; the destination sends each
-    # rank a go-ahead and awaits its report, the others await the go-ahead and report
-    window: Any = None
-    ready: list[Any] = field(default_factory=list)
-    done: list[Any] = field(default_factory=list)
-
-    def free(self) -> None:
-        """Free the persistent requests."""
-        for request in (*self.scatter_recvs, *self.gather, *self.ready, *self.done):
-            request.Free()
-        if self.bcast_recv is not None:
-            self.bcast_recv.Free()
-        self.scatter_recvs, self.gather, self.bcast_recv = [], [], None
-        self.ready, self.done = [], []
-
-
-def _free_plans(plans: list[_GroupPlan]) -> None:
-    for plan in plans:
-        plan.free()
 
 
 class ReduceBroadcast:
@@ -190,7 +99,7 @@ class ReduceBroadcast:
             else None
         )
         self._structure_bcast = self._structure.twin() if self._structure else None
-        self._groups: list[_Group] = []
+        self._groups: list[Group] = []
         self.group_members: list[tuple[int, ...]] = []
         for small_rank, big_ranks in enumerate(self.match.groups()):
             dest = P_small.members[small_rank]
@@ -201,7 +110,7 @@ class ReduceBroadcast:
                 continue
             comm = sub_communicator(root, members)
             self._groups.append(
-                _Group(
+                Group(
                     small_rank=small_rank,
                     comm=comm,
                     size=len(members),
@@ -210,8 +119,8 @@ class ReduceBroadcast:
                     shared=SharedOutputs(comm),
                 )
             )
-        self._reduce_plans: PlanCache[list[_GroupPlan]] = PlanCache(_free_plans)
-        self._bcast_plans: PlanCache[list[_GroupPlan]] = PlanCache(_free_plans)
+        self._reduce_plans: PlanCache[list[GroupPlan]] = PlanCache(free_plans)
+        self._bcast_plans: PlanCache[list[GroupPlan]] = PlanCache(free_plans)
         self._zero = ZeroVolumeCache(self.preserve_batch).like
         self.bytes_sent = 0  # payload bytes this worker handed to MPI (headers excluded)
 
@@ -254,12 +163,12 @@ class ReduceBroadcast:
                 return plan.out
         return self._zero(x)
 
-    def _move_reduce(self, plans: list[_GroupPlan], x: Array | None) -> None:
+    def _move_reduce(self, plans: list[GroupPlan], x: Array | None) -> None:
         xflat = np.ascontiguousarray(x).reshape(-1) if x is not None else None
         for group, plan in zip(self._groups, plans, strict=True):
             self._reduce_group(group, plan, xflat)
 
-    def _reduce_group(self, g: _Group, p: _GroupPlan, xflat: Array | None) -> None:
+    def _reduce_group(self, g: Group, p: GroupPlan, xflat: Array | None) -> None:
         if g.size == 1:
             assert xflat is not None
             np.copyto(p.out.reshape(-1), xflat)
@@ -331,12 +240,12 @@ class ReduceBroadcast:
                 return plan.out
         return self._zero(y)
 
-    def _move_broadcast(self, plans: list[_GroupPlan], y: Array | None) -> None:
+    def _move_broadcast(self, plans: list[GroupPlan], y: Array | None) -> None:
         ysrc = np.ascontiguousarray(y) if y is not None else None
         for group, plan in zip(self._groups, plans, strict=True):
             self._broadcast_group(group, plan, ysrc)
 
-    def _broadcast_group(self, g: _Group, p: _GroupPlan, ysrc: Array | None) -> None:
+    def _broadcast_group(self, g: Group, p: GroupPlan, ysrc: Array | None) -> None:
         mtype = p.mtype
         if g.i_am_dest:
             assert ysrc is not None
@@ -369,7 +278,7 @@ class ReduceBroadcast:
             g.comm.Bcast([p.out, mtype], 0)
 
     # -- planning ----------------------------------------------------------------------
-    def _plan(self, structures: list[LocalStructure], *, reduce: bool) -> list[_GroupPlan]:
+    def _plan(self, structures: list[LocalStructure], *, reduce: bool) -> list[GroupPlan]:
         """Validate the gathered structures (identically on every worker) and size buffers."""
         P_in = self.P_big if reduce else self.P_small
         in_name = self.big_name if reduce else self.small_name
@@ -406,100 +315,15 @@ class ReduceBroadcast:
         ex = self._structure if reduce else self._structure_bcast
         assert ex is not None
         page_offsets = ex.page_offsets()
-        plans: list[_GroupPlan] = []
+        plans: list[GroupPlan] = []
         for g in self._groups:
             st = group_structure[g.small_rank]
             assert st is not None
             dtype, shape = st
             members = self.group_members[g.small_rank]
             offset = [page_offsets[slot_of[m]] for m in members]  # by group rank
-            plan = _GroupPlan(
-                dtype=dtype, shape=shape, mtype=mpi_datatype(dtype), out=np.empty(0, dtype=dtype)
-            )
-            if reduce:
-                # the destination's sum sits where its own input does (0 if it has none)
-                out_offset = offset[0] if 0 in g.sources else 0
-                n = int(np.prod(shape, dtype=np.int64))
-                if (
-                    g.size > DIRECT_REDUCE_MAX_GROUP
-                    and n * dtype.itemsize >= DIRECT_GATHER_MIN_BYTES
-                    and g.shared.usable()
-                ):
-                    shapes: list[tuple[int, ...] | None] = [None] * g.size
-                    shapes[0] = shape
-                    plan.window, outs = g.shared.arrays(
-                        shapes, dtype, [out_offset] + [0] * (g.size - 1)
-                    )
-                    assert outs[0] is not None
-                    plan.out = outs[0]  # written by every rank, returned by the destination
-                elif g.i_am_dest:
-                    plan.out = aligned_empty(shape, dtype, out_offset)
-                if g.size <= DIRECT_REDUCE_MAX_GROUP:
-                    sizes = (n,) + (0,) * (g.size - 1)
-                else:
-                    sizes = balanced_sizes(n, g.size)
-                starts = starts_from_sizes(sizes)
-                plan.bounds = [(a, a + s) for a, s in zip(starts, sizes, strict=True)]
-                mine = sizes[g.my_rank]
-                lo = starts[g.my_rank] * dtype.itemsize
-                plan.rows = [
-                    aligned_empty(mine, dtype, offset[src] + lo) for src in g.remote_sources
-                ]
-                if plan.window is None:
-                    plan.acc = aligned_empty(mine, dtype, out_offset + lo)
-                self._prepare_reduce(g, plan)
-            else:
-                if g.i_am_source:
-                    plan.out = aligned_empty(shape, dtype, offset[0])
-                nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-                plan.flat = nbytes >= FLAT_BROADCAST_MIN_BYTES and g.size > 2
-                if plan.flat and g.i_am_source and not g.i_am_dest and g.size > 1:
-                    plan.bcast_recv = g.comm.Recv_init([plan.out, plan.mtype], 0, TAG_BROADCAST)
-            plans.append(plan)
+            plans.append(plan_group(g, shape, dtype, offset, reduce=reduce))
         return plans
-
-
-    @staticmethod
-    def _prepare_reduce(g: _Group, p: _GroupPlan) -> None:
-        """The steady path of a reduce plan: persistent requests and the order of adds."""
-        if g.size == 1:
-            return
-        comm, mtype, me = g.comm, p.mtype, g.my_rank
-        itemsize = p.dtype.itemsize
-        lo, hi = p.bounds[me]
-        assert p.rows is not None
-        direct = p.window is not None
-        if hi > lo:
-            p.scatter_recvs = [
-                comm.Recv_init([row, mtype], src, TAG_REDUCE_SCATTER)
-                for row, src in zip(p.rows, g.remote_sources, strict=True)
-            ]
-            remote = iter(range(len(p.rows)))
-            p.order = [-1 if src == me else next(remote) for src in g.sources]
-            p.target = p.out.reshape(-1)[lo:hi] if g.i_am_dest or direct else p.acc
-        if g.i_am_source:
-            p.send_chunks = [(j, a, b) for j, (a, b) in enumerate(p.bounds) if j != me and b > a]
-            p.send_bytes = sum(b - a for _, a, b in p.send_chunks) * itemsize
-        if direct:
-            none, byte = np.empty(0, dtype=np.uint8), mpi().BYTE
-            if g.i_am_dest:
-                writers = [j for j, (a, b) in enumerate(p.bounds) if j != 0 and b > a]
-                p.ready = [comm.Send_init([none, byte], j, TAG_REDUCE_READY) for j in writers]
-                p.done = [comm.Recv_init([none, byte], j, TAG_REDUCE_DONE) for j in writers]
-            elif hi > lo:
-                p.ready = [comm.Recv_init([none, byte], 0, TAG_REDUCE_READY)]
-                p.done = [comm.Send_init([none, byte], 0, TAG_REDUCE_DONE)]
-                p.gather_bytes = (hi - lo) * itemsize
-        elif g.i_am_dest:
-            out_flat = p.out.reshape(-1)
-            p.gather = [
-                comm.Recv_init([out_flat[a:b], mtype], j, TAG_REDUCE_GATHER)
-                for j, (a, b) in enumerate(p.bounds)
-                if j != 0 and b > a
-            ]
-        elif hi > lo:
-            p.gather = [comm.Send_init([p.acc, mtype], 0, TAG_REDUCE_GATHER)]
-            p.gather_bytes = (hi - lo) * itemsize
 
 
 def _describe(st: LocalStructure) -> str:

@@ -1,7 +1,7 @@
-"""``python -m spmdrules.verify``: see :func:`spmdrules.verify.main`."""
+"""``python -m spmdrules.verify``: see :func:`spmdrules.verify.cli.main`."""
 
 import sys
 
-from spmdrules.verify import main
+from spmdrules.verify.cli import main
 
 sys.exit(main())

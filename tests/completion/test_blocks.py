@@ -13,12 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import spmdrules as sr
-from spmdrules import completion, examples, ops
-from spmdrules.completion import Completion, complete
+from spmdrules import examples, ops
+from spmdrules.completion import Completion, complete, state
 from spmdrules.completion.explain import explain
 from spmdrules.core.errors import SpmdError
-from spmdrules.graph.annotate import OPEN, shard
-from spmdrules.graph.graph import Graph, Tensor
+from spmdrules.graph.annotate import shard
+from spmdrules.graph.annotation import OPEN
+from spmdrules.graph.graph import Graph
+from spmdrules.graph.nodes import Tensor
 
 MESH = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
 LINE = sr.ProcessMesh([[0, 1, 2, 3]], dim_names=["dp", "mp"])  # no data parallelism
@@ -48,11 +50,11 @@ def _outcome(build: Callable[[], Graph]) -> tuple[Completion | None, Any]:
 
 @contextmanager
 def _no_replay() -> Iterator[None]:
-    completion.REPLAY_BLOCKS = False
+    state.REPLAY_BLOCKS = False
     try:
         yield
     finally:
-        completion.REPLAY_BLOCKS = True
+        state.REPLAY_BLOCKS = True
 
 
 @pytest.fixture
@@ -64,7 +66,7 @@ def replay_off() -> Iterator[None]:
 def _same_outcome(build: Callable[[], Graph]) -> Completion | None:
     """Complete with replay and without; both must say the same, or raise the same error.
     Returns the replayed run (None: the error)."""
-    assert completion.REPLAY_BLOCKS
+    assert state.REPLAY_BLOCKS
     r, with_replay = _outcome(build)
     with _no_replay():
         _, without = _outcome(build)
@@ -82,7 +84,7 @@ def _same_without_replay(build: Callable[[], Graph]) -> Completion:
 def test_a_decoder_stack_is_one_run_of_layers() -> None:
     layers = 6
     g = examples.gpt_decoder(layers, MESH, **SMALL)
-    blocks = completion._indices(g.ops, g.tensors).blocks
+    blocks = state.indices(g.ops, g.tensors).blocks
     # every layer but the last (whose output goes to the final norm, not to another layer)
     assert len(blocks) == layers - 1 and len({b.run for b in blocks}) == 1
     assert all(b.stop - b.start == 22 for b in blocks)
@@ -92,7 +94,7 @@ def test_a_decoder_stack_is_one_run_of_layers() -> None:
 
 def test_a_graph_without_repetition_has_no_blocks() -> None:
     g = examples.mlp(MESH)
-    assert completion._indices(g.ops, g.tensors).blocks == ()
+    assert state.indices(g.ops, g.tensors).blocks == ()
 
 
 def test_layers_that_differ_in_shape_are_not_one_run() -> None:
@@ -102,7 +104,7 @@ def test_layers_that_differ_in_shape_are_not_one_run() -> None:
             w = g.param(f"w{i}", [h.shape[-1], width])
             h = ops.relu(ops.matmul(h, w, name=f"mm{i}"), name=f"relu{i}")
     shard(g.tensor("x"), MESH, ("dp", None))
-    blocks = completion._indices(g.ops, g.tensors).blocks
+    blocks = state.indices(g.ops, g.tensors).blocks
     for b in blocks:
         widths = {g.ops[k].outputs[0].shape[-1] for k in range(b.start, b.stop)}
         run = [c for c in blocks if c.run == b.run]
@@ -115,7 +117,7 @@ def test_a_dtype_changed_between_runs_splits_the_run() -> None:
     g = examples.gpt_decoder(6, MESH, **SMALL)
     complete(g)
     g.tensor("layers.2.gelu").dtype = "float64"
-    blocks = completion._indices(g.ops, g.tensors).blocks
+    blocks = state.indices(g.ops, g.tensors).blocks
     gelu = next(op.order for op in g.ops if op.name == "layers.2.gelu")
     assert not any(b.start <= gelu < b.stop for b in blocks)
     _same_without_replay(lambda: g.reset_attrs())
@@ -306,6 +308,6 @@ def test_random_stacks_were_mostly_completed() -> None:
 
 def test_the_switch_is_on_by_default(replay_off: None) -> None:
     # the fixture turns replay off for one test and back on after it
-    assert not completion.REPLAY_BLOCKS
+    assert not state.REPLAY_BLOCKS
     r = complete(examples.gpt_decoder(4, MESH, **SMALL))
     assert r.blocks_replayed == 0

@@ -11,13 +11,9 @@ from hypothesis import strategies as st
 
 import spmdrules as sr
 from spmdrules import examples, ops
-from spmdrules.completion import (
-    Completion,
-    CompletionError,
-    NoAnnotationError,
-    complete,
-)
-from spmdrules.graph.annotate import OPEN, shard
+from spmdrules.completion import Completion, CompletionError, NoAnnotationError, complete
+from spmdrules.graph.annotate import shard
+from spmdrules.graph.annotation import OPEN
 from spmdrules.graph.graph import Graph
 
 MESH = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])

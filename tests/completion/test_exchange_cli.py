@@ -15,7 +15,8 @@ from spmdrules import examples, ops
 from spmdrules.cli import main
 from spmdrules.completion import complete
 from spmdrules.completion.explain import chain, explain
-from spmdrules.graph.annotate import OPEN, shard
+from spmdrules.graph.annotate import shard
+from spmdrules.graph.annotation import OPEN
 from spmdrules.graph.errors import GraphError
 from spmdrules.graph.exchange import ExchangeError, dumps, json_schema, load, loads, parse
 from spmdrules.graph.graph import Graph

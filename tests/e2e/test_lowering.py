@@ -9,14 +9,14 @@ import pytest
 import spmdrules as sr
 from spmdrules import examples
 from spmdrules.completion import complete
-from spmdrules.execution.lowering import (
+from spmdrules.execution.lowering import lower
+from spmdrules.execution.program import (
     Collective,
     KernelCall,
     Layout,
     LocalStep,
     LoweringError,
     groups,
-    lower,
     mesh_coords,
 )
 

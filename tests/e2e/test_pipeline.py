@@ -14,7 +14,8 @@ from pipeline_cases import CASES, LIMITS, MEGATRON2, MESH2, mlp64
 from spmdrules import examples
 from spmdrules.completion import complete
 from spmdrules.execution.executor import max_error, random_feeds, run_serial
-from spmdrules.execution.lowering import Collective, lower
+from spmdrules.execution.lowering import lower
+from spmdrules.execution.program import Collective
 from spmdrules.execution.simulated import run_simulated
 
 

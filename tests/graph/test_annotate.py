@@ -8,7 +8,8 @@ import pytest
 
 import spmdrules as sr
 from spmdrules.core.placements import Partial, Replicate, Shard
-from spmdrules.graph.annotate import OPEN, Annotation, shard
+from spmdrules.graph.annotate import shard
+from spmdrules.graph.annotation import OPEN, Annotation
 from spmdrules.graph.errors import (
     AnnotationError,
     InvalidSpecError,
@@ -16,7 +17,8 @@ from spmdrules.graph.errors import (
     SpecRankError,
     UnknownMeshDimError,
 )
-from spmdrules.graph.graph import Graph, Tensor
+from spmdrules.graph.graph import Graph
+from spmdrules.graph.nodes import Tensor
 
 MESH = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
 MESH3 = sr.ProcessMesh.from_shape([2, 2, 2], dim_names=["dp", "mp", "pp"])

@@ -9,7 +9,8 @@ import pytest
 
 import spmdrules as sr
 from spmdrules import ops
-from spmdrules.graph.graph import Graph, Op, Tensor
+from spmdrules.graph.graph import Graph
+from spmdrules.graph.nodes import Op, Tensor
 from spmdrules.graph.opschema import op_schema
 
 

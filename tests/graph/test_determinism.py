@@ -9,7 +9,8 @@ from graph_copies import rebuild_shuffled
 
 import spmdrules as sr
 from spmdrules import examples
-from spmdrules.graph.annotate import OPEN, shard
+from spmdrules.graph.annotate import shard
+from spmdrules.graph.annotation import OPEN
 
 MESH = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
 SMALL: dict[str, Any] = {"batch": 2, "seq": 8, "hidden": 16, "heads": 2, "ffn": 32, "vocab": 64}

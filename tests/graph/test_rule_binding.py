@@ -9,7 +9,8 @@ import spmdrules as sr
 from spmdrules import examples, ops
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.spec import TensorSpec
-from spmdrules.graph.graph import Graph, Tensor
+from spmdrules.graph.graph import Graph
+from spmdrules.graph.nodes import Tensor
 
 MESH = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
 

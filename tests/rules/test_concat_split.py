@@ -12,10 +12,10 @@ import pytest
 
 import spmdrules as sr
 from spmdrules.conformance import default_case_paths, iter_cases
+from spmdrules.conformance.deviation import classify
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.blocks import ShardMismatch, gather, run_local
 from spmdrules.core.spec import SpmdInfo, TensorSpec
-from spmdrules.deviations import classify
 
 MESH = sr.ProcessMesh([[0, 1], [2, 3]])
 MESH1 = sr.ProcessMesh([0, 1])
@@ -347,7 +347,7 @@ def test_proof_add_n_keeps_only_linear_partials() -> None:
     ],
 )
 def test_deviation_classes_explain_their_cases(case_id: str, name: str) -> None:
-    from spmdrules.conformance.runner import agrees, call_engine
+    from spmdrules.conformance.calls import agrees, call_engine
 
     c = case(case_id)
     got = call_engine(c)

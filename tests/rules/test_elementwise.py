@@ -385,7 +385,7 @@ def test_execution_catches_a_wrong_answer() -> None:
 
 
 def test_swiglu_deviation_predicate_is_narrow() -> None:
-    from spmdrules.deviations import classify
+    from spmdrules.conformance.deviation import classify
 
     mesh = sr.ProcessMesh([[0, 1], [2, 3], [4, 5], [6, 7]])
 
@@ -410,7 +410,7 @@ def test_swiglu_deviation_predicate_is_narrow() -> None:
 
 
 def test_size1_out_deviation_predicate_is_narrow() -> None:
-    from spmdrules.deviations import classify
+    from spmdrules.conformance.deviation import classify
 
     mesh = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]])
 

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule
-from spmdrules.conformance.runner import agrees, call_engine, default_case_paths, iter_cases
+from spmdrules.conformance.calls import agrees, call_engine
+from spmdrules.conformance.deviation import classify
+from spmdrules.conformance.runner import default_case_paths, iter_cases
 from spmdrules.core.blocks import ShardMismatch, block_slices, gather, scatter
 from spmdrules.core.errors import RuleArgumentError, SpmdError
-from spmdrules.deviations import classify
 
 Array = np.ndarray[Any, Any]
 

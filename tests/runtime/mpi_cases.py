@@ -569,16 +569,16 @@ def unchecked_change_never_hangs(comm: Any) -> None:
 def large_message_paths(comm: Any) -> None:
     """The paths taken only by large messages (flat broadcasts, subarray datatypes for strided
     pieces), forced on small tensors by lowering their thresholds."""
-    from spmdrules.runtime import box_exchange, reduce_broadcast, repartition
+    from spmdrules.runtime import box_exchange, reduction_group, repartition
 
-    saved = box_exchange.DATATYPE_MIN_BYTES, reduce_broadcast.FLAT_BROADCAST_MIN_BYTES
-    saved_direct = repartition.DIRECT_MIN_BYTES, reduce_broadcast.DIRECT_GATHER_MIN_BYTES
-    box_exchange.DATATYPE_MIN_BYTES, reduce_broadcast.FLAT_BROADCAST_MIN_BYTES = 1, 0
+    saved = box_exchange.DATATYPE_MIN_BYTES, reduction_group.FLAT_BROADCAST_MIN_BYTES
+    saved_direct = repartition.DIRECT_MIN_BYTES, reduction_group.DIRECT_GATHER_MIN_BYTES
+    box_exchange.DATATYPE_MIN_BYTES, reduction_group.FLAT_BROADCAST_MIN_BYTES = 1, 0
     try:
         n = comm.size
         # reductions gathered by messages (as across nodes), then in shared memory
         for direct in (1 << 62, 0):
-            reduce_broadcast.DIRECT_GATHER_MIN_BYTES = direct
+            reduction_group.DIRECT_GATHER_MIN_BYTES = direct
             check_sum_reduce(comm, [n], [1])
             check_sum_reduce(comm, [n, 1], [1, 1], dtype=np.int32)
             if n >= 4:
@@ -599,8 +599,8 @@ def large_message_paths(comm: Any) -> None:
         check_halo(comm, [n, 1], [3 * n, 7], [W(3, 1, 1), W(3, 1, 1)], seed=9)
         check_halo(comm, [1, n], [5, 3 * n + 1], [None, W(4, 2, 1)], seed=10)
     finally:
-        box_exchange.DATATYPE_MIN_BYTES, reduce_broadcast.FLAT_BROADCAST_MIN_BYTES = saved
-        repartition.DIRECT_MIN_BYTES, reduce_broadcast.DIRECT_GATHER_MIN_BYTES = saved_direct
+        box_exchange.DATATYPE_MIN_BYTES, reduction_group.FLAT_BROADCAST_MIN_BYTES = saved
+        repartition.DIRECT_MIN_BYTES, reduction_group.DIRECT_GATHER_MIN_BYTES = saved_direct
 
 
 @case(2)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from spmdrules.graph.annotate import OPEN, shard
-from spmdrules.graph.graph import Graph, Tensor
+from spmdrules.graph.annotate import shard
+from spmdrules.graph.annotation import OPEN
+from spmdrules.graph.graph import Graph
+from spmdrules.graph.nodes import Tensor
 
 
 def names(v: Tensor | tuple[Tensor, ...] | None) -> Any:

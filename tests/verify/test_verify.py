@@ -85,7 +85,7 @@ def test_family_totals_add_up(sample: list[OpReport]) -> None:
         assert sum(f[key] for f in fams) == t["all"][key]
     assert t["all"]["ops"] == len(sample)
     # over-replication is measured: the uneven-dim policy of the elementwise rules shows up
-    assert t["elementwise_unary"]["over_replicated"] > 0
+    assert t["elementwise"]["over_replicated"] > 0
 
 
 # ---- the generators -------------------------------------------------------------------------------
@@ -298,13 +298,13 @@ def test_cli_progress_bar_on_a_terminal(
 def test_cli_exit_status_is_1_on_a_wrong_rule(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import spmdrules.verify as v
+    from spmdrules.verify import runner
 
     def lying(name: str, **kw: Any) -> OpReport:
-        d = v.DirectionReport(cases=1, wrong=1, examples=["WRONG [forward seed=0 case=0] ..."])
-        return OpReport(name, "elementwise_unary", "wrong", forward=d)
+        d = runner.DirectionReport(cases=1, wrong=1, examples=["WRONG [forward seed=0 case=0] ..."])
+        return OpReport(name, "elementwise", "wrong", forward=d)
 
-    monkeypatch.setattr(v, "verify_op", lying)
+    monkeypatch.setattr(runner, "verify_op", lying)
     assert main(["--ops", "relu", "--cases", "1"]) == 1
     assert "WRONG" in capsys.readouterr().out
 

@@ -4,6 +4,6 @@ The kernel contract (``LocalContext``, ``register_kernel``, ``get_kernel``) is
 :mod:`spmdrules.execution.local`.
 """
 
-from spmdrules.execution.kernels import concat_split, elementwise, matmul, nn, reduction, shape
+from spmdrules.core.families import import_families
 
-__all__ = ["concat_split", "elementwise", "matmul", "nn", "reduction", "shape"]
+__all__ = import_families(__name__, __path__)

@@ -1,17 +1,10 @@
-"""Local kernels of joining and cutting: concat, stack, add_n, split, split_with_num, unbind, and
-the generic rules (default_data_parallel, default_, replicated).
+"""Local kernels of joining and cutting: concat, stack, add_n, split, split_with_num, unbind.
 
 The rules never shard the op axis, so a rank joins or cuts its own blocks along a whole axis. The
 kernels still read the axis off the context rather than assume it: a split's global sections
 become the local sections of this rank's block (what of each piece falls inside the rows it
 holds), so a sharding the rule should not have claimed shows up as a wrong block, not as a
 silently right one. Joins and cuts are linear: pending sum/avg partials pass through.
-
-The generic rules describe an op they know nothing about: the data-parallel rule claims only that
-every tensor may be cut along dim 0 (the batch) alike, the replicated one that everything is
-whole. The one op both claims can be checked on is the row-wise identity, ``outs[i] = ins[i]``
-for tensors of equal global shape, and that is what their kernel computes; an ``outs[i]`` without
-an ``ins[i]`` of its shape cannot be executed (UnsupportedError), since the op is opaque.
 """
 
 from __future__ import annotations
@@ -22,17 +15,16 @@ from itertools import accumulate
 import numpy as np
 
 from spmdrules.core.blocks import ShardMismatch
-from spmdrules.core.errors import RuleArgumentError, UnsupportedError
+from spmdrules.core.errors import RuleArgumentError
 from spmdrules.engine.rulekit import normalise_axis
-from spmdrules.execution.kernels.shape import block_range, input_spec, variadic_output
-from spmdrules.execution.local import Array, Block, LocalContext, array, arrays, register_kernel
+from spmdrules.execution import local
+from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+
 
 # ---- joins -----------------------------------------------------------------------------------------
-
-
 def _joined(ctx: LocalContext, blocks: Sequence[Block], name: str) -> list[Array]:
     """The tensors a join takes (its list argument ``name``, first): at least one."""
-    xs = arrays(ctx, blocks, 0, name)
+    xs = local.arrays(ctx, blocks, 0, name)
     if not xs:
         raise RuleArgumentError(f"{ctx.op}: {name!r} is an empty list; give at least one tensor")
     return xs
@@ -81,19 +73,19 @@ def _sections(op: str, sections: Sequence[int], n: int, axis: int) -> list[int]:
 
 def _cut(ctx: LocalContext, x: Array, axis: int, sizes: Sequence[int]) -> list[Array]:
     """The pieces of ``sizes`` (global) along ``axis``, as this rank's block of x holds them."""
-    shape, attr = input_spec(ctx, 0, "x")
-    rows = block_range(ctx, shape, attr, axis)
-    local = []
+    shape, attr = local.input_spec(ctx, 0, "x")
+    rows = local.block_range(ctx, shape, attr, axis)
+    here = []
     for lo, hi in zip(accumulate(sizes, initial=0), accumulate(sizes), strict=False):
-        local.append(max(0, min(hi, rows.stop) - max(lo, rows.start)))
-    bounds = list(accumulate(local))[:-1]
+        here.append(max(0, min(hi, rows.stop) - max(lo, rows.start)))
+    bounds = list(accumulate(here))[:-1]
     return [np.array(p) for p in np.split(x, bounds, axis=axis)]
 
 
 @register_kernel("split")
 def split(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     x = array(ctx, blocks, 0, "x")
-    shape, _ = input_spec(ctx, 0, "x")
+    shape, _ = local.input_spec(ctx, 0, "x")
     axis = normalise_axis(ctx.op, "x", int(ctx.attrs["axis"]), len(shape))
     sizes = _sections(ctx.op, ctx.attrs["sections"], shape[axis], axis)
     return (_cut(ctx, x, axis, sizes),)
@@ -102,7 +94,7 @@ def split(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
 @register_kernel("split_with_num")
 def split_with_num(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     x = array(ctx, blocks, 0, "x")
-    shape, _ = input_spec(ctx, 0, "x")
+    shape, _ = local.input_spec(ctx, 0, "x")
     axis = normalise_axis(ctx.op, "x", int(ctx.attrs["axis"]), len(shape))
     num = int(ctx.attrs["num"])
     if num < 1 or shape[axis] % num:
@@ -116,39 +108,12 @@ def split_with_num(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, .
 @register_kernel("unbind")
 def unbind(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     x = array(ctx, blocks, 0, "x")
-    shape, attr = input_spec(ctx, 0, "x")
+    shape, attr = local.input_spec(ctx, 0, "x")
     axis = normalise_axis(ctx.op, "x", int(ctx.attrs["axis"]), len(shape))
-    if block_range(ctx, shape, attr, axis) != range(shape[axis]):
+    if local.block_range(ctx, shape, attr, axis) != range(shape[axis]):
         # Each output is one whole slice of the axis: a rank holding part of it lacks the rest.
         raise ShardMismatch(
             f"{ctx.op}: 'x' dim {axis} is sharded under {attr.mapping_str()}, so the rank at "
             f"{ctx.coord} lacks some of the slices it must return; replicate x dim {axis}"
         )
     return ([np.take(x, i, axis=axis) for i in range(x.shape[axis])],)
-
-
-# ---- the generic rules: the row-wise identity -----------------------------------------------------
-def _generic_outputs(ctx: LocalContext) -> list[tuple[int, ...]]:
-    """The global shapes of ``outs``: the op's list output, or the rule's second list argument."""
-    if ctx.output_shapes:
-        return [s for s, _ in variadic_output(ctx)]
-    if len(ctx.input_shapes) > 1 and ctx.input_shapes[1] is not None:
-        return [tuple(s) for s in ctx.input_shapes[1]]
-    raise RuleArgumentError(f"{ctx.op}: the context names no 'outs'; declare the op's results")
-
-
-@register_kernel("default_data_parallel", "default_", "replicated")
-def generic_identity(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
-    ins = arrays(ctx, blocks, 0, "ins")
-    in_shapes = [tuple(s) for s in ctx.input_shapes[0]]
-    outs = []
-    for i, shape in enumerate(_generic_outputs(ctx)):
-        if i >= len(ins) or in_shapes[i] != shape:
-            have = f"no ins[{i}]" if i >= len(ins) else f"ins[{i}] has shape {list(in_shapes[i])}"
-            raise UnsupportedError(
-                f"{ctx.op}: outs[{i}] of shape {list(shape)} cannot be executed: {have}. The "
-                "generic rules describe an opaque op; only the row-wise identity outs[i] = "
-                "ins[i] (equal shapes) has a local kernel. Give the op its own rule and kernel"
-            )
-        outs.append(ins[i].copy())
-    return (outs,)

@@ -2,6 +2,6 @@
 package registers them all (see :mod:`spmdrules.execution.local`).
 """
 
-from spmdrules.execution.vjp import elementwise, matmul, nn, reduction, shape
+from spmdrules.core.families import import_families
 
-__all__ = ["elementwise", "matmul", "nn", "reduction", "shape"]
+__all__ = import_families(__name__, __path__)

@@ -113,7 +113,6 @@ def binary_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
             unbroadcast(np.asarray(g * dy), y.shape).astype(y.dtype))
 
 
-
 @register_vjp("swiglu")
 def swiglu_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
                cts: Sequence[Block]) -> tuple[Block, ...]:

@@ -13,16 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spmdrules.execution.kernels.matmul import _notation, operand_grad
-from spmdrules.execution.local import (
-    Array,
-    Block,
-    LocalContext,
-    array,
-    arrays,
-    cotangent,
-    register_vjp,
-)
+from spmdrules.execution.local import Array, Block, LocalContext, array, cotangent, register_vjp
 from spmdrules.execution.vjp.elementwise import unbroadcast
 
 
@@ -65,17 +56,3 @@ def bmm_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     dx, dy = matmul_grads(x, y, g, False, False)
     return dx.astype(x.dtype), dy.astype(y.dtype)
-
-
-@register_vjp("einsum")
-def einsum_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-               cts: Sequence[Block]) -> tuple[Block, ...]:
-    """Each operand's cotangent: the contraction of the output's with the other operands
-    (:func:`spmdrules.execution.kernels.matmul.operand_grad`, the kernel of einsum_grad)."""
-    ops = arrays(ctx, ins, 0, "inputs")
-    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
-    nota = _notation(ctx, len(ops))
-    out = nota.outputs[0]
-    pairs = list(zip(nota.inputs, ops, strict=True))
-    return ([operand_grad(ls, out, g, [p for j, p in enumerate(pairs) if j != i], x)
-             .astype(x.dtype) for i, (ls, x) in enumerate(pairs)],)

@@ -16,7 +16,8 @@ from spmdrules.core.errors import UnsupportedError
 from spmdrules.execution.adjoint import GradientError, dual_attr, gradient_program
 from spmdrules.execution.executor import random_feeds
 from spmdrules.execution.gradcheck import check_gradients
-from spmdrules.execution.lowering import Collective, LocalStep, Program, lower
+from spmdrules.execution.lowering import lower
+from spmdrules.execution.program import Collective, LocalStep, Program
 from spmdrules.execution.simulated import run_simulated
 from spmdrules.graph.annotate import shard
 from spmdrules.graph.graph import Graph

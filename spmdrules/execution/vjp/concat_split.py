@@ -1,11 +1,4 @@
-"""Vector-Jacobian products of the shape and join ops (:mod:`spmdrules.execution.kernels.shape`,
-:mod:`spmdrules.execution.kernels.concat_split`).
-
-They move entries without changing them, so the cotangent moves back the same way on the rank's
-blocks: reshaped to the input block, transposed by the inverse permutation, the pieces of a split
-joined again (a piece nothing depends on contributes zeros), a join's cotangent cut at the input
-blocks' sizes.
-"""
+"""Vector-Jacobian products of the join and split ops (:mod:`spmdrules.execution.kernels.concat_split`)."""
 
 from __future__ import annotations
 
@@ -16,23 +9,6 @@ import numpy as np
 
 from spmdrules.engine.rulekit import normalise_axis
 from spmdrules.execution.local import Block, LocalContext, array, arrays, cotangent, register_vjp
-
-
-@register_vjp("reshape", "reshape2", "flatten", "squeeze", "unsqueeze", "unsqueeze2")
-def reshape_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                cts: Sequence[Block]) -> tuple[Block, ...]:
-    x = array(ctx, ins, 0, "x")
-    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
-    return (g.reshape(x.shape),)
-
-
-@register_vjp("transpose", "transpose2")
-def transpose_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                  cts: Sequence[Block]) -> tuple[Block, ...]:
-    x = array(ctx, ins, 0, "x")
-    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
-    perm = [normalise_axis(ctx.op, "x", int(p), x.ndim) for p in ctx.attrs["perm"]]
-    return (np.transpose(g, np.argsort(perm)).copy(),)
 
 
 @register_vjp("split", "split_with_num", "unbind")

@@ -24,8 +24,8 @@ from spmdrules.core.errors import SpmdError, UnsupportedError
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine.registry import TensorParam
-from spmdrules.execution.kernels.nn import AllReduce, KernelInputError, cross_entropy
-from spmdrules.execution.local import Array, Block, LocalContext, get_kernel
+from spmdrules.execution.kernels.cross_entropy import AllReduce, cross_entropy
+from spmdrules.execution.local import Array, Block, KernelInputError, LocalContext, get_kernel
 from spmdrules.graph import shapes
 
 Arg = Array | list[Array] | None

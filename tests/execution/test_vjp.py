@@ -18,7 +18,8 @@ from spmdrules import ops
 from spmdrules.execution.executor import serial_op, serial_vjp
 from spmdrules.execution.local import list_vjps
 from spmdrules.execution.vjp.elementwise import DERIVATIVES
-from spmdrules.graph.graph import Graph, Op, Tensor
+from spmdrules.graph.graph import Graph
+from spmdrules.graph.nodes import Op, Tensor
 
 Build = Callable[[Graph], Any]
 POSITIVE = {"log", "log1p", "sqrt", "rsqrt", "pow", "reciprocal"}

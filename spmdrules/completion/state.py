@@ -1,0 +1,361 @@
+"""The working state of one completion run, and the per-topology index and caches it reads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from spmdrules.completion.blocks import find_blocks
+from spmdrules.completion.cost import CostModel
+from spmdrules.completion.planning import divisible
+from spmdrules.completion.result import WEAK_RANK, NoAnnotationError, OfferKind
+from spmdrules.core.attr import DistAttr
+from spmdrules.core.mesh import ProcessMesh
+from spmdrules.core.spec import SpmdInfo, TensorSpec
+from spmdrules.graph.annotation import Annotation
+from spmdrules.graph.graph import Graph
+from spmdrules.graph.nodes import Op, Tensor
+from spmdrules.graph.opschema import OpSchema
+
+#: how often one tensor may change before it is frozen (a guard; no known model reaches it)
+MAX_CHANGES: Final = 8
+#: sweeps (one forward and one reverse each) before the pass stops and reports non-convergence
+MAX_SWEEPS: Final = 64
+#: replay repeated blocks (``completion_blocks``); off only to check that replaying changes nothing
+REPLAY_BLOCKS = True
+#: how many visited blocks of a run a block's entry state is compared with
+RECENT_VISITS: Final = 4
+
+
+# An offer inside the pass is a plain tuple (it is made thousands of times per model):
+# (attr, rank, op, kind code, driver or -1). Nothing in it is absolute, so an offer is the same
+# tuple in every layer of a stack (see ``completion_blocks``): the op is counted from the
+# tensor's ``Index.base`` op, and the driver is a position among the op's operands (forward and
+# demand offers) or results (reverse offers), not a tensor. ``Completion`` turns it into an
+# ``Offer`` when asked.
+RawOffer = tuple[DistAttr, int, int, int, int]
+FWD, REV, DEM = 0, 1, 2
+KINDS: Final[tuple[OfferKind, ...]] = ("forward", "reverse", "demand")
+
+
+class State:
+    """Per-tensor and per-op working arrays of one run, indexed by ``order``."""
+
+    __slots__ = (
+        "attr", "changes", "frozen", "natural", "needs", "offers", "rank", "rejected", "spec",
+    )
+
+    def __init__(self, n_tensors: int, n_ops: int) -> None:
+        self.attr: list[DistAttr | None] = [None] * n_tensors
+        self.rank: list[int] = [WEAK_RANK] * n_tensors
+        self.spec: list[TensorSpec | None] = [None] * n_tensors
+        # offers per tensor (one per op and direction, in the order first made): None, the one
+        # offer itself (most tensors get one: no list for them), or a list
+        self.offers: list[RawOffer | list[RawOffer] | None] = [None] * n_tensors
+        self.changes: list[int] = [0] * n_tensors
+        self.frozen: list[bool] = [False] * n_tensors
+        # offers refused per tensor: (offer, reason, detail, kept); ``kept`` is the position
+        # among the op's operands of the one a conflict kept (its name ends the detail), or -1,
+        # so that an entry names no tensor and reads the same in every layer of a stack
+        self.rejected: dict[int, list[tuple[RawOffer, str, str, int]]] = {}
+        self.natural: list[tuple[DistAttr, ...] | None] = [None] * n_ops
+        self.needs: list[tuple[DistAttr, ...] | None] = [None] * n_ops
+
+    def offers_of(self, i: int) -> Sequence[RawOffer]:
+        o = self.offers[i]
+        if o is None:
+            return ()
+        return o if isinstance(o, list) else (o,)
+
+
+# ---- one run -------------------------------------------------------------------------------------
+class RunState:
+    """One completion run over a graph: its working state, and the specs the rules are called on."""
+
+    def __init__(self, graph: Graph, cost: CostModel) -> None:
+        self.g = graph
+        self.cost = cost
+        self.ops = ops = graph.ops
+        self.tensors = tensors = graph.tensors
+        self.st = State(len(tensors), len(ops))
+        self.rule_calls = 0
+        self.placeholders: dict[tuple[ProcessMesh, tuple[int, ...]], TensorSpec] = {}
+        self.div_cache: dict[tuple[DistAttr, tuple[int, ...]], bool] = {}
+        index = indices(ops, tensors)
+        self.ins, self.outs, self.consumers = index.ins, index.outs, index.consumers
+        self.producer, self.calls, self.shapes = index.producer, index.calls, index.shapes
+        self.sources, self.base = index.sources, index.base
+        self.block_of, self.blocks = index.block_of, index.blocks if REPLAY_BLOCKS else ()
+        self.replays = 0
+        self.ann_keys: list[Annotation | None] = []  # canonical annotations, with blocks
+        # Worklists are one byte per op: a sweep finds the next pending op with bytearray.find,
+        # so a visit costs the same whatever the model's size (a heap's log n does not).
+        self.fwd_next = bytearray(len(ops))
+        self.rev_next = bytearray(len(ops))
+        self.pending = bytearray(len(ops))
+        self.cur = -1
+        self.direction = 1
+        self.defaulted: set[int] = set()
+        # The sweeps read dense arrays, never the Tensor objects: on large models those are
+        # scattered in memory, and each visit would miss the cache.
+        self.annotated = graph.annotations()
+        self.ann: list[Annotation | None] = [None] * len(tensors)
+        first: dict[int, tuple[int, ProcessMesh]] = {}  # by mesh identity: its first tensor
+        for i, ann in self.annotated:
+            self.ann[i] = ann
+            m = ann.mesh
+            f = first.get(id(m))
+            if f is None or i < f[0]:
+                first[id(m)] = (i, m)
+        # the meshes in the order they first appear among the tensors
+        meshes: dict[ProcessMesh, int] = {}
+        for _, m in sorted(first.values(), key=first_of):
+            meshes.setdefault(m, len(meshes))
+        if not meshes:
+            raise NoAnnotationError(
+                f"graph {graph.name!r} has no annotated tensor, so completion has no mesh to "
+                "start from; annotate at least one tensor with shard(tensor, mesh, spec)"
+            )
+        self.mesh_rank = meshes
+        self.single_mesh: ProcessMesh | None = next(iter(meshes)) if len(meshes) == 1 else None
+        if self.blocks:
+            # equal annotations as one object (their attributes too), so that blocks compare
+            # them by identity
+            keys: list[Annotation | None] = [None] * len(tensors)
+            for i, ann in self.annotated:
+                keys[i] = canonical_annotation(ann)
+            self.ann_keys = keys
+        self.default_mesh = next(iter(meshes))
+
+    # ---- specs --------------------------------------------------------------------------------
+    def placeholder(self, mesh: ProcessMesh, shape: tuple[int, ...]) -> TensorSpec:
+        key = (mesh, shape)
+        s = self.placeholders.get(key)
+        if s is None:
+            s = TensorSpec._make(shape, DistAttr.replicated(mesh, len(shape)))
+            self.placeholders[key] = s
+        return s
+
+    def spec_at(self, i: int, mesh: ProcessMesh) -> TensorSpec:
+        """Tensor ``i`` as its op on ``mesh`` sees it (the spec its rule is called with)."""
+        st = self.st
+        s = st.spec[i]
+        if s is not None and s.attr.mesh is mesh:
+            return s
+        a = st.attr[i]
+        shape = self.shapes[i]
+        if a is None:
+            return self.placeholder(mesh, shape)
+        if a.mesh is mesh or a.mesh == mesh:
+            s = cached_spec(shape, a)
+            st.spec[i] = s
+            return s
+        # A tensor from another mesh enters the op as the same layout on the op's mesh when
+        # the meshes have one shape, else replicated; the edge gets a cross-mesh transfer.
+        if a.mesh.shape == mesh.shape:
+            return TensorSpec._make(shape, DistAttr._make(mesh, a.multi_dims_mapping,
+                                                          a.partial_items))
+        return self.placeholder(mesh, shape)
+
+    def spec_fn(self, mesh: ProcessMesh) -> Callable[[Tensor], TensorSpec]:
+        spec_at = self.spec_at
+
+        def spec(t: Tensor) -> TensorSpec:
+            return spec_at(t.order, mesh)
+
+        return spec
+
+    def best_known(self, idx: tuple[int, ...]) -> tuple[ProcessMesh, int, int]:
+        """The op's mesh, the position in ``idx`` of its highest-ranked known tensor (-1: none)
+        and that tensor's rank. Ties go to the later mesh, then the earlier position."""
+        st = self.st
+        attrs, ranks = st.attr, st.rank
+        best, best_r = -1, WEAK_RANK - 1
+        if self.single_mesh is not None:
+            for pos, i in enumerate(idx):
+                if attrs[i] is not None and ranks[i] > best_r:
+                    best, best_r = pos, ranks[i]
+            return self.single_mesh, best, best_r
+        best_key = (best_r, -1)
+        for pos, i in enumerate(idx):
+            a = attrs[i]
+            if a is not None:
+                key = (ranks[i], self.mesh_rank.get(a.mesh, -1))
+                if key > best_key:
+                    best, best_key = pos, key
+        if best < 0:
+            return self.default_mesh, -1, WEAK_RANK
+        a = attrs[idx[best]]
+        assert a is not None
+        return a.mesh, best, best_key[0]
+
+    def is_divisible(self, attr: DistAttr, shape: tuple[int, ...]) -> bool:
+        key = (attr, shape)
+        v = self.div_cache.get(key)
+        if v is None:
+            v = divisible(attr, shape)
+            self.div_cache[key] = v
+        return v
+
+
+Call = tuple[Callable[..., SpmdInfo], tuple[Any, ...], Callable[..., SpmdInfo] | None,
+              tuple[Any, ...], OpSchema, bool]
+
+
+class Index:
+    """Flat arrays of one graph topology, shared by every run on it.
+
+    ``calls[k]`` is set for ops whose operands are one tensor per parameter (no list, no absent
+    optional, not generic): their rules' bound entry points and attribute tails, so a visit calls
+    the rule with the flat operand specs without touching the ``Op``; its last entry says whether
+    the results are too (else the reverse rule goes through the ``Op``). Equal tails are shared,
+    so the layers of a model read one.
+    """
+
+    __slots__ = ("base", "block_of", "blocks", "calls", "consumers", "ins", "outs", "producer",
+                 "shapes", "sources")
+
+    def __init__(self, ops: tuple[Op, ...], tensors: tuple[Tensor, ...]) -> None:
+        self.ins = [tuple(t.order for t in op.inputs) for op in ops]
+        self.outs = [tuple(t.order for t in op.outputs) for op in ops]
+        cons: list[list[int]] = [[] for _ in tensors]
+        for k, idx in enumerate(self.ins):
+            for i in dict.fromkeys(idx):
+                cons[i].append(k)
+        self.consumers = [tuple(c) for c in cons]
+        self.producer = [-1 if t.producer is None else t.producer.order for t in tensors]
+        self.sources = [i for i, p in enumerate(self.producer) if p < 0]
+        # offers count their op from the tensor's producer (else its first consumer), so one
+        # offer is the same tuple in every layer of a stack (see completion_blocks)
+        self.base = [p if p >= 0 else (c[0] if c else 0)
+                     for p, c in zip(self.producer, self.consumers, strict=True)]
+        # the tensors' shapes, interned: a change of a tensor's shape rebuilds the topology
+        shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self.shapes = [shapes.setdefault(t.shape, t.shape) for t in tensors]
+        tails: dict[Any, tuple[Any, ...]] = {}
+        entries: dict[int, tuple[Callable[..., SpmdInfo], Callable[..., SpmdInfo] | None]] = {}
+        calls: list[Call | None] = []
+        for op in ops:
+            schema = op.schema
+            if schema.generic or not all(type(v) is Tensor for v in op.operands):
+                calls.append(None)
+                continue
+            rule = schema.rule
+            entry = entries.get(id(rule))
+            if entry is None:
+                entry = entries[id(rule)] = (
+                    rule.infer_forward, rule.infer_reverse if rule.has_reverse else None)
+            calls.append((entry[0], intern_tail(tails, schema, op.attrs), entry[1],
+                          intern_tail(tails, schema, schema.reverse_attr_values(op.attrs)),
+                          schema, all(type(v) is Tensor for v in op.results)))
+        self.calls = calls
+        self.block_of, self.blocks = find_blocks(
+            self.ins, self.outs, self.producer, self.consumers, calls, self.shapes,
+            [t.dtype for t in tensors])
+
+
+def intern_tail(
+    tails: dict[Any, tuple[Any, ...]], schema: OpSchema, values: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """The first tail of ``schema``'s ops equal to ``values``, value for value and type for type
+    (1, 1.0 and True stay apart, and a list from an equal tuple), so equal ops share one."""
+    try:
+        key = (schema, *((type(v), (*v,) if type(v) is list else v) for v in values))
+        return tails.setdefault(key, values)
+    except TypeError:  # unhashable (a nested list): not shared
+        return values
+
+
+# The index of a topology, by the identity of ``Graph.ops``: one cached tuple until the graph
+# changes (the tuple is held, so its id cannot be reused); the graph's own properties rebuild
+# tuples on every access, which costs more than the whole pass.
+INDEX_CACHE: dict[int, tuple[tuple[Op, ...], Index]] = {}
+
+
+def indices(ops: tuple[Op, ...], tensors: tuple[Tensor, ...]) -> Index:
+    hit = INDEX_CACHE.get(id(ops))
+    if hit is not None and hit[0] is ops:
+        return hit[1]
+    value = Index(ops, tensors)
+    if len(INDEX_CACHE) >= 4:
+        INDEX_CACHE.pop(next(iter(INDEX_CACHE)))
+    INDEX_CACHE[id(ops)] = (ops, value)
+    return value
+
+
+# TensorSpecs interned by (shape, attr): the layers of a model repeat a few hundred of them, so a
+# run allocates almost none, and the rules' memo compares its keys by identity.
+SPECS: dict[tuple[tuple[int, ...], DistAttr], TensorSpec] = {}
+SPECS_MAX: Final = 1 << 16
+
+
+def cached_spec(shape: tuple[int, ...], attr: DistAttr) -> TensorSpec:
+    key = (shape, attr)
+    s = SPECS.get(key)
+    if s is None or s.attr.mesh is not attr.mesh:  # keep the caller's mesh object (``is`` tests)
+        if len(SPECS) >= SPECS_MAX:
+            SPECS.clear()
+        s = SPECS[key] = TensorSpec._make(shape, attr)
+    return s
+
+
+# Flattened rule answers by the answer's identity: the rules' memo hands back the same SpmdInfo
+# for every layer, so each is flattened once. The entry holds the answer (its id stays unique).
+FLAT_CACHE: dict[int, tuple[SpmdInfo, OpSchema, int, tuple[DistAttr, ...], tuple[DistAttr, ...]]] = {}
+FLAT_CACHE_MAX: Final = 1 << 14
+
+
+# One object per distinct annotation, so that the layers of a stack share theirs; by the identity
+# of each annotation seen (held, so its id stays unique), to skip comparing it on the next run.
+CANON: dict[int, tuple[Annotation, Annotation]] = {}
+CANON_BY_VALUE: dict[Annotation, Annotation] = {}
+CANON_MAX: Final = 1 << 16
+
+
+def canonical_annotation(ann: Annotation) -> Annotation:
+    hit = CANON.get(id(ann))
+    if hit is not None and hit[0] is ann:
+        return hit[1]
+    if len(CANON) >= CANON_MAX:
+        CANON.clear()
+        CANON_BY_VALUE.clear()
+    canon = CANON_BY_VALUE.setdefault(ann, ann)
+    CANON[id(ann)] = (ann, canon)
+    return canon
+
+
+def first_of(entry: tuple[int, ProcessMesh]) -> int:
+    return entry[0]
+
+
+def offer_key(o: RawOffer) -> tuple[int, int]:
+    """The tie-break: the producer's forward offer first, then consumers in topological order."""
+    return (0 if o[3] == FWD else 1, o[2])
+
+
+def project(ann: Any, offered: DistAttr, rank: int) -> DistAttr | None:
+    """An offer seen through an annotation: closed dims as annotated, hinted open dims keep their
+    hint unless the offer outranks the annotation, other open dims as offered. None if the
+    offer's mesh is not the annotation's."""
+    if offered.mesh != ann.mesh:
+        return None
+    used: set[int] = set()
+    dims: list[tuple[int, ...] | None] = []
+    outrank = rank > 2 * ann.priority + 1
+    for spec, closed in zip(ann.dims, ann.closed, strict=True):
+        if closed or (spec is not None and not outrank):
+            dims.append(tuple(spec))
+            used.update(spec)
+        else:
+            dims.append(None)
+    mdm: list[tuple[int, ...]] = []
+    for d, fixed in enumerate(dims):
+        if fixed is not None:
+            mdm.append(fixed)
+        else:
+            ms = tuple(m for m in offered.multi_dims_mapping[d] if m not in used)
+            used.update(ms)
+            mdm.append(ms)
+    # a partial the user wrote stands; otherwise the offer's, on mesh dims still free
+    part = ann.partial or tuple((m, rt) for m, rt in offered.partial_items if m not in used)
+    return DistAttr._make(ann.mesh, tuple(mdm), tuple(part))

@@ -1,0 +1,362 @@
+"""Visiting ops: forward, reverse and demand offers, the choice among them, conflicts, and sweeps."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from spmdrules.completion.blocks import Flags, Visit, close, entry_head, matches, open_visit
+from spmdrules.completion.blocks import replay as replay_block
+from spmdrules.completion.planning import reshard_time
+from spmdrules.completion.result import WEAK_RANK, UnresolvableConflictError
+from spmdrules.completion.state import (
+    DEM,
+    FLAT_CACHE,
+    FLAT_CACHE_MAX,
+    FWD,
+    MAX_CHANGES,
+    RECENT_VISITS,
+    REV,
+    RawOffer,
+    RunState,
+    offer_key,
+    project,
+)
+from spmdrules.core.attr import DistAttr
+from spmdrules.core.errors import SpmdError
+from spmdrules.core.mesh import ProcessMesh
+from spmdrules.core.spec import SpmdInfo, TensorSpec
+from spmdrules.graph.nodes import Op, Tensor
+from spmdrules.graph.opschema import OpSchema
+
+
+class Sweeps(RunState):
+    """Visiting ops: offers from forward, reverse and demand, their choice, and the sweeps."""
+
+    # ---- visiting -----------------------------------------------------------------------------
+    def forward(self, k: int) -> None:
+        st = self.st
+        ins = self.ins[k]
+        mesh, driver, drank = self.best_known(ins)
+        if driver < 0:
+            return  # nothing known yet; a later change re-queues the op
+        need, outs = self.run_forward(k, mesh)
+        out_rank = (drank >> 1) << 1
+        offer = self.offer
+        base = self.base
+        for i, a in zip(self.outs[k], outs, strict=True):
+            offer(i, (a, out_rank, k - base[i], FWD, driver))
+        if len(ins) == 1:
+            return
+        # A demand carries the rank of the op's best *other* known operand: an operand does not
+        # vouch for the attribute the op asks of itself.
+        attrs, ranks = st.attr, st.rank
+        for pos, i in enumerate(ins):
+            best, best_r = -1, WEAK_RANK
+            for q, j in enumerate(ins):
+                if j != i and attrs[j] is not None and ranks[j] > best_r:
+                    best, best_r = q, ranks[j]
+            offer(i, (need[pos], WEAK_RANK if best < 0 else (best_r >> 1) << 1, k - base[i], DEM,
+                      best))
+
+    def run_forward(
+        self, k: int, mesh: ProcessMesh
+    ) -> tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]]:
+        """Op ``k``'s forward rule on its operands' current attributes: what it needs of its
+        operands and what it makes, remembered for the reshard edges."""
+        st = self.st
+        self.rule_calls += 1
+        call = self.calls[k]
+        try:
+            if call is not None:
+                spec = self.spec_at
+                info = call[0](*[spec(i, mesh) for i in self.ins[k]], *call[1])
+                need, outs = self.flat(k, call[4], info)
+            else:
+                op = self.ops[k]
+                info = op.rule.infer_forward(*op.forward_args(self.spec_fn(mesh)))
+                need, outs = self.flat(k, op.schema, info)
+        except SpmdError as e:
+            need, outs = self.settle_conflict(self.ops[k], mesh, e)
+        st.needs[k] = need
+        st.natural[k] = outs
+        return need, outs
+
+    def flat(
+        self, k: int, schema: OpSchema, info: SpmdInfo
+    ) -> tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]]:
+        """``op.flat_info(info)`` for op ``k``, memoised on the answer (see ``FLAT_CACHE``)."""
+        n_in = len(self.ins[k])
+        hit = FLAT_CACHE.get(id(info))
+        if hit is not None and hit[0] is info and hit[1] is schema and hit[2] == n_in:
+            return hit[3], hit[4]
+        ins, outs = self.ops[k].flat_info(info)
+        if len(FLAT_CACHE) >= FLAT_CACHE_MAX:
+            FLAT_CACHE.clear()
+        FLAT_CACHE[id(info)] = (info, schema, n_in, ins, outs)
+        return ins, outs
+
+    def settle_conflict(
+        self, op: Op, mesh: ProcessMesh, error: SpmdError
+    ) -> tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]]:
+        """The rule refused the operands together: keep one known operand (highest rank, then
+        the cheapest total reshard), give the others placeholders, and record the losers."""
+        st = self.st
+        ins = op.inputs
+        known = [t for t in ins if st.attr[t.order] is not None]
+        top = max(st.rank[t.order] for t in known)
+        full = self.spec_fn(mesh)
+        best: tuple[float, int, tuple[DistAttr, ...], tuple[DistAttr, ...]] | None = None
+        for pos, keep in enumerate(known):
+            if st.rank[keep.order] != top:
+                continue
+
+            def spec(t: Tensor, keep: Tensor = keep) -> TensorSpec:
+                return full(t) if t is keep else self.placeholder(mesh, t.shape)
+
+            self.rule_calls += 1
+            try:
+                need, outs = op.flat_info(op.rule.infer_forward(*op.forward_args(spec)))
+            except SpmdError:
+                continue
+            total = 0.0
+            for t, n in zip(ins, need, strict=True):
+                a = st.attr[t.order]
+                if a is not None:
+                    total += reshard_time(a, n, t.shape, t.dtype, self.cost)
+            if best is None or (total, pos) < (best[0], best[1]):
+                best = (total, pos, need, outs)
+        if best is None:
+            given = ", ".join(f"{t.name}={full(t).attr.mapping_str()}" for t in known)
+            raise UnresolvableConflictError(
+                f"op {op.name!r} ({op.type}): its rule refuses the operands' attributes "
+                f"({given}) and every one of them alone: {error}. Change the annotations that "
+                "reach this op"
+            ) from error
+        need = best[2]
+        for t, n in zip(ins, need, strict=True):
+            a = st.attr[t.order]
+            if a is not None and a != n:
+                st.rejected.setdefault(t.order, []).append((
+                    (n, WEAK_RANK, op.order - self.base[t.order], DEM, -1), "rule",
+                    f"{op.type} cannot take it together with its other operands ({error}); "
+                    "the op keeps", ins.index(known[best[1]]),
+                ))
+        return need, best[3]
+
+    def reverse(self, k: int) -> None:
+        st = self.st
+        nat = st.natural[k]
+        outs = self.outs[k]
+        attrs = st.attr
+        if nat is not None and all(
+            attrs[i] is None or attrs[i] == n for i, n in zip(outs, nat, strict=True)
+        ):
+            return  # the results are what the op makes: nothing to push upstream
+        call = self.calls[k]
+        op = None
+        if call is not None and call[5]:
+            if call[2] is None:
+                return  # no reverse rule
+        else:
+            op = self.ops[k]
+            if not op.rule.has_reverse:
+                return
+        mesh, driver, drank = self.best_known(outs)
+        if driver < 0:
+            return
+        self.rule_calls += 1
+        try:
+            if op is None:
+                assert call is not None and call[2] is not None
+                spec = self.spec_at
+                info = call[2](*[spec(i, mesh) for i in self.ins[k]],
+                               *[spec(i, mesh) for i in outs], *call[3])
+                need, _ = self.flat(k, call[4], info)
+            else:
+                info = op.rule.infer_reverse(*op.reverse_args(self.spec_fn(mesh)))
+                need, _ = self.flat(k, op.schema, info)
+        except SpmdError:
+            return  # the reverse rule refuses: the forward answer stands and the edge reshards
+        rank = (drank >> 1) << 1
+        offer, base = self.offer, self.base
+        for i, a in zip(self.ins[k], need, strict=True):
+            offer(i, (a, rank, k - base[i], REV, driver))
+
+    # ---- choosing -----------------------------------------------------------------------------
+    def offer(self, i: int, o: RawOffer) -> None:
+        st = self.st
+        # one offer per op and direction: a new one replaces the old in its place
+        held = st.offers[i]
+        if held is None:
+            st.offers[i] = o
+            n = 1
+        elif isinstance(held, list):
+            k, kind = o[2], o[3]
+            for pos, p in enumerate(held):
+                if p[2] == k and p[3] == kind:
+                    held[pos] = o
+                    break
+            else:
+                held.append(o)
+            n = len(held)
+        elif held[2] == o[2] and held[3] == o[3]:
+            st.offers[i] = o
+            n = 1
+        else:
+            st.offers[i] = [held, o]
+            n = 2
+        cur = st.attr[i]
+        if cur is not None and o[1] <= st.rank[i] and o[0] == cur:
+            return  # agrees with what the tensor has: nothing can change
+        ann = self.ann[i]
+        if (ann is not None and ann.is_fully_closed) or st.frozen[i]:
+            return
+        new: DistAttr | None
+        if cur is None and ann is None and n == 1 and self.is_divisible(o[0], self.shapes[i]):
+            new, rank = o[0], o[1]  # the first offer to an unknown tensor (the common case)
+        else:
+            new, rank = self.choose(i, st.offers_of(i))
+        if new is None or (new == cur and rank == st.rank[i]):
+            return
+        if new != cur:
+            st.changes[i] += 1
+            if st.changes[i] > MAX_CHANGES:
+                st.frozen[i] = True
+                return
+        st.attr[i] = new
+        st.rank[i] = rank
+        st.spec[i] = None
+        if new != cur:
+            self.changed(i)
+
+    def choose(self, i: int, offers: Sequence[RawOffer]) -> tuple[DistAttr | None, int]:
+        """Tensor ``i``'s attribute and rank from its offers, by the policy (module docs)."""
+        st = self.st
+        ann = self.ann[i]
+        valid: list[RawOffer] = []
+        for o in offers:
+            a = o[0] if ann is None else project(ann, o[0], o[1])
+            if a is None or not (ann is not None or self.is_divisible(a, self.shapes[i])):
+                rej = st.rejected.setdefault(i, [])
+                if not any(r[0] == o for r in rej):
+                    rej.append((o, "divisibility", "it does not split the tensor's dims evenly", -1)
+                               if a is not None else
+                               (o, "annotation", "it is on another mesh than the annotation", -1))
+                continue
+            valid.append(o if a is o[0] else (a, o[1], o[2], o[3], o[4]))
+        if not valid:
+            return (None, WEAK_RANK) if ann is None else (ann.attr, 2 * ann.priority + 1)
+        top = max(o[1] for o in valid)
+        cands = sorted((o for o in valid if o[1] == top), key=offer_key)
+        rank = top if ann is None else max(top, 2 * ann.priority + 1)
+        first = cands[0][0]
+        if all(o[0] == first for o in cands):
+            return first, rank
+        # equal rank, different attributes: least communication over the tensor's edges
+        best: tuple[float, DistAttr] | None = None
+        for o in cands:
+            phi = self.edge_cost(self.tensors[i], o[0], valid)
+            if best is None or phi < best[0]:
+                best = (phi, o[0])
+        assert best is not None
+        return best[1], rank
+
+    def edge_cost(self, t: Tensor, v: DistAttr, offers: list[RawOffer]) -> float:
+        """Seconds of the reshards on ``t``'s edges if ``t`` were ``v``: from what its producer
+        makes, and to what each consumer needs (its demand, else its reverse offer)."""
+        total = 0.0
+        by_op: dict[int, RawOffer] = {}
+        for o in offers:
+            if o[3] == FWD:
+                total += reshard_time(o[0], v, t.shape, t.dtype, self.cost)
+            elif o[3] == DEM or o[2] not in by_op:
+                by_op[o[2]] = o
+        for o in by_op.values():
+            total += reshard_time(v, o[0], t.shape, t.dtype, self.cost)
+        return total
+
+    def changed(self, i: int) -> None:
+        """Queue the ops that must look again: consumers forward, the producer in reverse. An op
+        ahead of the cursor in the current sweep's direction joins this sweep, others the next."""
+        cur = self.cur
+        if self.direction == 1:
+            pending, later = self.pending, self.fwd_next
+            for c in self.consumers[i]:
+                if c > cur:
+                    pending[c] = 1
+                else:
+                    later[c] = 1
+            p = self.producer[i]
+            if p >= 0:
+                self.rev_next[p] = 1
+        else:
+            fwd_next = self.fwd_next
+            for c in self.consumers[i]:
+                fwd_next[c] = 1
+            p = self.producer[i]
+            if 0 <= p < cur:
+                self.pending[p] = 1
+            elif p >= 0:
+                self.rev_next[p] = 1
+
+    def sweep(self, pending: bytearray, direction: int) -> None:
+        """Visit the pending ops in order (forward: ascending), including those queued ahead of
+        the cursor during the sweep."""
+        self.direction = direction
+        self.pending = pending
+        forward = direction == 1
+        if self.blocks:
+            self.sweep_blocks(pending, forward)
+        else:
+            visit = self.forward if forward else self.reverse
+            find = pending.find if forward else pending.rfind
+            k = find(1)
+            while k >= 0:
+                pending[k] = 0
+                self.cur = k
+                visit(k)
+                k = find(1, k + 1) if forward else find(1, 0, k)
+        self.cur = -1 if forward else len(self.ops)
+
+    def sweep_blocks(self, pending: bytearray, forward: bool) -> None:
+        """``sweep`` on a model with repeated blocks: a block entered in the state an earlier
+        block of its run was entered in gets that block's changes instead of its visits (see
+        ``completion_blocks``)."""
+        visit = self.forward if forward else self.reverse
+        find = pending.find if forward else pending.rfind
+        block_of, blocks, st = self.block_of, self.blocks, self.st
+        flags: Flags = (pending, self.fwd_next, self.rev_next)
+        # per run: the blocks visited in this sweep, the latest first (a few: layers that
+        # alternate, say two kinds of annotation, replay from the one two layers back)
+        recent: dict[int, list[Visit]] = {}
+        inside = -1  # the block the cursor is in
+        open_: Visit | None = None  # its visit, when it can be recorded
+        k = find(1)
+        while k >= 0:
+            b = block_of[k]
+            if b != inside:
+                if open_ is not None:
+                    close(st, open_, flags)
+                    seen_before = recent.setdefault(open_.block.run, [])
+                    seen_before.insert(0, open_)
+                    del seen_before[RECENT_VISITS:]
+                    open_ = None
+                inside = b
+                if b >= 0:
+                    blk = blocks[b]
+                    head = entry_head(st, self.ann_keys, blk, flags)
+                    seen = next((v for v in recent.get(blk.run, ())
+                                 if v.head == head and matches(st, blk, v)), None)
+                    if seen is not None:
+                        replay_block(st, blk, seen, flags)
+                        self.replays += 1
+                        inside = -1
+                        k = find(1, blk.stop) if forward else find(1, 0, blk.start)
+                        continue
+                    open_ = open_visit(st, blk, head)
+            pending[k] = 0
+            self.cur = k
+            visit(k)
+            k = find(1, k + 1) if forward else find(1, 0, k)
+        if open_ is not None:
+            close(st, open_, flags)

@@ -1,0 +1,101 @@
+"""The contract of deviations from Paddle 3.3.1: each a named class with a predicate.
+
+Each module of ``spmdrules.conformance.deviations`` registers the classes of one rule family (the
+rules themselves know nothing of Paddle's recorded cases). The conformance runner files every
+disagreement under the first class whose predicate accepts it; an unfiled disagreement is a bug.
+Every class is listed in ``docs/deviations.md`` and proven by an execution test.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from spmdrules.core.attr import DistAttr
+from spmdrules.core.spec import SpmdInfo
+
+#: (case record, our answer or our exception) -> does this class explain the disagreement?
+Predicate = Callable[[dict[str, Any], SpmdInfo | BaseException], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Deviation:
+    name: str
+    ops: frozenset[str]
+    summary: str
+    predicate: Predicate
+
+    def explains(self, case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+        return case["op"] in self.ops and self.predicate(case, got)
+
+
+_DEVIATIONS: dict[str, Deviation] = {}
+
+
+def register_deviation(
+    name: str, ops: set[str] | frozenset[str], summary: str, predicate: Predicate
+) -> Deviation:
+    dev = Deviation(name, frozenset(ops), summary, predicate)
+    if name in _DEVIATIONS:
+        raise ValueError(f"deviation class {name!r} is registered twice")
+    _DEVIATIONS[name] = dev
+    return dev
+
+
+def deviations() -> list[Deviation]:
+    return list(_DEVIATIONS.values())
+
+
+def classify(case: dict[str, Any], got: SpmdInfo | BaseException) -> str | None:
+    """The name of the deviation class that explains this disagreement, or None."""
+    for dev in deviations():
+        if dev.explains(case, got):
+            return dev.name
+    return None
+
+
+def rule_module(family: str) -> Any:
+    """The rule module of ``family`` (``rules/<family>.py``), whose facts a predicate reads.
+
+    ``rules/`` is installed as ``spmdrules.rules`` but type-checked as a package of its own, so the
+    deviations import it by name; everything they read from it is typed ``Any``.
+    """
+    return importlib.import_module(f"spmdrules.rules.{family}")
+
+
+def _norm(e: dict[str, Any] | None, keep_partial: bool) -> tuple[Any, ...]:
+    if e is None:
+        return ((), ())
+    m = e.get("multi_dims_mapping")
+    mdm = tuple(tuple(d) for d in m) if m is not None else tuple(
+        () if d == -1 else (d,) for d in e["dims_mapping"]
+    )
+    part = tuple(sorted((int(k), v) for k, v in e.get("partial", {}).items()))
+    return mdm, part if keep_partial else ()
+
+
+def _ours(a: DistAttr | None) -> tuple[Any, ...]:
+    return ((), ()) if a is None else (a.multi_dims_mapping, a.partial_items)
+
+
+def agrees_when(case: dict[str, Any], got: Any, *, absent_as_none: bool, partial: bool) -> bool:
+    """Does ``got`` equal Paddle's answer once absent (shape0) inputs read as None and, unless
+    ``partial``, Paddle's partials are dropped? Shared by the nn families' deviations."""
+    exp = case["expected"]
+    if "error" in exp or isinstance(got, BaseException):
+        return False
+    absent = {i for i, t in enumerate(case["inputs"]) if t.get("absent") == "shape0"}
+    for slot, ours in (("inputs", got.inputs), ("outputs", got.outputs)):
+        want = exp[slot]
+        if len(want) != len(ours):
+            return False
+        for i, (e, g) in enumerate(zip(want, ours, strict=True)):
+            if absent_as_none and slot == "inputs" and i in absent:
+                if g is not None or e.get("process_mesh", 0) is not None:
+                    return False
+                continue
+            if _norm(e, partial) != _ours(g):
+                return False
+    return True

@@ -1,0 +1,66 @@
+"""The vector-Jacobian product of cross entropy with softmax
+(:mod:`spmdrules.execution.kernels.cross_entropy`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from spmdrules.core.blocks import shard_index
+from spmdrules.core.errors import UnsupportedError
+from spmdrules.engine.rulekit import normalise_axis
+from spmdrules.execution import local
+from spmdrules.execution.kernels.softmax import log_softmax_rows
+from spmdrules.execution.local import Array, Block, LocalContext, array, register_vjp
+
+
+@register_vjp("cross_entropy_with_softmax", "softmax_with_cross_entropy")
+def cross_entropy_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                      cts: Sequence[Block]) -> tuple[Block, ...]:
+    x = array(ctx, ins, 0, "x")
+    label = array(ctx, ins, 1, "label")
+    prob, loss = array(ctx, outs, 0, "softmax"), array(ctx, outs, 1, "loss")
+    axis = normalise_axis(ctx.op, "x", int(ctx.attrs["axis"]), x.ndim)
+    _, x_attr = local.input_spec(ctx, 0, "x")
+    if shard_index(x_attr, axis, ctx.coord)[1] > 1:
+        raise UnsupportedError(
+            f"{ctx.op}: 'x' dim {axis} (the classes) is sharded; its reverse mode needs the "
+            "vocab-parallel lowering of spmdrules.execution.adjoint, not the local VJP"
+        )
+    soft, use_softmax = bool(ctx.attrs["soft_label"]), bool(ctx.attrs["use_softmax"])
+    ignore = int(ctx.attrs["ignore_index"])
+    g_prob, g_loss = local.cotangent(cts, 0, prob), local.cotangent(cts, 1, loss)
+    # a hard label's loss is 0 on the rows it ignores: no local.cotangent flows from them
+    g_kept = g_loss if soft else np.where(label == ignore, 0.0, g_loss)
+    d_label: Array | None = None
+    if use_softmax:
+        dx = prob * (g_prob - np.sum(g_prob * prob, axis=axis, keepdims=True))
+        if soft:
+            dx = dx + (prob * np.sum(label, axis=axis, keepdims=True) - label) * g_loss
+            d_label = -log_softmax_rows(x, axis) * g_loss
+        else:
+            dx = dx + (prob - one_hot(label, axis, x.shape, ignore)) * g_kept
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if soft:
+                dx = g_prob - label * g_loss / x
+                d_label = -np.log(x) * g_loss
+            else:
+                hot = one_hot(label, axis, x.shape, ignore)
+                dx = g_prob - hot * g_kept / np.where(hot > 0, x, 1.0)
+    return (np.asarray(dx).astype(x.dtype),
+            None if d_label is None else np.asarray(d_label).astype(label.dtype))
+
+
+def one_hot(label: Array, axis: int, shape: tuple[int, ...], ignore_index: int,
+            classes: range | None = None) -> Array:
+    """1.0 at each row's label along ``axis``, 0.0 elsewhere and on rows whose label is
+    ``ignore_index``. ``classes`` is the range of classes a block holds (its rows' labels are
+    offset to it; labels outside it get no 1.0); None: all of ``shape[axis]``."""
+    lab = np.asarray(label).astype(np.int64)
+    lo, hi = (0, shape[axis]) if classes is None else (classes.start, classes.stop)
+    mine = (lab != ignore_index) & (lab >= lo) & (lab < hi)
+    hot = np.zeros(shape)
+    np.put_along_axis(hot, np.where(mine, lab - lo, 0), np.where(mine, 1.0, 0.0), axis=axis)
+    return hot

@@ -1,0 +1,28 @@
+"""The vector-Jacobian product of embedding (:mod:`spmdrules.execution.kernels.embedding`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from spmdrules.execution import local
+from spmdrules.execution.kernels.embedding import padding_row
+from spmdrules.execution.local import Block, LocalContext, array, register_vjp
+
+
+@register_vjp("embedding", "lookup_table_v2")
+def embedding_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                  cts: Sequence[Block]) -> tuple[Block, ...]:
+    ids = array(ctx, ins, 0, "x")
+    weight = array(ctx, ins, 1, "weight")
+    g = local.cotangent(cts, 0, array(ctx, outs, 0, "out"))
+    (vocab, _), w_attr = local.input_spec(ctx, 1, "weight")
+    rows = local.block_range(ctx, (vocab, weight.shape[1]), w_attr, 0)
+    mine = (ids >= rows.start) & (ids < rows.stop)
+    pad = padding_row(int(ctx.attrs["padding_idx"]), vocab)
+    if pad is not None:
+        mine &= ids != pad
+    d_weight = np.zeros_like(weight)
+    np.add.at(d_weight, ids[mine] - rows.start, g[mine])
+    return (None, d_weight)

@@ -1,0 +1,19 @@
+"""The vector-Jacobian product of transpose: the inverse permutation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from spmdrules.engine.rulekit import normalise_axis
+from spmdrules.execution.local import Block, LocalContext, array, cotangent, register_vjp
+
+
+@register_vjp("transpose", "transpose2")
+def transpose_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                  cts: Sequence[Block]) -> tuple[Block, ...]:
+    x = array(ctx, ins, 0, "x")
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
+    perm = [normalise_axis(ctx.op, "x", int(p), x.ndim) for p in ctx.attrs["perm"]]
+    return (np.transpose(g, np.argsort(perm)).copy(),)

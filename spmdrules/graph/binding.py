@@ -1,0 +1,205 @@
+"""Binding one op before the graph adds it: operands, result shapes and result names, checked.
+
+``Graph.add_op`` runs every check here before it changes the graph, so a failed call leaves the
+graph as it was. Names, shapes and dtypes of declared tensors are checked here too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from spmdrules.core.errors import did_you_mean
+from spmdrules.graph.errors import (
+    ArityError,
+    DuplicateNameError,
+    GraphContextError,
+    InvalidNameError,
+    ProducerError,
+    ShapeError,
+)
+from spmdrules.graph.nodes import OwnerGraph, Tensor
+from spmdrules.graph.opschema import OpSchema
+from spmdrules.graph.shapes.shape_rule import DTYPES, Arg, OutMeta, TensorMeta, infer_meta
+
+NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/:\[\]]*$")
+
+
+def check_name(name: Any, what: str) -> None:
+    if not isinstance(name, str) or not NAME.match(name):
+        raise InvalidNameError(
+            f"{what} name {name!r} is not a valid name; use letters, digits and _ . - / : [ ] "
+            "starting with a letter or _"
+        )
+
+
+def check_shape(name: str, shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, str | bytes) or not isinstance(shape, Iterable):
+        raise ShapeError(f"tensor {name!r}: shape must be a list of ints, got {shape!r}")
+    out: list[int] = []
+    for i, n in enumerate(shape):
+        if isinstance(n, bool) or not hasattr(n, "__index__"):
+            raise ShapeError(f"tensor {name!r}: dim {i} is {n!r}, not an int; give sizes as ints")
+        v = int(n)
+        if v < 0:
+            raise ShapeError(f"tensor {name!r}: dim {i} is {v}; sizes are >= 0")
+        out.append(v)
+    return tuple(out)
+
+
+def check_dtype(name: str, dtype: Any) -> str:
+    d = str(dtype)
+    if d not in DTYPES:
+        hint = did_you_mean(d, sorted(DTYPES))
+        raise ShapeError(
+            f"tensor {name!r}: dtype {dtype!r} is not one of {sorted(DTYPES)}{hint}"
+        )
+    return d
+
+
+def _resolve(graph: OwnerGraph, node: str, param: str, v: Any) -> Tensor:
+    if isinstance(v, Tensor):
+        if v.graph is not graph:
+            raise GraphContextError(
+                f"op {node!r}: operand {param!r} is tensor {v.name!r} of graph "
+                f"{v.graph.name!r}, not of graph {graph.name!r}; build each op in the graph "
+                "of its operands"
+            )
+        return v
+    if isinstance(v, str):
+        return graph.tensor(v)
+    raise ArityError(
+        f"op {node!r}: operand {param!r} must be a tensor of the graph (or its name), got "
+        f"{type(v).__name__} {v!r}"
+    )
+
+
+def bind_operands(
+    graph: OwnerGraph, name: str, schema: OpSchema, operands: Sequence[Any]
+) -> tuple[Tensor | tuple[Tensor, ...] | None, ...]:
+    if isinstance(operands, str | Tensor) or not isinstance(operands, Sequence):
+        raise ArityError(
+            f"op {name!r} ({schema.name}): operands must be a list with one entry per tensor "
+            f"parameter; the signature is {schema.signature()}"
+        )
+    params = schema.inputs
+    if len(operands) > len(params):
+        raise ArityError(
+            f"op {name!r} ({schema.name}): takes {len(params)} tensor operand(s) but "
+            f"{len(operands)} were given; the signature is {schema.signature()}"
+        )
+    out: list[Tensor | tuple[Tensor, ...] | None] = []
+    for i, p in enumerate(params):
+        v = operands[i] if i < len(operands) else None
+        if p.kind == "list":
+            if isinstance(v, Tensor | str) or not isinstance(v, Sequence):
+                raise ArityError(
+                    f"op {name!r} ({schema.name}): operand {p.name!r} is a list of tensors; "
+                    f"pass a list, got {v!r}"
+                )
+            out.append(tuple(_resolve(graph, name, f"{p.name}[{j}]", e) for j, e in enumerate(v)))
+        elif v is None:
+            if p.kind != "optional":
+                raise ArityError(
+                    f"op {name!r} ({schema.name}): missing tensor operand {p.name!r}; the "
+                    f"signature is {schema.signature()}"
+                )
+            out.append(None)
+        else:
+            out.append(_resolve(graph, name, p.name, v))
+    return tuple(out)
+
+
+def infer_metas(
+    name: str,
+    schema: OpSchema,
+    ops_in: tuple[Tensor | tuple[Tensor, ...] | None, ...],
+    attr_values: tuple[Any, ...],
+    result_metas: Sequence[tuple[Sequence[int], str]] | None,
+) -> tuple[OutMeta, ...]:
+    if schema.generic:
+        if result_metas is None:
+            raise ArityError(
+                f"op {name!r} ({schema.name}): a generic rule cannot infer result shapes; "
+                "pass result_metas=[(shape, dtype), ...] (ops.<name>(..., outs=[...]))"
+            )
+        declared = tuple(
+            TensorMeta(check_shape(f"{name} result {i}", s), check_dtype(f"{name} result {i}", d))
+            for i, (s, d) in enumerate(result_metas)
+        )
+        return (declared,)
+    if result_metas is not None:
+        raise ArityError(
+            f"op {name!r} ({schema.name}): result_metas is only for generic rules; "
+            f"{schema.name} infers its own result shapes"
+        )
+    args: list[Arg] = []
+    for v in ops_in:
+        if isinstance(v, Tensor):
+            args.append(TensorMeta(v.shape, v.dtype))
+        elif v is None:
+            args.append(None)
+        else:
+            args.append(tuple(TensorMeta(t.shape, t.dtype) for t in v))
+    attr_map = {a.name: val for a, val in zip(schema.attrs, attr_values, strict=True)}
+    metas = infer_meta(schema.name, args, attr_map, node=name)
+    if len(metas) != len(schema.outputs):
+        raise AssertionError(f"{schema.name}: shape rule and registered outputs disagree")
+    return metas
+
+
+def result_names(
+    name: str, schema: OpSchema, metas: tuple[OutMeta, ...], results: Sequence[str] | None
+) -> list[str]:
+    n_flat = sum(1 if isinstance(m, TensorMeta) else len(m) for m in metas)
+    if results is not None:
+        if isinstance(results, str) or len(results) != n_flat:
+            raise ArityError(
+                f"op {name!r} ({schema.name}): results names {results!r} but the op has "
+                f"{n_flat} result(s); give one name per result"
+            )
+        names = list(results)
+    else:
+        names = []
+        single = len(metas) == 1
+        for p, m in zip(schema.outputs, metas, strict=True):
+            base = name if single else f"{name}.{p.name}"
+            if isinstance(m, TensorMeta):
+                names.append(base)
+            else:
+                names.extend(f"{base}.{i}" for i in range(len(m)))
+    seen: set[str] = set()
+    for r in names:
+        check_name(r, "tensor")
+        if r in seen:
+            raise DuplicateNameError(f"op {name!r}: result name {r!r} is given twice")
+        seen.add(r)
+    return names
+
+
+def adopted_results(
+    tensors: Mapping[str, Tensor], name: str, names: list[str], metas: list[TensorMeta]
+) -> dict[str, Tensor]:
+    adopt: dict[str, Tensor] = {}
+    for r, m in zip(names, metas, strict=True):
+        t = tensors.get(r)
+        if t is None:
+            continue
+        if t.role != "value":
+            raise ProducerError(
+                f"op {name!r}: result {r!r} is a graph {t.role}, which no op may produce; "
+                "name the result differently"
+            )
+        if t.producer is not None:
+            raise DuplicateNameError(
+                f"op {name!r}: result {r!r} is already produced by op {t.producer.name!r}; "
+                "each tensor has one producer, so name the result differently"
+            )
+        if t.shape != m.shape or t.dtype != m.dtype:
+            raise ShapeError(
+                f"op {name!r}: result {r!r} was declared {list(t.shape)} {t.dtype} but the op "
+                f"produces {list(m.shape)} {m.dtype}; fix the declaration or the op's inputs"
+            )
+        adopt[r] = t
+    return adopt

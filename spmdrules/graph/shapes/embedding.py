@@ -1,0 +1,25 @@
+"""Shape and dtype inference of embedding (lookup_table_v2)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from spmdrules.graph.shapes import shape_rule
+from spmdrules.graph.shapes.shape_rule import Arg, OutShape, ShapeContext, tensor_arg
+
+
+def _embedding_dtype(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> Sequence[str]:
+    return (tensor_arg(args, 1).dtype,)
+
+
+def _embedding(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> Sequence[OutShape]:
+    x, w = tensor_arg(args, 0), tensor_arg(args, 1)
+    if len(w.shape) != 2:
+        raise ctx.fail("weight", f"has rank {len(w.shape)}", "the table is 2-D [vocab, hidden]")
+    if x.dtype not in shape_rule.INTEGRAL_DTYPES or x.dtype == "bool":
+        raise ctx.fail("x", f"has dtype {x.dtype}", "ids are integers; use int64 or int32")
+    return ((*x.shape, w.shape[1]),)
+
+
+shape_rule.register(("embedding", "lookup_table_v2"), _embedding, _embedding_dtype)

@@ -1,0 +1,175 @@
+"""Drafts become cases: the mesh, the given attributes and the output shapes; gradient rules."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from typing import Any, Final
+
+import numpy as np
+
+from spmdrules.core.errors import SpmdError
+from spmdrules.core.mesh import ProcessMesh
+from spmdrules.core.spec import TensorSpec
+from spmdrules.engine.registry import Rule, get_rule
+from spmdrules.graph.shapes.shape_rule import TensorMeta, infer_meta
+from spmdrules.verify.cases.case import (
+    Arg,
+    Case,
+    Direction,
+    DomainArg,
+    Draft,
+    Family,
+    NoCaseError,
+    Rng,
+    ShapeArg,
+    domain_dtype,
+    draw_mesh,
+    draw_spec,
+    pick,
+)
+from spmdrules.verify.cases.concat_split import concat_split
+from spmdrules.verify.cases.cross_entropy import cross_entropy
+from spmdrules.verify.cases.einsum_op import einsum
+from spmdrules.verify.cases.elementwise import elementwise
+from spmdrules.verify.cases.embedding import embedding
+from spmdrules.verify.cases.generic import REPLICATED_STAND_INS, data_parallel_draft
+from spmdrules.verify.cases.matmul import matmul
+from spmdrules.verify.cases.norm import norm
+from spmdrules.verify.cases.reduction import reduction
+from spmdrules.verify.cases.reshape import reshape
+from spmdrules.verify.cases.softmax import softmax
+from spmdrules.verify.cases.transpose import transpose
+
+#: the case generator of each rule family (``Rule.family``, the name of its rules/ module)
+FAMILIES: Final[Mapping[str, Family]] = {
+    "elementwise": elementwise,
+    "concat_split": concat_split,
+    "reduction": reduction,
+    "matmul": matmul,
+    "einsum_op": einsum,
+    "reshape": reshape,
+    "transpose": transpose,
+    "softmax": softmax,
+    "norm": norm,
+    "embedding": embedding,
+    "cross_entropy": cross_entropy,
+}
+
+
+def is_gradient_rule(name: str) -> bool:
+    """``<op>_grad`` rules lay out a backward op: the op's inputs and the cotangents of its
+    outputs in, the cotangents of its inputs out."""
+    return name.endswith("_grad")
+
+
+def _grad_case(name: str, direction: Direction, rng: Rng) -> Case:
+    """A case of a gradient rule: a forward case of its op, whose inputs and outputs (as their
+    cotangents) are the backward op's inputs and whose input cotangents are its outputs."""
+    rule = get_rule(name)
+    base = name.removesuffix("_grad")
+    base_rule = get_rule(base)
+    last: Exception | None = None
+    for _ in range(50):
+        draft, _ = _draft_for(base_rule, base, rng)
+        try:
+            fwd = draft_case(base, "forward", draft, rng)
+        except SpmdError as e:
+            last = e
+            continue
+        inputs: tuple[Arg, ...] = (*fwd.inputs, *fwd.outputs)
+        domains = (*fwd.domains, *(_cotangent_domain(a) for a in fwd.outputs))
+        unanswered: tuple[int, ...] = ()
+        if name == "einsum_grad":
+            # the forward operands again, as the cache Paddle's backward op receives
+            inputs = (inputs[0], inputs[0], *inputs[1:])
+            domains = (domains[0], domains[0], *domains[1:])
+            unanswered = (1,)
+        if len(inputs) != len(rule.inputs) or len(rule.outputs) > len(fwd.inputs):
+            raise NoCaseError(
+                f"{name}: the backward op takes {len(rule.inputs)} tensors, but {base}'s "
+                f"inputs and outputs are {len(inputs)}"
+            )
+        return Case(
+            rule=name, direction=direction, op=name, mesh=fwd.mesh, inputs=inputs,
+            outputs=fwd.inputs[:len(rule.outputs)],
+            attrs={a.name: fwd.attrs.get(a.name, a.default) for a in rule.attrs},
+            domains=domains, unanswered=unanswered,
+        )
+    raise NoCaseError(f"{name}: no valid case in 50 draws (last: {last})")
+
+
+def _cotangent_domain(arg: Arg) -> DomainArg:
+    if arg is None:
+        return None
+    return "real" if isinstance(arg, TensorSpec) else tuple("real" for _ in arg)
+
+
+def _draft_for(rule: Rule, name: str, rng: Rng) -> tuple[Draft, bool]:
+    if rule.family == "generic":
+        if name == "replicated" and rng.random() < 0.5:
+            stand_in = str(pick(rng, REPLICATED_STAND_INS))
+            return FAMILIES[get_rule(stand_in).family](stand_in, rng), True
+        return data_parallel_draft(rng), True
+    family = FAMILIES.get(rule.family)
+    if family is None:
+        raise NoCaseError(f"{name}: no case generator for family {rule.family!r}")
+    return family(name, rng), False
+
+
+def _meta(shape: ShapeArg, domain: DomainArg) -> Any:
+    if shape is None:
+        return None
+    if isinstance(shape, list):
+        assert isinstance(domain, tuple)
+        return tuple(TensorMeta(s, domain_dtype(d)) for s, d in zip(shape, domain, strict=True))
+    assert isinstance(domain, str)
+    return TensorMeta(shape, domain_dtype(domain))
+
+
+def _given(rng: Rng, mesh: ProcessMesh, meta: Any) -> Arg:
+    if meta is None:
+        return None
+    if isinstance(meta, TensorMeta):
+        return draw_spec(rng, mesh, meta.shape, meta.dtype)
+    return tuple(draw_spec(rng, mesh, m.shape, m.dtype) for m in meta)
+
+
+def draft_case(name: str, direction: Direction, draft: Draft, rng: Rng, *, generic: bool = False,
+               mesh: ProcessMesh | None = None) -> Case:
+    """The case of ``draft`` on a random (or the given) mesh with random given attributes."""
+    mesh = mesh if mesh is not None else draw_mesh(rng)
+    metas = [_meta(s, d) for s, d in zip(draft.shapes, draft.domains, strict=True)]
+    op_rule = get_rule(draft.op)
+    attrs = {a.name: draft.attrs.get(a.name, a.default) for a in op_rule.attrs}
+    out_metas = infer_meta(draft.op, metas, attrs)
+    rule = get_rule(name)
+    rev_attrs = rule.reverse_attrs
+    return Case(
+        rule=name, direction=direction, op=draft.op, mesh=mesh,
+        inputs=tuple(_given(rng, mesh, m) for m in metas),
+        outputs=tuple(_given(rng, mesh, m) for m in out_metas),
+        attrs=attrs, domains=draft.domains, generic=generic,
+        reverse_attr_names=tuple(a.name for a in rev_attrs) if rev_attrs is not None else (),
+    )
+
+
+def draw_case(name: str, direction: Direction, rng: Rng) -> Case:
+    """A random valid case for rule ``name`` (shape inference accepts it; the rule may refuse)."""
+    if is_gradient_rule(name):
+        return _grad_case(name, direction, rng)
+    rule = get_rule(name)
+    last: Exception | None = None
+    for _ in range(50):
+        draft, generic = _draft_for(rule, name, rng)
+        try:
+            return draft_case(name, direction, draft, rng, generic=generic)
+        except SpmdError as e:  # a draft shape inference rejects: draw again
+            last = e
+    raise NoCaseError(f"{name}: no valid case in 50 draws (last: {last})")
+
+
+def case_rng(seed: int, name: str, direction: Direction, index: int) -> Rng:
+    """The generator of one case: the same case whatever else is verified."""
+    key = zlib.crc32(f"{name}/{direction}".encode())
+    return np.random.default_rng([seed, key, index])

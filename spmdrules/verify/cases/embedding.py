@@ -1,0 +1,13 @@
+"""Cases of embedding: ids in range of the table."""
+
+from __future__ import annotations
+
+from spmdrules.verify.cases.case import SIZES, Draft, Rng, draw_rank, draw_shape, pick
+
+
+def embedding(op: str, rng: Rng) -> Draft:
+    vocab, hidden = int(pick(rng, SIZES[2:])), int(pick(rng, SIZES))
+    ids = draw_shape(rng, draw_rank(rng, 0, 2))
+    pad = int(rng.integers(vocab)) if rng.random() < 0.2 else -1
+    return Draft(op, (ids, (vocab, hidden)), (f"index:{vocab}", "real"),
+                 {"padding_idx": pad, "sparse": rng.random() < 0.2})
