@@ -1,0 +1,291 @@
+"""An op described once, as data: letters per tensor plus a small policy; both directions derived.
+
+A ``Description`` is what Shardy calls an op's sharding rule. It gives every dim of every tensor a
+letter (the Einsum notation, one string per tensor) and states the op's policy in a few fields:
+
+* ``whole``: letters no tensor may shard (a sliced, scanned, sorted or tiled axis);
+* ``pending``: the reduce type of an output whose inputs shard a letter it does not keep (a gather
+  from a row-sharded table is a pending sum over the rows' mesh dims); ``None`` makes every such
+  letter whole instead;
+* ``on_axis_conflict`` and ``priority``: one letter on two mesh dims, one mesh dim on two letters,
+  exactly as in :mod:`spmdrules.engine.einsum`;
+* ``merge``: which inputs' mappings decide the letters (default all; an index operand whose layout
+  the op ignores is left out);
+* ``linear``: inputs the op is linear in, whose pending sums pass to the outputs unchanged;
+* ``divisible``: replicate a letter whose size its mesh dims do not divide.
+
+An op registers a ``describe`` function from the call's shapes and attributes to its Description
+(``register_described``); forward inference merges the inputs' letters and reads every tensor off
+them, reverse inference merges the outputs' letters and reads the inputs off them. A family is
+then its notation plus its policy, never two hand-written directions::
+
+    register_described(
+        "cumsum", lambda x, *, axis, **_: Description.of(..., whole=letter(axis)), ...)
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
+from spmdrules.core.errors import RuleArgumentError
+from spmdrules.core.spec import SpmdInfo, TensorSpec
+from spmdrules.engine import einsum
+from spmdrules.engine.einsum import ALPHABET, AxisConflict, LetterMap
+from spmdrules.engine.registry import AttrParam, Rule, TensorParam, register_rule
+
+#: one tensor argument's letters: a string, None for an absent optional, a tuple for a list
+Letters = str | None | tuple[str, ...]
+#: one tensor argument as a rule receives it
+Arg = TensorSpec | None | tuple[TensorSpec, ...]
+#: one tensor argument's global shape, in the same structure
+ShapeArg = tuple[int, ...] | None | tuple[tuple[int, ...], ...]
+
+DESCRIBE_CACHE: Final = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Description:
+    """One call of an op: letters per tensor argument and output, and the op's policy."""
+
+    inputs: tuple[Letters, ...]
+    outputs: tuple[Letters, ...]
+    whole: frozenset[str] = frozenset()
+    pending: str | None = "sum"
+    on_axis_conflict: AxisConflict = "error"
+    priority: str | None = None
+    merge: tuple[int, ...] | None = None
+    linear: tuple[int, ...] = ()
+    divisible: bool = False
+    #: names of the tensor arguments and outputs, for errors (filled by register_described)
+    names: tuple[str, ...] = field(default=(), compare=False)
+
+    @staticmethod
+    def of(notation: str, **policy: Any) -> Description:
+        """A description from an ``in1,in2->out`` notation (every argument a single tensor).
+
+        >>> Description.of("ab->ab", whole="b").whole
+        frozenset({'b'})
+        """
+        nota = einsum.parse(notation)
+        whole = policy.pop("whole", "")
+        return Description(nota.inputs, nota.outputs, whole=frozenset(whole), **policy)
+
+
+def letters(n: int, skip: str = "") -> str:
+    """``n`` distinct letters, avoiding ``skip``: the dims of a rank-``n`` tensor."""
+    pool = [c for c in ALPHABET + "kmn" if c not in skip]
+    if n > len(pool):
+        raise RuleArgumentError(f"a tensor of rank {n} has more dims than the notation has letters")
+    return "".join(pool[:n])
+
+
+# ---- the two directions ------------------------------------------------------------------------
+def _flat(
+    letter_args: Sequence[Letters], args: Sequence[Arg], names: Sequence[str], side: str
+) -> list[tuple[int, str, TensorSpec, str]]:
+    """(argument index, letters, spec, name) per present tensor; ranks checked."""
+    out: list[tuple[int, str, TensorSpec, str]] = []
+    if len(letter_args) != len(args):
+        raise RuleArgumentError(
+            f"the description names {len(letter_args)} {side} but {len(args)} were given"
+        )
+    for i, (ls, a) in enumerate(zip(letter_args, args, strict=True)):
+        name = names[i] if i < len(names) else f"{side} {i}"
+        if a is None:
+            continue
+        if isinstance(a, TensorSpec):
+            pairs: Iterable[tuple[str | None, TensorSpec, str]] = [(ls, a, name)]  # type: ignore[list-item]
+        else:
+            lss = ls if isinstance(ls, tuple) else (ls,) * len(a)
+            pairs = [(lj, t, f"{name}[{j}]") for j, (lj, t) in enumerate(zip(lss, a, strict=True))]
+        for lj, t, nm in pairs:
+            if not isinstance(lj, str):
+                raise RuleArgumentError(f"the description gives {nm!r} no letters")
+            if len(lj) != len(t.shape):
+                raise RuleArgumentError(
+                    f"{nm!r} has rank {len(t.shape)} but the op's notation gives it "
+                    f"{len(lj)} dims ({lj!r}); pass a tensor of rank {len(lj)}"
+                )
+            out.append((i, lj, t, nm))
+    return out
+
+
+def _blank(ls: str, m: MultiDims, whole: frozenset[str]) -> MultiDims:
+    if not whole:
+        return m
+    return tuple(() if ch in whole else dims for ch, dims in zip(ls, m, strict=True))
+
+
+def _letter_map(
+    desc: Description, flat: Sequence[tuple[int, str, TensorSpec, str]], sources: Iterable[int] | None
+) -> LetterMap:
+    chosen = [f for f in flat if sources is None or f[0] in sources]
+    lm = einsum.merge(
+        [(ls, _blank(ls, t.attr.multi_dims_mapping, desc.whole)) for _, ls, t, _ in chosen],
+        on_axis_conflict=desc.on_axis_conflict, names=[nm for *_, nm in chosen],
+    )
+    lm = einsum.resolve_mesh_conflicts(lm, desc.priority)
+    if desc.divisible:
+        sizes = einsum.letter_sizes((ls, t.shape) for _, ls, t, _ in flat)
+        lm = einsum.drop_indivisible(lm, sizes, flat[0][2].attr.mesh.shape if flat else ())
+    return lm
+
+
+def _attr(t: TensorSpec, ls: str, lm: LetterMap, partial: PartialItems = ()) -> DistAttr:
+    m = einsum.mapping_for(ls, lm)
+    a = t.attr
+    if a._mdm == m and a._partial == partial:
+        return a
+    return DistAttr._make(a.mesh, m, partial)
+
+
+def _rebuild(
+    letter_args: Sequence[Letters], args: Sequence[Arg],
+    make: Callable[[int, str, TensorSpec], DistAttr],
+) -> list[Any]:
+    out: list[Any] = []
+    for i, (ls, a) in enumerate(zip(letter_args, args, strict=True)):
+        if a is None:
+            out.append(None)
+        elif isinstance(a, TensorSpec):
+            assert isinstance(ls, str)
+            out.append(make(i, ls, a))
+        else:
+            lss = ls if isinstance(ls, tuple) else (str(ls),) * len(a)
+            out.append(tuple(make(i, lj, t) for lj, t in zip(lss, a, strict=True)))
+    return out
+
+
+def _out_specs(desc: Description, like: TensorSpec) -> list[Arg]:
+    """Stand-in specs for the outputs of a forward call: only their letters are read."""
+    specs: list[Arg] = []
+    for ls in desc.outputs:
+        if ls is None:
+            specs.append(None)
+        elif isinstance(ls, str):
+            specs.append(TensorSpec._make((1,) * len(ls), DistAttr.replicated(like.attr.mesh, len(ls))))
+        else:
+            specs.append(tuple(
+                TensorSpec._make((1,) * len(s), DistAttr.replicated(like.attr.mesh, len(s))) for s in ls
+            ))
+    return specs
+
+
+def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
+    """The inputs' letters merged; every tensor read off them; pending letters give partials."""
+    names = desc.names
+    flat = _flat(desc.inputs, args, names, "inputs")
+    if not flat:
+        raise RuleArgumentError("the op needs at least one tensor argument")
+    lm = _letter_map(desc, flat, desc.merge)
+    kept = {ch for ls in desc.outputs for ch in _each(ls)}
+    contracted = {ch for ch, dims in lm.items() if dims and ch not in kept and ch != "1"}
+    if contracted and desc.pending is None:
+        lm = {ch: (() if ch in contracted else dims) for ch, dims in lm.items()}
+        contracted = set()
+    used = {d for dims in lm.values() for d in dims}
+    partial: dict[int, str] = {}
+    if desc.pending is not None:
+        for ch in contracted:
+            for d in lm[ch]:
+                partial[d] = desc.pending
+    linear_partial: dict[int, PartialItems] = {}
+    for i in desc.linear:
+        a = args[i]
+        if isinstance(a, TensorSpec):
+            items = tuple(p for p in a.attr.partial_items if p[1] == "sum" and p[0] not in used)
+            linear_partial[i] = items
+            for d, rt in items:
+                partial.setdefault(d, rt)
+    out_partial: PartialItems = tuple(sorted(partial.items()))
+    ins = _rebuild(desc.inputs, args, lambda i, ls, t: _attr(t, ls, lm, linear_partial.get(i, ())))
+    outs = _rebuild(
+        desc.outputs, _out_specs(desc, flat[0][2]), lambda _i, ls, t: _attr(t, ls, lm, out_partial)
+    )
+    return SpmdInfo(ins, outs)
+
+
+def infer_reverse(desc: Description, args: Sequence[Arg], outputs: Sequence[Arg]) -> SpmdInfo:
+    """The outputs' letters merged; every input read off them; outputs lose their partials."""
+    out_names = desc.names[len(desc.inputs):]
+    flat_out = _flat(desc.outputs, outputs, out_names, "outputs")
+    _flat(desc.inputs, args, desc.names, "inputs")  # ranks checked
+    lm = _letter_map(desc, flat_out, None)
+    ins = _rebuild(desc.inputs, args, lambda _i, ls, t: _attr(t, ls, lm))
+    outs = _rebuild(desc.outputs, outputs, lambda _i, ls, t: _attr(t, ls, lm))
+    return SpmdInfo(ins, outs)
+
+
+def _each(ls: Letters) -> str:
+    if ls is None:
+        return ""
+    return ls if isinstance(ls, str) else "".join(ls)
+
+
+# ---- registering an op by its description -------------------------------------------------------
+Describe = Callable[..., Description]
+
+
+def _shape_of(a: Arg) -> ShapeArg:
+    if a is None:
+        return None
+    if isinstance(a, TensorSpec):
+        return a.shape
+    return tuple(t.shape for t in a)
+
+
+def register_described(
+    name: str,
+    describe: Describe,
+    *,
+    inputs: Sequence[TensorParam],
+    outputs: Sequence[TensorParam],
+    attrs: Sequence[AttrParam] = (),
+    aliases: Sequence[str] = (),
+    reverse: bool = True,
+    family: str | None = None,
+    doc: str = "",
+) -> Rule:
+    """Register ``name`` with forward (and reverse) inference derived from ``describe``.
+
+    ``describe(*shapes, **attrs)`` receives each tensor argument's global shape (None when absent,
+    a tuple of shapes for a list) and the attributes by name, and returns the Description of the
+    call; it raises a RuleArgumentError for a call the op cannot take.
+    """
+    n = len(inputs)
+    attr_names = tuple(a.name for a in attrs)
+    names = tuple(p.name for p in (*inputs, *outputs))
+    sig = inspect.signature(describe)
+    takes_all = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    wanted = attr_names if takes_all else tuple(a for a in attr_names if a in sig.parameters)
+
+    @functools.lru_cache(maxsize=DESCRIBE_CACHE)
+    def described(shapes: tuple[ShapeArg, ...], values: tuple[Any, ...]) -> Description:
+        kw = {k: v for k, v in zip(attr_names, values, strict=True) if k in wanted}
+        d = describe(*shapes, **kw)
+        return Description(
+            d.inputs, d.outputs, d.whole, d.pending, d.on_axis_conflict, d.priority, d.merge,
+            d.linear, d.divisible, names,
+        )
+
+    def forward(*call: Any) -> SpmdInfo:
+        args = call[:n]
+        return infer_forward(described(tuple(_shape_of(a) for a in args), call[n:]), args)
+
+    def backward(*call: Any) -> SpmdInfo:
+        args, outs = call[:n], call[n : n + len(outputs)]
+        desc = described(tuple(_shape_of(a) for a in args), call[n + len(outputs):])
+        return infer_reverse(desc, args, outs)
+
+    if family is None:
+        family = sys._getframe(1).f_globals.get("__name__", "").rsplit(".", 1)[-1]
+    return register_rule(
+        name, forward=forward, reverse=backward if reverse else None, inputs=inputs,
+        outputs=outputs, attrs=attrs, aliases=aliases, family=family, doc=doc,
+    )
