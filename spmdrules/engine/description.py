@@ -251,12 +251,14 @@ def register_described(
     reverse: bool = True,
     family: str | None = None,
     doc: str = "",
+    op_attrs: Sequence[AttrParam] = (),
 ) -> Rule:
     """Register ``name`` with forward (and reverse) inference derived from ``describe``.
 
     ``describe(*shapes, **attrs)`` receives each tensor argument's global shape (None when absent,
     a tuple of shapes for a list) and the attributes by name, and returns the Description of the
-    call; it raises a RuleArgumentError for a call the op cannot take.
+    call; it raises a RuleArgumentError for a call the op cannot take. ``op_attrs`` are the
+    op's attributes beyond the rule's (see ``register_rule``); ``describe`` does not see them.
     """
     n = len(inputs)
     attr_names = tuple(a.name for a in attrs)
@@ -287,5 +289,5 @@ def register_described(
         family = sys._getframe(1).f_globals.get("__name__", "").rsplit(".", 1)[-1]
     return register_rule(
         name, forward=forward, reverse=backward if reverse else None, inputs=inputs,
-        outputs=outputs, attrs=attrs, aliases=aliases, family=family, doc=doc,
+        outputs=outputs, attrs=attrs, aliases=aliases, family=family, doc=doc, op_attrs=op_attrs,
     )

@@ -298,7 +298,9 @@ _MISSING: Final = _Missing()
 class Rule:
     """A registered SPMD rule: ``infer_forward`` and, where the op has one, ``infer_reverse``."""
 
-    __slots__ = ("_fwd", "_rev", "aliases", "attrs", "doc", "family", "inputs", "name", "outputs")
+    __slots__ = (
+        "_fwd", "_rev", "aliases", "attrs", "doc", "family", "inputs", "name", "op_attrs", "outputs",
+    )
 
     def __init__(
         self,
@@ -313,11 +315,20 @@ class Rule:
         aliases: Sequence[str] = (),
         family: str = "",
         doc: str = "",
+        op_attrs: Sequence[AttrParam] = (),
     ) -> None:
         self.name = name
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
         self.attrs = tuple(attrs)
+        #: attributes of the op that the rule does not take (scale's ``scale``, clip's bounds):
+        #: a graph op carries them for shape inference and its kernel
+        self.op_attrs = tuple(op_attrs)
+        taken = {a.name for a in self.attrs} | {p.name for p in (*self.inputs, *self.outputs)}
+        for a in self.op_attrs:
+            if a.name in taken:
+                raise SpmdError(f"register_rule: {name}: op attribute {a.name!r} is also a rule "
+                                "argument; list it once")
         self.aliases = tuple(aliases)
         self.family = family
         self.doc = doc
@@ -402,9 +413,12 @@ def register_rule(
     aliases: Sequence[str] = (),
     family: str | None = None,
     doc: str = "",
+    op_attrs: Sequence[AttrParam] = (),
 ) -> Rule:
     """Register a rule under ``name`` and each alias. Names must be new.
 
+    ``op_attrs`` are the op's attributes beyond the rule's (Paddle's op definition has them, its
+    SPMD rule does not): a graph op carries them for shape inference and the kernel.
     ``family`` defaults to the name of the calling module (``spmdrules.rules.softmax`` gives
     ``softmax``): a family has one module of that name in every layer.
     """
@@ -421,6 +435,7 @@ def register_rule(
         aliases=aliases,
         family=family,
         doc=doc,
+        op_attrs=op_attrs,
     )
     for n in (name, *aliases):
         if n in _RULES:
