@@ -9,13 +9,14 @@ mesh dims conflict), and an output dim is ``1`` where every input is size 1 or a
 
 from __future__ import annotations
 
+import math
 from typing import Final
 
 from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import RuleArgumentError, ShardingConflictError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine.einsum import BROADCAST, LetterMap
-from spmdrules.engine.registry import A, Opt, T, register_rule
+from spmdrules.engine.registry import A, AttrParam, Opt, T, register_rule
 from spmdrules.engine.rulekit import attr, divisible_mapping
 
 UNARY_OPS = (
@@ -288,9 +289,39 @@ def _gelu_reverse(x: TensorSpec, out: TensorSpec, approximate: bool) -> SpmdInfo
 
 
 # ---- registration --------------------------------------------------------------------------------
+#: The unary ops' attributes, which Paddle's rule does not take (quirk 28) but the op has: Paddle's
+#: C++ op definitions, except clip and mish, whose C++ ops have no default and take the Python
+#: API's (unbounded; a softplus threshold of 20). The graph op carries them for the kernel.
+UNARY_OP_ATTRS: dict[str, tuple[AttrParam, ...]] = {
+    "celu": (A("alpha", "float", 1.0),),
+    "clip": (A("min", "float", -math.inf), A("max", "float", math.inf)),
+    "dropout": (A("p", "float", 0.5), A("is_test", "bool", False),
+                A("mode", "str", "upscale_in_train"), A("seed", "int", 0)),
+    "elu": (A("alpha", "float", 1.0),),
+    "fill": (A("value", "float", 0.0),),
+    "hardshrink": (A("threshold", "float", 0.5),),
+    "hardsigmoid": (A("slope", "float", 0.2), A("offset", "float", 0.5)),
+    "hardtanh": (A("t_min", "float", 0.0), A("t_max", "float", 24.0)),
+    "leaky_relu": (A("negative_slope", "float", 0.02),),
+    "logit": (A("eps", "float", 1e-6),),
+    "mish": (A("lambda", "float", 20.0),),
+    "pow": (A("y", "float", 1.0),),
+    "round": (A("decimals", "int", 0),),
+    "scale": (A("scale", "float", 1.0), A("bias", "float", 0.0),
+              A("bias_after_scale", "bool", True)),
+    "selu": (A("scale", "float", 1.0507009873554804934193349852946),
+             A("alpha", "float", 1.6732632423543772848170429916717)),
+    "softplus": (A("beta", "float", 1.0), A("threshold", "float", 20.0)),
+    "softshrink": (A("threshold", "float", 0.5),),
+    "stanh": (A("scale_a", "float", 0.67), A("scale_b", "float", 1.7159)),
+    "thresholded_relu": (A("threshold", "float", 1.0), A("value", "float", 0.0)),
+    "bernoulli": (A("seed", "int", 0),),
+    "poisson": (A("seed", "int", 0),),
+}
+
 for _name in UNARY_OPS:
     register_rule(_name, forward=unary_forward, reverse=unary_reverse, inputs=[T("x")],
-                  outputs=[T("out")])
+                  outputs=[T("out")], op_attrs=UNARY_OP_ATTRS.get(_name, ()))
 
 register_rule("gelu", forward=_gelu_forward, reverse=_gelu_reverse, inputs=[T("x")],
               outputs=[T("out")], attrs=[A("approximate", "bool", False)])
@@ -307,4 +338,7 @@ register_rule("multiply", forward=multiply_forward, reverse=binary_reverse,
 register_rule("swiglu", forward=swiglu_forward, reverse=swiglu_reverse,
               inputs=[T("x"), Opt("y")], outputs=[T("out")])
 
-__all__ = ["BINARY_OPS", "UNARY_OPS", "binary_forward", "binary_reverse", "multiply_forward"]
+__all__ = [
+    "BINARY_OPS", "UNARY_OPS", "UNARY_OP_ATTRS", "binary_forward", "binary_reverse",
+    "multiply_forward",
+]

@@ -115,7 +115,7 @@ def infer_metas(
     name: str,
     schema: OpSchema,
     ops_in: tuple[Tensor | tuple[Tensor, ...] | None, ...],
-    attr_values: tuple[Any, ...],
+    attr_map: Mapping[str, Any],
     result_metas: Sequence[tuple[Sequence[int], str]] | None,
 ) -> tuple[OutMeta, ...]:
     if schema.generic:
@@ -142,7 +142,6 @@ def infer_metas(
             args.append(None)
         else:
             args.append(tuple(TensorMeta(t.shape, t.dtype) for t in v))
-    attr_map = {a.name: val for a, val in zip(schema.attrs, attr_values, strict=True)}
     metas = infer_meta(schema.name, args, attr_map, node=name)
     if len(metas) != len(schema.outputs):
         raise AssertionError(f"{schema.name}: shape rule and registered outputs disagree")

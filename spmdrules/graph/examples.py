@@ -8,6 +8,8 @@ named ``dp`` and ``mp`` the annotations use those names; on any other 2-D mesh t
 
 from __future__ import annotations
 
+import math
+
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.graph import ops
 from spmdrules.graph.annotate import shard
@@ -57,9 +59,9 @@ def gpt_decoder(
     Around the layers: word and position embedding lookups and their add; after them a final
     layer_norm, the LM-head matmul, ``cross_entropy_with_softmax`` and ``mean_all``. Each layer:
     layer_norm, QKV matmul + bias add, reshape [0, 0, heads, 3*hidden/heads], transpose
-    [0, 2, 1, 3], split into q/k/v, matmul(q, k^T), scale, softmax, matmul(., v), transpose,
-    reshape [0, 0, hidden], out-projection matmul + bias add, residual add, layer_norm, FC1
-    matmul + bias add, gelu, FC2 matmul + bias add, residual add.
+    [0, 2, 1, 3], split into q/k/v, matmul(q, k^T), scale by 1/sqrt(head_dim), softmax,
+    matmul(., v), transpose, reshape [0, 0, hidden], out-projection matmul + bias add, residual
+    add, layer_norm, FC1 matmul + bias add, gelu, FC2 matmul + bias add, residual add.
 
     With ``annotate`` (6L+6 tensors): ``input_ids``, ``position_ids`` and ``labels`` on dp;
     per layer the QKV and FC1 weights and biases column-parallel on mp and the out-projection
@@ -129,7 +131,7 @@ def gpt_decoder(
             qkv = ops.transpose(qkv, perm=[0, 2, 1, 3], name=f"{n}.attn.transpose")
             q, k, v = ops.split_with_num(qkv, num=3, axis=-1, name=f"{n}.attn.split")
             s = ops.matmul(q, k, trans_y=True, name=f"{n}.attn.scores")
-            s = ops.scale(s, name=f"{n}.attn.scale")
+            s = ops.scale(s, scale=1.0 / math.sqrt(hidden // heads), name=f"{n}.attn.scale")
             s = ops.softmax(s, axis=-1, name=f"{n}.attn.softmax")
             c = ops.matmul(s, v, name=f"{n}.attn.context")
             c = ops.transpose(c, perm=[0, 2, 1, 3], name=f"{n}.attn.transpose_back")

@@ -219,15 +219,17 @@ class Graph:
                     f"op {name!r} already exists in graph {self.name!r}; give the new op another name"
                 )
         ops_in = bind_operands(self, name, schema, operands)
-        attr_values = schema.bind_attrs(name, attrs)
-        metas = infer_metas(name, schema, ops_in, attr_values, result_metas)
+        attr_values, extra = schema.bind_attrs(name, attrs)
+        attr_map = dict(zip((a.name for a in schema.attrs), attr_values, strict=True))
+        attr_map.update(zip((a.name for a in schema.op_attrs), extra, strict=True))
+        metas = infer_metas(name, schema, ops_in, attr_map, result_metas)
         flat_metas = [m for ms in metas for m in (ms if isinstance(ms, tuple) and not
                                                   isinstance(ms, TensorMeta) else (ms,))]
         names = result_names(name, schema, metas, results)
         adopt = adopted_results(self._tensors, name, names, flat_metas)
 
         self._changed()
-        op = Op(name, schema, attr_values, ops_in)
+        op = Op(name, schema, attr_values, ops_in, extra)
         g = self._nx
         g.add_node(op)
         for t in flat_slots(ops_in, Tensor):
@@ -411,7 +413,7 @@ class Graph:
             for op in self.topological_order():
                 if op.schema.generic:
                     continue
-                metas = infer_metas(op.name, op.schema, op.operands, op.attrs, None)
+                metas = infer_metas(op.name, op.schema, op.operands, op.attr_dict, None)
                 flat = [m for ms in metas for m in (ms if not isinstance(ms, TensorMeta) else (ms,))]
                 for t, m in zip(op.outputs, flat, strict=True):
                     if t.shape != m.shape or t.dtype != m.dtype:
@@ -437,7 +439,7 @@ class Graph:
             return tuple(t.name for t in v)
 
         ops = tuple(sorted(
-            (o.name, o.type, o.attrs, tuple(names(v) for v in o.operands),
+            (o.name, o.type, o.attrs, o.extra, tuple(names(v) for v in o.operands),
              tuple(names(v) for v in o.results))
             for o in self._ops.values()
         ))

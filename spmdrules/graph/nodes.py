@@ -198,15 +198,18 @@ class Op:
 
     ``operands`` and ``results`` have one entry per tensor parameter of the rule (``schema``):
     a Tensor, None for an absent optional, a tuple for a list parameter. ``attrs`` holds the
-    attribute values in the rule's order, defaults filled, ready to pass positionally.
+    attribute values in the rule's order, defaults filled, ready to pass positionally; ``extra``
+    the op's attributes beyond its rule's (``schema.op_attrs``), which only shape inference and
+    the kernel read. ``attr_dict`` has both, by name.
     """
 
-    __slots__ = ("attrs", "name", "operands", "order", "results", "schema", "type")
+    __slots__ = ("attrs", "extra", "name", "operands", "order", "results", "schema", "type")
 
     name: str
     type: str
     schema: OpSchema
     attrs: tuple[Any, ...]
+    extra: tuple[Any, ...]
     operands: tuple[Tensor | tuple[Tensor, ...] | None, ...]
     results: tuple[Tensor | tuple[Tensor, ...], ...]
     order: int
@@ -217,11 +220,13 @@ class Op:
         schema: OpSchema,
         attrs: tuple[Any, ...],
         operands: tuple[Tensor | tuple[Tensor, ...] | None, ...],
+        extra: tuple[Any, ...] = (),
     ) -> None:
         self.name = name
         self.type = schema.name
         self.schema = schema
         self.attrs = attrs
+        self.extra = extra
         self.operands = operands
         self.results = ()
         self.order = -1
@@ -284,13 +289,19 @@ class Op:
 
     def attr(self, name: str) -> Any:
         i = self.schema.attr_index.get(name)
-        if i is None:
+        if i is not None:
+            return self.attrs[i]
+        j = self.schema.op_attr_index.get(name)
+        if j is None:
             raise KeyError(f"op {self.name!r} ({self.type}) has no attribute {name!r}")
-        return self.attrs[i]
+        return self.extra[j]
 
     @property
     def attr_dict(self) -> dict[str, Any]:
-        return {a.name: v for a, v in zip(self.schema.attrs, self.attrs, strict=True)}
+        """Every attribute of the op by name: the rule's, then the op's further ones."""
+        d = {a.name: v for a, v in zip(self.schema.attrs, self.attrs, strict=True)}
+        d.update(zip((a.name for a in self.schema.op_attrs), self.extra, strict=True))
+        return d
 
     def __repr__(self) -> str:
         ins = ", ".join(_fmt(o) for o in self.operands)

@@ -14,6 +14,7 @@ The op is added to the graph of its operands, which must be the graph of the enc
 from __future__ import annotations
 
 import inspect
+import keyword
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,13 +57,14 @@ def call(op_type: str, *args: Any, name: str | None = None, **kwargs: Any) -> Op
     schema = op_schema(op_type, name or f"ops.{op_type}")
     where = f"ops.{op_type}" + (f"(name={name!r})" if name else "")
     n_t = len(schema.inputs)
-    n_all = n_t + len(schema.attrs)
+    all_attrs = (*schema.attrs, *schema.op_attrs)
+    n_all = n_t + len(all_attrs)
     if len(args) > n_all:
         raise ArityError(
             f"{where}: takes {n_all} arguments ({schema.signature()}) but {len(args)} were given"
         )
     operands: list[Any] = list(args[:n_t]) + [_UNSET] * (n_t - min(len(args), n_t))
-    attrs: dict[str, Any] = {a.name: v for a, v in zip(schema.attrs, args[n_t:], strict=False)}
+    attrs: dict[str, Any] = {a.name: v for a, v in zip(all_attrs, args[n_t:], strict=False)}
     outs = kwargs.pop("outs", None) if schema.generic else None
     t_index = {p.name: i for i, p in enumerate(schema.inputs)}
     for k, v in kwargs.items():
@@ -70,14 +72,18 @@ def call(op_type: str, *args: Any, name: str | None = None, **kwargs: Any) -> Op
             if operands[t_index[k]] is not _UNSET:
                 raise ArityError(f"{where}: tensor argument {k!r} is given twice")
             operands[t_index[k]] = v
-        elif k in schema.attr_index:
+        elif k in schema.attr_index or k in schema.op_attr_index:
             if k in attrs:
                 raise ArityError(f"{where}: attribute {k!r} is given twice")
             attrs[k] = v
         else:
-            known = [*t_index, *schema.attr_index]
+            known = [*t_index, *schema.all_attr_names()]
             hint = did_you_mean(k, known)
-            raise OpAttributeError(f"{where}: unknown argument {k!r}{hint} ({schema.signature()})")
+            valid = ", ".join(schema.all_attr_names()) or "none"
+            raise OpAttributeError(
+                f"{where}: unknown argument {k!r}{hint} The valid attributes are: {valid} "
+                f"({schema.signature()})"
+            )
     for i, p in enumerate(schema.inputs):
         if operands[i] is _UNSET:
             if p.kind != "optional":
@@ -167,10 +173,14 @@ def _signature(schema: OpSchema) -> inspect.Signature:
         P(p.name, P.POSITIONAL_OR_KEYWORD, default=None if p.kind == "optional" else P.empty)
         for p in schema.inputs
     ]
-    params += [P(a.name, P.POSITIONAL_OR_KEYWORD, default=a.default) for a in schema.attrs]
+    named = [a for a in (*schema.attrs, *schema.op_attrs) if not keyword.iskeyword(a.name)]
+    params += [P(a.name, P.POSITIONAL_OR_KEYWORD, default=a.default) for a in named]
     if schema.generic:
         params.append(P("outs", P.KEYWORD_ONLY))
     params.append(P("name", P.KEYWORD_ONLY, default=None))
+    if len(named) < len(schema.attrs) + len(schema.op_attrs):
+        # Paddle names some attributes with Python keywords (mish's ``lambda``): **{"lambda": v}
+        params.append(P("attrs", P.VAR_KEYWORD))
     return inspect.Signature(params)
 
 

@@ -31,7 +31,8 @@ class OpSchema:
     """
 
     __slots__ = (
-        "attr_index", "attrs", "generic", "inputs", "name", "outputs", "reverse_attrs", "rule",
+        "attr_index", "attrs", "generic", "inputs", "name", "op_attr_index", "op_attrs", "outputs",
+        "reverse_attrs", "rule",
     )
 
     name: str
@@ -40,6 +41,8 @@ class OpSchema:
     outputs: tuple[TensorParam, ...]
     attrs: tuple[AttrParam, ...]
     attr_index: dict[str, int]
+    op_attrs: tuple[AttrParam, ...]
+    op_attr_index: dict[str, int]
     generic: bool
     reverse_attrs: tuple[AttrParam, ...] | None
 
@@ -58,6 +61,10 @@ class OpSchema:
             self.outputs = rule.outputs
         self.attrs = rule.attrs
         self.attr_index = {a.name: i for i, a in enumerate(self.attrs)}
+        # The op's attributes beyond its rule's (scale's factor, clip's bounds): shape inference and
+        # the kernel read them, the rule never sees them.
+        self.op_attrs = rule.op_attrs
+        self.op_attr_index = {a.name: i for i, a in enumerate(self.op_attrs)}
         # A reverse rule may take fewer attributes than the forward one (reduce_base drops
         # reduce_type); the registry keeps them on the reverse binding.
         self.reverse_attrs = rule.reverse_attrs
@@ -80,16 +87,23 @@ class OpSchema:
             f"[{p.name}...]" if p.kind == "list" else (f"{p.name}=None" if p.kind == "optional" else p.name)
             for p in self.inputs
         ]
-        parts += [f"{a.name}={a.default!r}" for a in self.attrs]
+        parts += [f"{a.name}={a.default!r}" for a in (*self.attrs, *self.op_attrs)]
         return f"{self.name}({', '.join(parts)})"
 
-    def bind_attrs(self, node: str, given: Mapping[str, Any] | None) -> tuple[Any, ...]:
-        """Check attribute names and types; a tuple of values in the rule's order, defaults filled.
+    def all_attr_names(self) -> list[str]:
+        return [a.name for a in (*self.attrs, *self.op_attrs)]
 
-        The tuple is what the rule takes positionally after the tensors, so the completion pass
-        can call ``rule.infer_forward(*specs, *op.attrs)`` on the rule's memoised fast path.
+    def bind_attrs(
+        self, node: str, given: Mapping[str, Any] | None
+    ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """Check attribute names and types: the rule's values in its order and the op's further
+        attributes (``op_attrs``) in theirs, defaults filled.
+
+        The first tuple is what the rule takes positionally after the tensors, so the completion
+        pass can call ``rule.infer_forward(*specs, *op.attrs)`` on the rule's memoised fast path.
         """
         values = [a.default for a in self.attrs]
+        extra = [a.default for a in self.op_attrs]
         if given is not None and not isinstance(given, Mapping):
             raise OpAttributeError(
                 f"op {node!r} ({self.name}): attributes must be a mapping of name to value, got "
@@ -98,20 +112,25 @@ class OpSchema:
         if given:
             for k, v in given.items():
                 i = self.attr_index.get(k)
-                if i is None:
-                    hint = did_you_mean(k, self.attr_index)
+                if i is not None:
+                    values[i] = _check_attr(node, self.name, self.attrs[i], v)
+                    continue
+                j = self.op_attr_index.get(k)
+                if j is None:
+                    hint = did_you_mean(k, self.all_attr_names())
+                    valid = ", ".join(self.all_attr_names()) or "none"
                     raise OpAttributeError(
-                        f"op {node!r} ({self.name}): unknown attribute {k!r}{hint} "
-                        f"The signature is {self.signature()}"
+                        f"op {node!r} ({self.name}): unknown attribute {k!r}{hint} The valid "
+                        f"attributes are: {valid}; the signature is {self.signature()}"
                     )
-                values[i] = _check_attr(node, self.name, self.attrs[i], v)
+                extra[j] = _check_attr(node, self.name, self.op_attrs[j], v)
         for a, v in zip(self.attrs, values, strict=True):
             if v is None and a.type in ("ints", "floats"):
                 raise OpAttributeError(
                     f"op {node!r} ({self.name}): attribute {a.name!r} is required "
                     f"({_TYPE_WORDS[a.type]}); the signature is {self.signature()}"
                 )
-        return tuple(values)
+        return tuple(values), tuple(extra)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # rules hold memo caches that cannot be pickled; a schema is its name in the registry

@@ -7,12 +7,11 @@ mesh dims per broadcast axis and replicate size-1 dims, so the local blocks broa
 the global arrays do. A pending sum (or avg) on one operand of ``multiply`` stays pending in the
 product because the product is linear in that operand.
 
-The rules take only ``x`` (and ``y``); the ops' other attributes are read from the context when
-the caller passes them and otherwise take the default of Paddle's C++ op definition
-(``UNARY_DEFAULTS``; ``clip`` and ``mish``, whose C++ ops have no default, take the Python API's:
-unbounded, and a softplus threshold of 20). The random ops (bernoulli, dropout, poisson) draw one
-seeded uniform per *global* element and take their block's share (``block_slices``), so every
-decomposition, and the serial op, samples the same values.
+The rules take only ``x`` (and ``y``); the ops' other attributes (the rules' ``op_attrs``) are read
+from the context, which a graph op fills; a direct caller that leaves one out gets its default.
+The random ops (bernoulli, dropout, poisson) draw one seeded uniform per *global* element and
+take their block's share (``block_slices``), so every decomposition, and the serial op, samples
+the same values.
 """
 
 from __future__ import annotations
@@ -35,29 +34,9 @@ _RULES = importlib.import_module("spmdrules.rules.elementwise")
 UNARY_OPS: Final[tuple[str, ...]] = tuple(_RULES.UNARY_OPS)
 BINARY_OPS: Final[tuple[str, ...]] = tuple(_RULES.BINARY_OPS)
 
-#: Attributes of the unary ops and their defaults (Paddle's C++ op definitions unless noted).
+#: The unary ops' attributes with their defaults, as the rules declare them (``op_attrs``).
 UNARY_DEFAULTS: Final[dict[str, dict[str, Any]]] = {
-    "celu": {"alpha": 1.0},
-    "clip": {"min": -math.inf, "max": math.inf},  # C++: no default; Python's None: unbounded
-    "dropout": {"p": 0.5, "is_test": False, "mode": "upscale_in_train", "seed": 0},
-    "elu": {"alpha": 1.0},
-    "fill": {"value": 0.0},
-    "hardshrink": {"threshold": 0.5},
-    "hardsigmoid": {"slope": 0.2, "offset": 0.5},
-    "hardtanh": {"t_min": 0.0, "t_max": 24.0},
-    "leaky_relu": {"negative_slope": 0.02},
-    "logit": {"eps": 1e-6},
-    "mish": {"lambda": 20.0},  # C++: no default; Python's threshold=20
-    "pow": {"y": 1.0},
-    "round": {"decimals": 0},
-    "scale": {"scale": 1.0, "bias": 0.0, "bias_after_scale": True},
-    "selu": {"scale": 1.0507009873554804934193349852946, "alpha": 1.6732632423543772848170429916717},
-    "softplus": {"beta": 1.0, "threshold": 20.0},
-    "softshrink": {"threshold": 0.5},
-    "stanh": {"scale_a": 0.67, "scale_b": 1.7159},
-    "thresholded_relu": {"threshold": 1.0, "value": 0.0},
-    "bernoulli": {"seed": 0},
-    "poisson": {"seed": 0},
+    op: {a.name: a.default for a in params} for op, params in _RULES.UNARY_OP_ATTRS.items()
 }
 
 UnaryFn = Callable[[Array, LocalContext], Array]
