@@ -224,7 +224,9 @@ class Index:
                 cons[i].append(k)
         self.consumers = [tuple(c) for c in cons]
         self.producer = [-1 if t.producer is None else t.producer.order for t in tensors]
-        self.sources = [i for i, p in enumerate(self.producer) if p < 0]
+        # a constant (an op without operands: full, arange) makes any layout of its result, so
+        # its results are placed like the graph's sources: as a consumer needs, else replicated
+        self.sources = [i for i, p in enumerate(self.producer) if p < 0 or not self.ins[p]]
         # offers count their op from the tensor's producer (else its first consumer), so one
         # offer is the same tuple in every layer of a stack (see completion_blocks)
         self.base = [p if p >= 0 else (c[0] if c else 0)

@@ -64,6 +64,13 @@ class Sweeps(RunState):
         """Op ``k``'s forward rule on its operands' current attributes: what it needs of its
         operands and what it makes, remembered for the reshard edges."""
         st = self.st
+        if not self.ins[k]:
+            # a constant makes its results as they were placed (see Index.sources)
+            placed = [st.attr[i] for i in self.outs[k]]
+            outs = tuple(DistAttr.replicated(mesh, len(self.shapes[i])) if a is None
+                         else a.without_partial() for i, a in zip(self.outs[k], placed, strict=True))
+            st.needs[k], st.natural[k] = (), outs
+            return (), outs
         self.rule_calls += 1
         call = self.calls[k]
         try:

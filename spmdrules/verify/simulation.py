@@ -102,6 +102,11 @@ def answer(case: Case, info: SpmdInfo) -> tuple[list[Slot], list[Slot]]:
                 given, TensorSpec) else tuple(t.attr for t in given))
         ins = _side(tuple(answered), rule.inputs, "input")
         outs = _side(info.outputs, rule.outputs, "output")
+        if not rule.inputs:
+            # a constant's forward rule leaves its result unplaced: the completion pass places it
+            # replicated when no consumer asks otherwise, and so is it run here
+            outs = [DistAttr.replicated(case.mesh, t.ndim) if s is None and isinstance(
+                t, TensorSpec) else s for s, t in zip(outs, case.outputs, strict=True)]
     return _checked(case.inputs, ins, "input"), _checked(case.outputs, outs, "output")
 
 

@@ -29,6 +29,7 @@ from spmdrules.verify.cases.case import (
     pick,
 )
 from spmdrules.verify.cases.concat_split import concat_split
+from spmdrules.verify.cases.constant import constant
 from spmdrules.verify.cases.cross_entropy import cross_entropy
 from spmdrules.verify.cases.einsum_op import einsum
 from spmdrules.verify.cases.elementwise import elementwise
@@ -54,6 +55,7 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "norm": norm,
     "embedding": embedding,
     "cross_entropy": cross_entropy,
+    "constant": constant,
 }
 
 

@@ -1,0 +1,51 @@
+"""Local kernels of the constants: each rank fills the block of the result it holds.
+
+A constant reads no values, so every layout of its result is computed locally: ``full`` and
+``full_like`` fill the block's shape, ``arange`` evaluates ``start + step * i`` at the block's own
+global positions ``i``. Floating results are computed in float64, as the executors compute every
+float tensor (so pipelines can be checked to 1e-12); integer and bool dtypes are exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from spmdrules.execution.local import (
+    Block,
+    LocalContext,
+    block_range,
+    out_block,
+    output,
+    register_kernel,
+)
+from spmdrules.graph.shapes.constant import arange_dtype
+
+
+def numpy_dtype(name: str) -> np.dtype[Any]:
+    """The dtype a kernel computes ``name`` in: floats (bfloat16 and float16 too) as float64."""
+    if name in ("bool", "int8", "int16", "int32", "int64", "uint8"):
+        return np.dtype(name)
+    return np.dtype("complex128") if name.startswith("complex") else np.dtype("float64")
+
+
+@register_kernel("full", "full_like")
+def full(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+    name = str(ctx.attrs.get("dtype") or "")
+    if not name:
+        x = blocks[0]
+        name = str(x.dtype) if isinstance(x, np.ndarray) else "float32"
+    return (np.full(out_block(ctx), ctx.attrs.get("value", 0.0), dtype=numpy_dtype(name)),)
+
+
+@register_kernel("arange")
+def arange(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+    shape, attr = output(ctx)
+    positions = np.asarray(block_range(ctx, shape, attr, 0), dtype=np.float64)
+    start, step = float(ctx.attrs.get("start", 0.0)), float(ctx.attrs.get("step", 1.0))
+    return ((start + step * positions).astype(numpy_dtype(arange_dtype(ctx.attrs))),)
+
+
+__all__ = ["arange", "full", "numpy_dtype"]

@@ -1,0 +1,23 @@
+"""Vector-Jacobian products of the constants: no input value reaches the result."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from spmdrules.execution.local import Block, LocalContext, array, register_vjp
+
+
+@register_vjp("full", "arange")
+def source_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+               cts: Sequence[Block]) -> tuple[Block, ...]:
+    return ()
+
+
+@register_vjp("full_like")
+def full_like_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                  cts: Sequence[Block]) -> tuple[Block, ...]:
+    # only x's shape is read: a float x's cotangent is zero, an integer x takes none
+    x = array(ctx, ins, 0, "x")
+    return (np.zeros_like(x) if x.dtype.kind in "fc" else None,)
