@@ -280,8 +280,8 @@ def test_a_rule_s_family_is_the_module_that_registers_it() -> None:
 
 def _module_of_rule(op: str) -> str:
     fn = spmdrules.get_rule(op)._fwd.fn
-    while hasattr(fn, "func"):  # functools.partial
-        fn = fn.func
+    while hasattr(fn, "func") or hasattr(fn, "__wrapped__"):  # a partial, or a described rule
+        fn = getattr(fn, "func", None) or fn.__wrapped__
     return fn.__module__
 
 

@@ -9,8 +9,8 @@ letter (the Einsum notation, one string per tensor) and states the op's policy i
   letter whole instead;
 * ``on_axis_conflict`` and ``priority``: one letter on two mesh dims, one mesh dim on two letters,
   exactly as in :mod:`spmdrules.engine.einsum`;
-* ``merge``: which inputs' mappings decide the letters (default all; an index operand whose layout
-  the op ignores is left out);
+* ``merge``: which inputs' mappings decide the letters, in the order they are merged (default
+  all, in argument order; an index operand whose layout the op ignores is left out);
 * ``linear``: inputs the op is linear in, whose pending sums pass to the outputs unchanged;
 * ``divisible``: replicate a letter whose size its mesh dims do not divide.
 
@@ -125,7 +125,8 @@ def _blank(ls: str, m: MultiDims, whole: frozenset[str]) -> MultiDims:
 def _letter_map(
     desc: Description, flat: Sequence[tuple[int, str, TensorSpec, str]], sources: Iterable[int] | None
 ) -> LetterMap:
-    chosen = [f for f in flat if sources is None or f[0] in sources]
+    # in the order ``merge`` gives them: the first to claim a mesh dim keeps it
+    chosen = list(flat) if sources is None else [f for i in sources for f in flat if f[0] == i]
     lm = einsum.merge(
         [(ls, _blank(ls, t.attr.multi_dims_mapping, desc.whole)) for _, ls, t, _ in chosen],
         on_axis_conflict=desc.on_axis_conflict, names=[nm for *_, nm in chosen],
@@ -285,6 +286,8 @@ def register_described(
         desc = described(tuple(_shape_of(a) for a in args), call[n + len(outputs):])
         return infer_reverse(desc, args, outs)
 
+    # the op's entry points lead to its description, which lives in the family's module
+    forward.__wrapped__ = backward.__wrapped__ = describe  # type: ignore[attr-defined]
     if family is None:
         family = sys._getframe(1).f_globals.get("__name__", "").rsplit(".", 1)[-1]
     return register_rule(

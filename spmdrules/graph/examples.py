@@ -192,3 +192,165 @@ def mlp(
         f = ops.matmul(f, w2, name="fc2.matmul")
         ops.add(f, b2, name="fc2.add")
     return g
+
+
+#: compute ops per LLaMA decoder layer, and around the layers (rotary tables, mask, head, loss)
+LLAMA_OPS_PER_LAYER = 37
+LLAMA_ANNOTATED_PER_LAYER = 7
+LLAMA_ANNOTATED_OUTSIDE = 4
+
+
+def _rotate_half(x: Tensor, half: int, n: str) -> Tensor:
+    """``concat([-x2, x1])`` of the last dim's halves x1, x2: RoPE's rotate-half, with slices."""
+    x1 = ops.slice(x, axes=[3], starts=[0], ends=[half], name=f"{n}.x1")
+    x2 = ops.slice(x, axes=[3], starts=[half], ends=[2 * half], name=f"{n}.x2")
+    minus_x2 = ops.scale(x2, scale=-1.0, name=f"{n}.neg")
+    return _one(ops.concat([minus_x2, x1], axis=-1, name=f"{n}.rotate"))
+
+
+def _rope(x: Tensor, cos: Tensor, sin: Tensor, half: int, n: str) -> Tensor:
+    """``x * cos + rotate_half(x) * sin`` (the Hugging Face form of rotary embeddings)."""
+    a = ops.multiply(x, cos, name=f"{n}.cos")
+    b = ops.multiply(_rotate_half(x, half, n), sin, name=f"{n}.sin")
+    return _one(ops.add(a, b, name=f"{n}.rope"))
+
+
+def llama_decoder(
+    num_layers: int,
+    mesh: ProcessMesh,
+    *,
+    batch: int = 4,
+    seq: int = 16,
+    hidden: int = 32,
+    heads: int = 4,
+    kv_heads: int = 2,
+    ffn: int = 64,
+    vocab: int = 128,
+    rope_base: float = 10000.0,
+    epsilon: float = 1e-6,
+    annotate: bool = True,
+) -> Graph:
+    """A LLaMA decoder training step: RMSNorm, grouped-query attention with rotary embeddings and
+    a causal mask, a SwiGLU MLP; embedding before the layers, final norm, LM head and loss after.
+
+    Each layer: fused_rms_norm; q/k/v projections; reshape to heads; RoPE on q and k
+    (``x*cos + rotate_half(x)*sin``, rotate-half by two ``slice``s, a ``scale`` by -1 and a
+    ``concat``); the KV heads repeated ``heads // kv_heads`` times for grouped-query attention
+    (``unsqueeze``, ``tile``, ``reshape``); transposes to [b, h, s, d]; scores scaled by
+    1/sqrt(head_dim); the causal mask by ``where``; softmax; context; output projection; residual;
+    fused_rms_norm; gate and up projections, ``swiglu``, down projection; residual. The rotary
+    tables come from constants (``arange``, ``exp``, ``cos``, ``sin``) and the mask from ``triu``
+    of a ``full`` matrix, all built once before the layers.
+
+    With ``annotate`` (7 per layer plus 4): ``input_ids`` and ``labels`` on dp; the q, k, v, gate
+    and up weights column-parallel on mp, the o and down weights row-parallel on mp (so each layer
+    ends its attention and its MLP with one all-reduce); the embedding vocab-parallel; the LM head
+    (None, mp). Everything else is left to completion, which puts the heads on mp.
+
+    Tensor names: ``input_ids``, ``labels``, ``embed.weight``, ``layers.<i>.<part>.weight`` (parts
+    attn_norm, q, k, v, o, mlp_norm, gate, up, down), ``final_norm.weight``, ``lm_head.weight``;
+    the loss is ``loss``.
+    """
+    where = "llama_decoder"
+    dp, mp = _axes(mesh, where)
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 0:
+        raise ShapeError(f"{where}: num_layers must be an int >= 0, got {num_layers!r}")
+    if heads <= 0 or kv_heads <= 0 or hidden % heads or heads % kv_heads:
+        raise ShapeError(
+            f"{where}: hidden {hidden}, heads {heads} and kv_heads {kv_heads} must have heads "
+            "dividing hidden and kv_heads dividing heads; e.g. hidden=32, heads=4, kv_heads=2"
+        )
+    hd = hidden // heads
+    if hd % 2:
+        raise ShapeError(f"{where}: head_dim {hd} must be even for rotary embeddings")
+    half, groups = hd // 2, heads // kv_heads
+    g = Graph(f"llama_decoder_L{num_layers}")
+    with g:
+
+        def sh(t: Tensor, *spec: str | int | None) -> None:
+            if annotate:
+                shard(t, mesh, spec)
+
+        ids = g.input("input_ids", [batch, seq], "int64")
+        labels = g.input("labels", [batch, seq, 1], "int64")
+        emb = g.param("embed.weight", [vocab, hidden])
+        sh(ids, dp, None)
+        sh(labels, dp, None, None)
+        sh(emb, mp, None)
+
+        # rotary tables [1, seq, 1, hd]: angle[s, j] = s * base^(-2j/hd), the halves repeated
+        pos = ops.reshape(ops.arange(0, seq, 1, "float64", name="rope.pos"), shape=[seq, 1],
+                          name="rope.pos_col")
+        j = ops.arange(0, half, 1, "float64", name="rope.j")
+        inv = ops.exp(ops.scale(j, scale=-2.0 * math.log(rope_base) / hd, name="rope.exponent"),
+                      name="rope.inv_freq")
+        ang = ops.matmul(pos, ops.reshape(inv, shape=[1, half], name="rope.inv_row"),
+                         name="rope.angles")
+        ang = ops.concat([ang, ang], axis=-1, name="rope.angles2")
+        cos = ops.reshape(ops.cos(ang, name="rope.cos_table"), shape=[1, seq, 1, hd],
+                          name="rope.cos")
+        sin = ops.reshape(ops.sin(ang, name="rope.sin_table"), shape=[1, seq, 1, hd],
+                          name="rope.sin")
+        # causal mask [1, 1, seq, seq]: True above the diagonal, where a query may not look
+        ones = ops.full(shape=[seq, seq], value=1.0, dtype="float64", name="mask.ones")
+        future = ops.cast(ops.triu(ones, diagonal=1, name="mask.triu"), "bool", name="mask.bool")
+        future = ops.reshape(future, shape=[1, 1, seq, seq], name="mask")
+        blocked = ops.full(shape=[1, 1, seq, seq], value=-1e9, dtype="float64",
+                           name="mask.fill")
+
+        h = _one(ops.embedding(ids, emb, name="embed"))
+        for i in range(num_layers):
+            n = f"layers.{i}"
+            w = {part: g.param(f"{n}.{part}.weight", shape) for part, shape in (
+                ("attn_norm", [hidden]), ("q", [hidden, heads * hd]),
+                ("k", [hidden, kv_heads * hd]), ("v", [hidden, kv_heads * hd]),
+                ("o", [heads * hd, hidden]), ("mlp_norm", [hidden]), ("gate", [hidden, ffn]),
+                ("up", [hidden, ffn]), ("down", [ffn, hidden]),
+            )}
+            for part in ("q", "k", "v", "gate", "up"):
+                sh(w[part], None, mp)
+            sh(w["o"], mp, None)
+            sh(w["down"], mp, None)
+
+            x, _ = ops.fused_rms_norm(h, w["attn_norm"], epsilon, name=f"{n}.attn_norm")
+            q = ops.reshape(ops.matmul(x, w["q"], name=f"{n}.q"), shape=[0, 0, heads, hd],
+                            name=f"{n}.q_heads")
+            k = ops.reshape(ops.matmul(x, w["k"], name=f"{n}.k"), shape=[0, 0, kv_heads, hd],
+                            name=f"{n}.k_heads")
+            v = ops.reshape(ops.matmul(x, w["v"], name=f"{n}.v"), shape=[0, 0, kv_heads, hd],
+                            name=f"{n}.v_heads")
+            q = _rope(q, cos, sin, half, f"{n}.q")
+            k = _rope(k, cos, sin, half, f"{n}.k")
+            k, v = (_repeat_kv(t, groups, heads, hd, f"{n}.{t_n}") for t, t_n in ((k, "k"), (v, "v")))
+            q, k, v = (ops.transpose(t, perm=[0, 2, 1, 3], name=f"{n}.{t_n}_t")
+                       for t, t_n in ((q, "q"), (k, "k"), (v, "v")))
+            s = ops.matmul(q, k, trans_y=True, name=f"{n}.scores")
+            s = ops.scale(s, scale=1.0 / math.sqrt(hd), name=f"{n}.scaled")
+            s = ops.where(future, blocked, s, name=f"{n}.masked")
+            p = ops.softmax(s, axis=-1, name=f"{n}.probs")
+            c = ops.transpose(ops.matmul(p, v, name=f"{n}.context"), perm=[0, 2, 1, 3],
+                              name=f"{n}.context_t")
+            c = ops.reshape(c, shape=[0, 0, hidden], name=f"{n}.merge")
+            h = _one(ops.add(h, ops.matmul(c, w["o"], name=f"{n}.o"), name=f"{n}.residual1"))
+
+            x, _ = ops.fused_rms_norm(h, w["mlp_norm"], epsilon, name=f"{n}.mlp_norm")
+            gate = ops.matmul(x, w["gate"], name=f"{n}.gate")
+            up = ops.matmul(x, w["up"], name=f"{n}.up")
+            f = ops.matmul(ops.swiglu(gate, up, name=f"{n}.swiglu"), w["down"], name=f"{n}.down")
+            h = _one(ops.add(h, f, name=f"{n}.residual2"))
+
+        norm_w = g.param("final_norm.weight", [hidden])
+        w_lm = g.param("lm_head.weight", [hidden, vocab])
+        sh(w_lm, None, mp)
+        x, _ = ops.fused_rms_norm(h, norm_w, epsilon, name="final_norm")
+        logits = ops.matmul(x, w_lm, name="lm_head")
+        _, loss = ops.cross_entropy_with_softmax(logits, labels, axis=-1, name="loss.cross_entropy")
+        ops.mean_all(loss, name="loss")
+    return g
+
+
+def _repeat_kv(t: Tensor, groups: int, heads: int, hd: int, n: str) -> Tensor:
+    """[b, s, kv, d] -> [b, s, kv * groups, d], each KV head repeated ``groups`` times in place."""
+    t = ops.unsqueeze(t, axis=[3], name=f"{n}.expand_dim")
+    t = ops.tile(t, repeat_times=[1, 1, 1, groups, 1], name=f"{n}.repeat")
+    return _one(ops.reshape(t, shape=[0, 0, heads, hd], name=f"{n}.repeated"))

@@ -88,6 +88,12 @@ CASES: dict[str, Build] = {
     "amin-keepdim": lambda g: ops.amin(_f(g, "x", [3, 5]), axis=[0], keep_dim=True),
     "frobenius_norm": lambda g: ops.frobenius_norm(_f(g, "x", [3, 4]), axis=[0, 1]),
     "full_like": lambda g: ops.full_like(_f(g, "x", [3, 4]), 2.0),
+    "slice": lambda g: ops.slice(_f(g, "x", [4, 5, 3]), axes=[0, 2], starts=[1, -2], ends=[3, 9],
+                                 decrease_axis=[]),
+    "slice-decrease": lambda g: ops.slice(_f(g, "x", [4, 5]), axes=[0], starts=[2], ends=[3],
+                                          decrease_axis=[0]),
+    "strided_slice": lambda g: ops.strided_slice(_f(g, "x", [6, 5]), axes=[0, 1], starts=[5, 0],
+                                                 ends=[0, 5], strides=[-2, 2]),
     **{f"unary-{name}": _unary(name) for name in sorted(DERIVATIVES)},
 }
 #: ops without operands: nothing to differentiate (their VJP answers no cotangent at all)

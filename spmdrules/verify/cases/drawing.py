@@ -39,6 +39,7 @@ from spmdrules.verify.cases.matmul import matmul
 from spmdrules.verify.cases.norm import norm
 from spmdrules.verify.cases.reduction import reduction
 from spmdrules.verify.cases.reshape import reshape
+from spmdrules.verify.cases.slice import slice_family
 from spmdrules.verify.cases.softmax import softmax
 from spmdrules.verify.cases.transpose import transpose
 
@@ -56,6 +57,7 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "embedding": embedding,
     "cross_entropy": cross_entropy,
     "constant": constant,
+    "slice": slice_family,
 }
 
 

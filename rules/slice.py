@@ -1,0 +1,87 @@
+"""slice and strided_slice: a box of the input, with steps; its gradient rule.
+
+Described as data: x keeps its letters, the output drops the ``decrease_axis`` letters, and every
+sliced axis is whole (its block layout cannot survive an offset or a step). Pending sums are
+resharded first (Paddle's choice: the returned attributes carry none). A slice that runs
+backwards, a repeated or out-of-range axis, a zero step, lists of different lengths: typed errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from spmdrules.core.errors import RuleArgumentError
+from spmdrules.engine.description import Description, letters, register_described
+from spmdrules.engine.registry import A, T
+from spmdrules.engine.rulekit import normalise_axis
+
+Shape = tuple[int, ...]
+
+
+def boxes(op: str, x: Shape, axes: Sequence[int], starts: Sequence[int], ends: Sequence[int],
+          strides: Sequence[int] | None = None) -> dict[int, range]:
+    """The global range each sliced axis keeps (Python's slice semantics: negative bounds count
+    from the end, bounds past the ends are clamped)."""
+    strides = [1] * len(axes) if strides is None else strides
+    if not len(axes) == len(starts) == len(ends) == len(strides):
+        raise RuleArgumentError(
+            f"axes, starts, ends{', strides' if op == 'strided_slice' else ''} have lengths "
+            f"{len(axes)}, {len(starts)}, {len(ends)}{f', {len(strides)}' * (op == 'strided_slice')}"
+            "; give one entry per sliced axis")
+    out: dict[int, range] = {}
+    for ax, s, e, st in zip(axes, starts, ends, strides, strict=True):
+        d = normalise_axis(op, "input", ax, len(x))
+        if d in out:
+            raise RuleArgumentError(f"'input' dim {d} is sliced twice (axes {list(axes)}); "
+                                    "slice each axis once")
+        if st == 0:
+            raise RuleArgumentError(f"'input' dim {d} has stride 0; use a non-zero stride")
+        lo, hi, step = slice(s, e, st).indices(x[d])
+        if (hi - lo) * step < 0:
+            raise RuleArgumentError(
+                f"'input' dim {d}: start {s} and end {e} (size {x[d]}) run against the stride "
+                f"{st}; give end >= start for a positive stride (or an empty range start == end)")
+        out[d] = range(lo, hi, step)
+    return out
+
+
+def _described(x: Shape, axes: Sequence[int], decrease: Sequence[int], kept: dict[int, range],
+               *, grad: bool = False) -> Description:
+    xl = letters(len(x))
+    gone = {normalise_axis("slice", "input", a, len(x)) for a in decrease}
+    for d in gone:
+        if d not in kept or len(kept[d]) != 1:
+            raise RuleArgumentError(f"decrease_axis {d} must be a sliced axis of size 1 in the "
+                                    "result; drop it from decrease_axis")
+    out = "".join(ch for d, ch in enumerate(xl) if d not in gone)
+    whole = frozenset(xl[d] for d in kept)
+    if grad:  # (input, out_grad) -> input_grad; out_grad's shards are merged first
+        return Description((xl, out), (xl,), whole=whole, pending=None, merge=(1, 0))
+    return Description((xl,), (out,), whole=whole, pending=None)
+
+
+def describe_slice(x: Shape, *, axes: Sequence[int], starts: Sequence[int], ends: Sequence[int],
+                   decrease_axis: Sequence[int], **_: object) -> Description:
+    return _described(x, axes, decrease_axis, boxes("slice", x, axes, starts, ends))
+
+
+def describe_strided(x: Shape, *maybe_grad: Shape, axes: Sequence[int], starts: Sequence[int],
+                     ends: Sequence[int], strides: Sequence[int]) -> Description:
+    kept = boxes("strided_slice", x, axes, starts, ends, strides)
+    return _described(x, axes, (), kept, grad=bool(maybe_grad))
+
+
+SLICE_ATTRS = [A("axes", "ints", None), A("starts", "ints", None), A("ends", "ints", None),
+               A("infer_flags", "ints", ()), A("decrease_axis", "ints", ())]
+STRIDED_ATTRS = [A("axes", "ints", None), A("starts", "ints", None), A("ends", "ints", None),
+                 A("strides", "ints", None)]
+register_described(
+    "slice", describe_slice, inputs=[T("input")], outputs=[T("out")], attrs=SLICE_ATTRS,
+    doc="SliceInferSpmd: sliced axes replicated, the others keep their shards.")
+register_described(
+    "strided_slice", describe_strided, inputs=[T("input")], outputs=[T("out")],
+    attrs=STRIDED_ATTRS, doc="StridedSliceInferSpmd: sliced axes replicated.")
+register_described(
+    "strided_slice_grad", describe_strided, inputs=[T("input"), T("out_grad")],
+    outputs=[T("input_grad")], attrs=STRIDED_ATTRS, reverse=False,
+    doc="StridedSliceGradInferSpmd: input and out_grad merged, sliced axes replicated.")

@@ -1,0 +1,83 @@
+"""Local kernels of slice, strided_slice and strided_slice's gradient.
+
+A rank computes the block of the result it holds from the block of the input it holds: the
+global positions its result block needs (``start + step * i`` along each sliced axis, the same
+positions elsewhere) are rewritten to positions in its input block. When the input block does not
+hold every one of them (a sliced axis cut across ranks), the layout cannot be computed locally and
+the kernel raises ``ShardMismatch``; an empty result block needs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from spmdrules.core.blocks import ShardMismatch
+from spmdrules.execution import local
+from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+
+_rules = importlib.import_module("spmdrules.rules.slice")
+
+
+def local_positions(ctx: LocalContext, grad: bool = False) -> tuple[Any, ...]:
+    """Per input dim, the positions in this rank's input block that its result block reads."""
+    shape, attr = local.input_spec(ctx, 0, "input")
+    out_shape, out_attr = local.output(ctx) if not grad else local.input_spec(ctx, 1, "out_grad")
+    a = ctx.attrs
+    kept = _rules.boxes(ctx.op.removesuffix("_grad"), shape, a["axes"], a["starts"], a["ends"],
+                        a.get("strides"))
+    decrease = {d % len(shape) for d in a.get("decrease_axis", ())}
+    out_dims = [d for d in range(len(shape)) if d not in decrease]
+    index: list[Any] = []
+    for d, n in enumerate(shape):
+        have = local.block_range(ctx, shape, attr, d)
+        whole = kept.get(d, range(n))
+        if d in decrease:
+            want = whole
+        else:
+            o = local.block_range(ctx, out_shape, out_attr, out_dims.index(d))
+            want = whole[o.start:o.stop]
+        if len(want) and not (have.start <= min(want) and max(want) < have.stop):
+            raise ShardMismatch(
+                f"{ctx.op}: the result block needs 'input' dim {d} positions "
+                f"{want.start}..{want[-1]} but this rank holds {have.start}..{have.stop - 1}; "
+                f"replicate 'input' dim {d}")
+        local_want = np.asarray(want, dtype=np.int64) - have.start
+        index.append(local_want[0] if d in decrease else local_want)
+    return tuple(index)
+
+
+def take(x: Array, index: tuple[Any, ...]) -> Array:
+    """x at the positions: integer arrays per dim (an outer product), scalars for dropped dims."""
+    out = x
+    for d in reversed(range(len(index))):
+        out = np.take(out, index[d], axis=d)
+    return np.asarray(out)
+
+
+def put(like: Array, g: Array, index: tuple[Any, ...]) -> Array:
+    """The adjoint of ``take``: zeros shaped like ``like`` with g added at the positions."""
+    out = np.zeros_like(like, dtype=np.result_type(like, g))
+    full = [np.atleast_1d(i) for i in index]
+    np.add.at(out, np.ix_(*full), g.reshape([len(i) for i in full]))
+    return out
+
+
+@register_kernel("slice", "strided_slice")
+def slice_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+    x = array(ctx, blocks, 0, "input")
+    return (take(x, local_positions(ctx)),)
+
+
+@register_kernel("strided_slice_grad")
+def strided_slice_grad_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+    x = array(ctx, blocks, 0, "input")
+    g = array(ctx, blocks, 1, "out_grad")
+    local.require_whole(ctx, 0, "input")
+    return (put(x, g, local_positions(ctx, grad=True)),)
+
+
+__all__ = ["local_positions", "put", "slice_kernel", "strided_slice_grad_kernel", "take"]
