@@ -232,6 +232,37 @@ def require_full_dims(ctx: LocalContext, i: int, name: str, dims: Sequence[int],
             )
 
 
+# ---- reading positions of a block: ops that move values (slice, tile, expand, gather) ----------
+def held(ctx: LocalContext, have: range, want: Sequence[int] | Array, name: str, dim: int
+         ) -> Array:
+    """The positions in this rank's block (holding global ``have``) of the global ``want``, all
+    of which it must hold: else the layout cannot be computed locally (``ShardMismatch``)."""
+    w = np.asarray(want, dtype=np.int64)
+    if w.size and (w.min() < have.start or w.max() >= have.stop):
+        raise ShardMismatch(
+            f"{ctx.op}: this rank's result block needs {name!r} dim {dim} positions "
+            f"{int(w.min())}..{int(w.max())} but the rank holds {have.start}..{have.stop - 1}; "
+            f"replicate {name!r} dim {dim}")
+    return w - have.start
+
+
+def take(x: Array, index: Sequence[Any]) -> Array:
+    """x at the positions: an integer array per dim (their outer product), an int drops the dim."""
+    out = x
+    for d in reversed(range(len(index))):
+        out = np.take(out, index[d], axis=d)
+    return np.asarray(out)
+
+
+def put(like: Array, g: Array, index: Sequence[Any]) -> Array:
+    """The adjoint of ``take``: zeros shaped like ``like``, g added at the positions (repeated
+    positions accumulate)."""
+    out = np.zeros_like(like, dtype=np.result_type(like, g))
+    full = [np.atleast_1d(i) for i in index]
+    np.add.at(out, np.ix_(*full), g.reshape([len(i) for i in full]))
+    return out
+
+
 __all__ = [
     "Array",
     "Block",
@@ -246,15 +277,18 @@ __all__ = [
     "cotangent",
     "get_kernel",
     "get_vjp",
+    "held",
     "input_spec",
     "list_kernels",
     "list_vjps",
     "local_shape",
     "out_block",
     "output",
+    "put",
     "register_kernel",
     "register_vjp",
     "require_full_dims",
     "require_whole",
+    "take",
     "variadic_output",
 ]

@@ -92,6 +92,9 @@ CASES: dict[str, Build] = {
                                  decrease_axis=[]),
     "slice-decrease": lambda g: ops.slice(_f(g, "x", [4, 5]), axes=[0], starts=[2], ends=[3],
                                           decrease_axis=[0]),
+    "tile": lambda g: ops.tile(_f(g, "x", [2, 1, 3]), repeat_times=[2, 1, 3, 1]),
+    "expand": lambda g: ops.expand(_f(g, "x", [3, 1]), shape=[2, -1, 4]),
+    "expand_as": lambda g: ops.expand_as(_f(g, "x", [1, 3]), _f(g, "y", [2, 4, 3])),
     "strided_slice": lambda g: ops.strided_slice(_f(g, "x", [6, 5]), axes=[0, 1], starts=[5, 0],
                                                  ends=[0, 5], strides=[-2, 2]),
     **{f"unary-{name}": _unary(name) for name in sorted(DERIVATIVES)},
@@ -162,8 +165,8 @@ def test_vjp_matches_numerical_derivative(case: str) -> None:
 
 def test_every_registered_vjp_has_a_case() -> None:
     covered = {g.ops[0].type for g in (_build(c) for c in CASES)}
-    aliases = {"matmul_v2", "elementwise_add", "elementwise_mul", "elementwise_div", "reshape2",
-               "transpose2", "unsqueeze2", "lookup_table_v2", "reduce_sum", "amax", "min",
+    aliases = {"expand_as_v2", "matmul_v2", "elementwise_add", "elementwise_mul", "elementwise_div",
+               "reshape2", "transpose2", "unsqueeze2", "lookup_table_v2", "reduce_sum", "amax", "min",
                "reduce_max"}
     assert set(list_vjps()) - covered - aliases - SOURCES == set()
 

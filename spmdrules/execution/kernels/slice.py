@@ -13,11 +13,8 @@ import importlib
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from spmdrules.core.blocks import ShardMismatch
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Block, LocalContext, array, put, register_kernel, take
 
 _rules = importlib.import_module("spmdrules.rules.slice")
 
@@ -33,37 +30,15 @@ def local_positions(ctx: LocalContext, grad: bool = False) -> tuple[Any, ...]:
     out_dims = [d for d in range(len(shape)) if d not in decrease]
     index: list[Any] = []
     for d, n in enumerate(shape):
-        have = local.block_range(ctx, shape, attr, d)
         whole = kept.get(d, range(n))
         if d in decrease:
             want = whole
         else:
             o = local.block_range(ctx, out_shape, out_attr, out_dims.index(d))
             want = whole[o.start:o.stop]
-        if len(want) and not (have.start <= min(want) and max(want) < have.stop):
-            raise ShardMismatch(
-                f"{ctx.op}: the result block needs 'input' dim {d} positions "
-                f"{want.start}..{want[-1]} but this rank holds {have.start}..{have.stop - 1}; "
-                f"replicate 'input' dim {d}")
-        local_want = np.asarray(want, dtype=np.int64) - have.start
-        index.append(local_want[0] if d in decrease else local_want)
+        pos = local.held(ctx, local.block_range(ctx, shape, attr, d), want, "input", d)
+        index.append(int(pos[0]) if d in decrease else pos)
     return tuple(index)
-
-
-def take(x: Array, index: tuple[Any, ...]) -> Array:
-    """x at the positions: integer arrays per dim (an outer product), scalars for dropped dims."""
-    out = x
-    for d in reversed(range(len(index))):
-        out = np.take(out, index[d], axis=d)
-    return np.asarray(out)
-
-
-def put(like: Array, g: Array, index: tuple[Any, ...]) -> Array:
-    """The adjoint of ``take``: zeros shaped like ``like`` with g added at the positions."""
-    out = np.zeros_like(like, dtype=np.result_type(like, g))
-    full = [np.atleast_1d(i) for i in index]
-    np.add.at(out, np.ix_(*full), g.reshape([len(i) for i in full]))
-    return out
 
 
 @register_kernel("slice", "strided_slice")
@@ -80,4 +55,4 @@ def strided_slice_grad_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tup
     return (put(x, g, local_positions(ctx, grad=True)),)
 
 
-__all__ = ["local_positions", "put", "slice_kernel", "strided_slice_grad_kernel", "take"]
+__all__ = ["local_positions", "slice_kernel", "strided_slice_grad_kernel"]

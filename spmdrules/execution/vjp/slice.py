@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spmdrules.execution.kernels.slice import local_positions, put
-from spmdrules.execution.local import Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.execution.kernels.slice import local_positions
+from spmdrules.execution.local import Block, LocalContext, array, cotangent, put, register_vjp
 
 
 @register_vjp("slice", "strided_slice")

@@ -41,6 +41,7 @@ from spmdrules.verify.cases.reduction import reduction
 from spmdrules.verify.cases.reshape import reshape
 from spmdrules.verify.cases.slice import slice_family
 from spmdrules.verify.cases.softmax import softmax
+from spmdrules.verify.cases.tile import tile
 from spmdrules.verify.cases.transpose import transpose
 
 #: the case generator of each rule family (``Rule.family``, the name of its rules/ module)
@@ -58,6 +59,7 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "cross_entropy": cross_entropy,
     "constant": constant,
     "slice": slice_family,
+    "tile": tile,
 }
 
 
@@ -89,6 +91,8 @@ def _grad_case(name: str, direction: Direction, rng: Rng) -> Case:
             inputs = (inputs[0], inputs[0], *inputs[1:])
             domains = (domains[0], domains[0], *domains[1:])
             unanswered = (1,)
+        elif len(inputs) != len(rule.inputs):
+            inputs, domains = _by_name(rule, base_rule, fwd, inputs, domains)
         if len(inputs) != len(rule.inputs) or len(rule.outputs) > len(fwd.inputs):
             raise NoCaseError(
                 f"{name}: the backward op takes {len(rule.inputs)} tensors, but {base}'s "
@@ -101,6 +105,18 @@ def _grad_case(name: str, direction: Direction, rng: Rng) -> Case:
             domains=domains, unanswered=unanswered,
         )
     raise NoCaseError(f"{name}: no valid case in 50 draws (last: {last})")
+
+
+def _by_name(rule: Rule, base: Rule, fwd: Case, inputs: tuple[Arg, ...],
+             domains: tuple[DomainArg, ...]) -> tuple[tuple[Arg, ...], tuple[DomainArg, ...]]:
+    """The backward op's arguments picked by name when it takes fewer than every forward input
+    and output (expand_as_grad takes x and out_grad, not y): a forward input by its name, an
+    ``<output>_grad`` as that output's cotangent."""
+    names = [p.name for p in base.inputs] + [f"{p.name}_grad" for p in base.outputs]
+    picked = [names.index(p.name) for p in rule.inputs if p.name in names]
+    if len(picked) != len(rule.inputs):
+        return inputs, domains
+    return tuple(inputs[i] for i in picked), tuple(domains[i] for i in picked)
 
 
 def _cotangent_domain(arg: Arg) -> DomainArg:
