@@ -117,9 +117,11 @@ def _flat(
 
 
 def _blank(ls: str, m: MultiDims, whole: frozenset[str]) -> MultiDims:
-    if not whole:
+    """The mapping without the whole letters' shards and the broadcast ('1') dims' (a size-1 dim
+    that broadcasts has no block to split, so its shard says nothing about the others)."""
+    if not whole and "1" not in ls:
         return m
-    return tuple(() if ch in whole else dims for ch, dims in zip(ls, m, strict=True))
+    return tuple(() if ch in whole or ch == "1" else dims for ch, dims in zip(ls, m, strict=True))
 
 
 def _letter_map(

@@ -232,6 +232,14 @@ def require_full_dims(ctx: LocalContext, i: int, name: str, dims: Sequence[int],
             )
 
 
+def numpy_dtype(name: str) -> np.dtype[Any]:
+    """The dtype a kernel computes a tensor of dtype ``name`` in: every float (bfloat16 and
+    float16 too) as float64, as the executors compute floats; integers and bool exactly."""
+    if name in ("bool", "int8", "int16", "int32", "int64", "uint8"):
+        return np.dtype(name)
+    return np.dtype("complex128") if name.startswith("complex") else np.dtype("float64")
+
+
 # ---- reading positions of a block: ops that move values (slice, tile, expand, gather) ----------
 def held(ctx: LocalContext, have: range, want: Sequence[int] | Array, name: str, dim: int
          ) -> Array:
@@ -244,6 +252,24 @@ def held(ctx: LocalContext, have: range, want: Sequence[int] | Array, name: str,
             f"{int(w.min())}..{int(w.max())} but the rank holds {have.start}..{have.stop - 1}; "
             f"replicate {name!r} dim {dim}")
     return w - have.start
+
+
+def require_aligned(ctx: LocalContext, i: int, name: str) -> None:
+    """Input ``i`` broadcasts against the (single) output, right-aligned: each of its dims must
+    hold what the output block holds there, and a size-1 dim that broadcasts must be held whole."""
+    shape, attr = input_spec(ctx, i, name)
+    out_shape, out_attr = output(ctx)
+    diff = len(out_shape) - len(shape)
+    for d, n in enumerate(shape):
+        have = block_range(ctx, shape, attr, d)
+        want = block_range(ctx, out_shape, out_attr, d + diff)
+        if n == 1 and out_shape[d + diff] != 1:
+            want = range(1)  # it broadcasts: every rank needs its one value
+        if have != want and not (len(want) == 0 and len(have) == 0):
+            raise ShardMismatch(
+                f"{ctx.op}: {name!r} dim {d} holds {have.start}..{have.stop - 1} where the result "
+                f"block needs {want.start}..{want.stop - 1}; give {name!r} dim {d} the result's "
+                "sharding (or replicate it if it broadcasts)")
 
 
 def take(x: Array, index: Sequence[Any]) -> Array:
@@ -282,11 +308,13 @@ __all__ = [
     "list_kernels",
     "list_vjps",
     "local_shape",
+    "numpy_dtype",
     "out_block",
     "output",
     "put",
     "register_kernel",
     "register_vjp",
+    "require_aligned",
     "require_full_dims",
     "require_whole",
     "take",

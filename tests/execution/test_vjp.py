@@ -92,6 +92,11 @@ CASES: dict[str, Build] = {
                                  decrease_axis=[]),
     "slice-decrease": lambda g: ops.slice(_f(g, "x", [4, 5]), axes=[0], starts=[2], ends=[3],
                                           decrease_axis=[0]),
+    "where": lambda g: ops.where(g.input("c", [3, 1], "bool"), _f(g, "x", [3, 4]),
+                                 _f(g, "y", [4])),
+    "triu": lambda g: ops.triu(_f(g, "x", [2, 4, 5]), diagonal=1),
+    "tril_triu": lambda g: ops.tril_triu(_f(g, "x", [4, 4]), diagonal=-1, lower=True),
+    "cast": lambda g: ops.cast(_f(g, "x", [3, 4]), "float32"),
     "tile": lambda g: ops.tile(_f(g, "x", [2, 1, 3]), repeat_times=[2, 1, 3, 1]),
     "expand": lambda g: ops.expand(_f(g, "x", [3, 1]), shape=[2, -1, 4]),
     "expand_as": lambda g: ops.expand_as(_f(g, "x", [1, 3]), _f(g, "y", [2, 4, 3])),
@@ -107,7 +112,9 @@ def _values(op: Op, rng: np.random.Generator) -> dict[str, Any]:
     vals: dict[str, Any] = {}
     for v in op.operands:
         for t in (() if v is None else (v,) if isinstance(v, Tensor) else v):
-            if t.dtype == "int64":
+            if t.dtype == "bool":
+                vals[t.name] = rng.random(t.shape) > 0.5
+            elif t.dtype == "int64":
                 vals[t.name] = rng.integers(0, 6 if t.name == "label" else 7, size=t.shape)
             elif (op.type in DERIVATIVES and op.type in POSITIVE) or (
                     op.type == "divide" and t.name == "y"):

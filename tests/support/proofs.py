@@ -19,6 +19,7 @@ from spmdrules.execution.local import get_kernel
 from spmdrules.graph.shapes import TensorMeta, infer_meta
 from spmdrules.verify import run_case
 from spmdrules.verify.cases import Case
+from spmdrules.verify.cases.case import domain_dtype
 
 
 def _replicated(mesh: sr.ProcessMesh, shape: Sequence[int]) -> sr.TensorSpec:
@@ -31,8 +32,7 @@ def execute(op: str, inputs: Sequence[sr.TensorSpec], info: sr.SpmdInfo,
     """The verdict of executing ``info`` (a forward answer: one attribute per input and output)."""
     mesh = inputs[0].attr.mesh
     doms = tuple(domains) if domains is not None else ("real",) * len(inputs)
-    metas = [TensorMeta(t.shape, "int64" if d.startswith("index:") else "float64")
-             for t, d in zip(inputs, doms, strict=True)]
+    metas = [TensorMeta(t.shape, domain_dtype(d)) for t, d in zip(inputs, doms, strict=True)]
     outs = infer_meta(op, metas, dict(attrs))
     case = Case(rule=op, direction="forward", op=op, mesh=mesh, inputs=tuple(inputs),
                 outputs=tuple(_replicated(mesh, m.shape) for m in outs if isinstance(m, TensorMeta)),

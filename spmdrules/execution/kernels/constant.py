@@ -9,7 +9,6 @@ float tensor (so pipelines can be checked to 1e-12); integer and bool dtypes are
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -17,18 +16,12 @@ from spmdrules.execution.local import (
     Block,
     LocalContext,
     block_range,
+    numpy_dtype,
     out_block,
     output,
     register_kernel,
 )
 from spmdrules.graph.shapes.constant import arange_dtype
-
-
-def numpy_dtype(name: str) -> np.dtype[Any]:
-    """The dtype a kernel computes ``name`` in: floats (bfloat16 and float16 too) as float64."""
-    if name in ("bool", "int8", "int16", "int32", "int64", "uint8"):
-        return np.dtype(name)
-    return np.dtype("complex128") if name.startswith("complex") else np.dtype("float64")
 
 
 @register_kernel("full", "full_like")
@@ -48,4 +41,4 @@ def arange(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     return ((start + step * positions).astype(numpy_dtype(arange_dtype(ctx.attrs))),)
 
 
-__all__ = ["arange", "full", "numpy_dtype"]
+__all__ = ["arange", "full"]

@@ -28,6 +28,7 @@ from spmdrules.verify.cases.case import (
     draw_spec,
     pick,
 )
+from spmdrules.verify.cases.cast import cast
 from spmdrules.verify.cases.concat_split import concat_split
 from spmdrules.verify.cases.constant import constant
 from spmdrules.verify.cases.cross_entropy import cross_entropy
@@ -43,6 +44,8 @@ from spmdrules.verify.cases.slice import slice_family
 from spmdrules.verify.cases.softmax import softmax
 from spmdrules.verify.cases.tile import tile
 from spmdrules.verify.cases.transpose import transpose
+from spmdrules.verify.cases.triangular import triangular
+from spmdrules.verify.cases.where import where
 
 #: the case generator of each rule family (``Rule.family``, the name of its rules/ module)
 FAMILIES: Final[Mapping[str, Family]] = {
@@ -60,6 +63,9 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "constant": constant,
     "slice": slice_family,
     "tile": tile,
+    "where": where,
+    "triangular": triangular,
+    "cast": cast,
 }
 
 

@@ -1,0 +1,22 @@
+"""Vector-Jacobian product of cast: the cotangent cast back to a float x; a cast to an integer or
+bool is piecewise constant, so a float x's cotangent is zero."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from spmdrules.execution.local import Block, LocalContext, array, cotangent, register_vjp
+
+
+@register_vjp("cast")
+def cast_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+             cts: Sequence[Block]) -> tuple[Block, ...]:
+    x = array(ctx, ins, 0, "x")
+    y = array(ctx, outs, 0, "out")
+    if x.dtype.kind not in "fc":
+        return (None,)
+    if y.dtype.kind not in "fc":
+        return (np.zeros_like(x),)
+    return (cotangent(cts, 0, y).astype(x.dtype),)
