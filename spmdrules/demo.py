@@ -1,7 +1,8 @@
 """``python -m spmdrules.demo`` (``make demo``): annotate, complete, lower, run on MPI, check.
 
-Two models on a 2x2 mesh (dp, mp), annotated Megatron-style by :mod:`spmdrules.graph.examples`: the
-MLP block and a 2-layer GPT decoder with small sizes. For each: complete the graph, print the
+Three models on a 2x2 mesh (dp, mp), annotated Megatron-style by :mod:`spmdrules.graph.examples`:
+the MLP block, a 2-layer GPT decoder and a 2-layer LLaMA decoder (grouped-query attention with
+rotary embeddings and a causal mask, SwiGLU), with small sizes. For each: complete the graph, print the
 annotation table and the reshard plan with bytes, lower it, add its reverse mode
 (:mod:`spmdrules.execution.adjoint`), run forward and reverse under ``mpiexec -n 4`` (the venv's), compare
 every tensor with the same model run serially in numpy (float64 data) and every parameter's
@@ -31,7 +32,7 @@ from spmdrules.execution.gradcheck import check_gradients
 from spmdrules.execution.lowering import lower
 from spmdrules.execution.program import Program
 from spmdrules.execution.simulated import run_simulated
-from spmdrules.graph.examples import gpt_decoder, mlp
+from spmdrules.graph.examples import gpt_decoder, llama_decoder, mlp
 from spmdrules.graph.graph import Graph
 from spmdrules.phases import Phases
 from spmdrules.runtime.errors import MPIUnavailableError
@@ -43,6 +44,8 @@ GRAD_TOLERANCE = 1e-7
 #: GPT sizes: small enough for a demo, every dim divisible by the mesh
 GPT_SIZES = {"batch": 4, "seq": 16, "hidden": 32, "heads": 4, "ffn": 64, "vocab": 128}
 MLP_SIZES = {"batch": 4, "seq": 16, "hidden": 32, "ffn": 64}
+LLAMA_SIZES: dict[str, int] = {"batch": 4, "seq": 16, "hidden": 32, "heads": 4, "kv_heads": 2,
+                               "ffn": 64, "vocab": 128}
 
 
 @dataclass
@@ -82,6 +85,12 @@ def models(mesh: ProcessMesh) -> list[tuple[str, Callable[[], Graph], dict[str, 
             2, mesh, batch=GPT_SIZES["batch"], seq=s, hidden=GPT_SIZES["hidden"],
             heads=GPT_SIZES["heads"], ffn=GPT_SIZES["ffn"], vocab=v),
          {"input_ids": v, "labels": v, "position_ids": s}),
+        ("LLaMA decoder (GQA, RoPE, causal mask, SwiGLU), 2 layers",
+         lambda: llama_decoder(2, mesh, batch=LLAMA_SIZES["batch"], seq=LLAMA_SIZES["seq"],
+                               hidden=LLAMA_SIZES["hidden"], heads=LLAMA_SIZES["heads"],
+                               kv_heads=LLAMA_SIZES["kv_heads"], ffn=LLAMA_SIZES["ffn"],
+                               vocab=LLAMA_SIZES["vocab"]),
+         {"input_ids": LLAMA_SIZES["vocab"], "labels": LLAMA_SIZES["vocab"]}),
     ]
 
 

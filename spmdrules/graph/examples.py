@@ -195,7 +195,8 @@ def mlp(
 
 
 #: compute ops per LLaMA decoder layer, and around the layers (rotary tables, mask, head, loss)
-LLAMA_OPS_PER_LAYER = 37
+LLAMA_OPS_PER_LAYER = 45
+LLAMA_OPS_OUTSIDE = 23
 LLAMA_ANNOTATED_PER_LAYER = 7
 LLAMA_ANNOTATED_OUTSIDE = 4
 
@@ -291,10 +292,11 @@ def llama_decoder(
                           name="rope.cos")
         sin = ops.reshape(ops.sin(ang, name="rope.sin_table"), shape=[1, seq, 1, hd],
                           name="rope.sin")
-        # causal mask [1, 1, seq, seq]: True above the diagonal, where a query may not look
+        # causal mask [1, 1, seq, seq]: True on and below the diagonal, where a query may look
         ones = ops.full(shape=[seq, seq], value=1.0, dtype="float64", name="mask.ones")
-        future = ops.cast(ops.triu(ones, diagonal=1, name="mask.triu"), "bool", name="mask.bool")
-        future = ops.reshape(future, shape=[1, 1, seq, seq], name="mask")
+        future = ops.cast(ops.triu(ones, diagonal=1, name="mask.triu"), "bool", name="mask.future")
+        allowed = ops.reshape(ops.logical_not(future, name="mask.allowed"),
+                              shape=[1, 1, seq, seq], name="mask")
         blocked = ops.full(shape=[1, 1, seq, seq], value=-1e9, dtype="float64",
                            name="mask.fill")
 
@@ -326,7 +328,7 @@ def llama_decoder(
                        for t, t_n in ((q, "q"), (k, "k"), (v, "v")))
             s = ops.matmul(q, k, trans_y=True, name=f"{n}.scores")
             s = ops.scale(s, scale=1.0 / math.sqrt(hd), name=f"{n}.scaled")
-            s = ops.where(future, blocked, s, name=f"{n}.masked")
+            s = ops.where(allowed, s, blocked, name=f"{n}.masked")
             p = ops.softmax(s, axis=-1, name=f"{n}.probs")
             c = ops.transpose(ops.matmul(p, v, name=f"{n}.context"), perm=[0, 2, 1, 3],
                               name=f"{n}.context_t")

@@ -18,7 +18,8 @@ from spmdrules.execution.simulated import run_simulated
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize(("case", "nprocs"), [("2d-gpt", 4), ("2d-reduce-scatter", 4),
+@pytest.mark.parametrize(("case", "nprocs"), [("2d-gpt", 4), ("2d-llama", 4),
+                                               ("2d-reduce-scatter", 4),
                                                ("2d-partial-max-input", 4),
                                                ("3d-mixed-coshard", 8)])
 def test_mpi_run_equals_serial_and_the_simulated_bytes(case: str, nprocs: int) -> None:

@@ -20,7 +20,7 @@ from spmdrules.execution.simulated import run_simulated
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize(("case", "nprocs"), [("2d-megatron", 4), ("2d-gpt", 4),
+@pytest.mark.parametrize(("case", "nprocs"), [("2d-megatron", 4), ("2d-gpt", 4), ("2d-llama", 4),
                                                ("3d-mixed-coshard", 8)])
 def test_mpi_gradients_equal_the_serial_numerical_ones(case: str, nprocs: int) -> None:
     g = CASES[case]()

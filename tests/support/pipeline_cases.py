@@ -52,6 +52,8 @@ CASES: dict[str, Callable[[], Graph]] = {
     "3d-mixed-coshard": _case(MESH3, MIXED3, priority={"out": 1}),
     "2d-gpt": lambda: examples.gpt_decoder(2, MESH2, batch=4, seq=8, hidden=16, heads=4, ffn=32,
                                            vocab=32),
+    "2d-llama": lambda: examples.llama_decoder(2, MESH2, batch=4, seq=8, hidden=16, heads=4,
+                                               kv_heads=2, ffn=32, vocab=32),
 }
 LIMITS = {"input_ids": 32, "labels": 32, "position_ids": 8}
 
