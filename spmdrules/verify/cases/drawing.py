@@ -32,6 +32,7 @@ from spmdrules.verify.cases.cast import cast
 from spmdrules.verify.cases.concat_split import concat_split
 from spmdrules.verify.cases.constant import constant
 from spmdrules.verify.cases.cross_entropy import cross_entropy
+from spmdrules.verify.cases.cumulative import cumulative
 from spmdrules.verify.cases.einsum_op import einsum
 from spmdrules.verify.cases.elementwise import elementwise
 from spmdrules.verify.cases.embedding import embedding
@@ -42,6 +43,7 @@ from spmdrules.verify.cases.reduction import reduction
 from spmdrules.verify.cases.reshape import reshape
 from spmdrules.verify.cases.slice import slice_family
 from spmdrules.verify.cases.softmax import softmax
+from spmdrules.verify.cases.sort import sort_family
 from spmdrules.verify.cases.tile import tile
 from spmdrules.verify.cases.transpose import transpose
 from spmdrules.verify.cases.triangular import triangular
@@ -66,6 +68,8 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "where": where,
     "triangular": triangular,
     "cast": cast,
+    "cumulative": cumulative,
+    "sort": sort_family,
 }
 
 
@@ -97,7 +101,8 @@ def _grad_case(name: str, direction: Direction, rng: Rng) -> Case:
             inputs = (inputs[0], inputs[0], *inputs[1:])
             domains = (domains[0], domains[0], *domains[1:])
             unanswered = (1,)
-        elif len(inputs) != len(rule.inputs):
+        elif [p.name for p in rule.inputs] != [p.name for p in base_rule.inputs] + [
+                f"{p.name}_grad" for p in base_rule.outputs]:
             inputs, domains = _by_name(rule, base_rule, fwd, inputs, domains)
         if len(inputs) != len(rule.inputs) or len(rule.outputs) > len(fwd.inputs):
             raise NoCaseError(
@@ -115,14 +120,38 @@ def _grad_case(name: str, direction: Direction, rng: Rng) -> Case:
 
 def _by_name(rule: Rule, base: Rule, fwd: Case, inputs: tuple[Arg, ...],
              domains: tuple[DomainArg, ...]) -> tuple[tuple[Arg, ...], tuple[DomainArg, ...]]:
-    """The backward op's arguments picked by name when it takes fewer than every forward input
-    and output (expand_as_grad takes x and out_grad, not y): a forward input by its name, an
-    ``<output>_grad`` as that output's cotangent."""
-    names = [p.name for p in base.inputs] + [f"{p.name}_grad" for p in base.outputs]
+    """The backward op's arguments picked by name when they are not every forward input then
+    every output's cotangent (expand_as_grad takes x and out_grad, not y; topk_grad takes the
+    forward's indices): a forward input or output by its name, an ``<output>_grad`` as that
+    output's cotangent. Integer outputs (indices along ``axis``) hold positions of that axis."""
+    n_in = len(fwd.inputs)
+    names = ([p.name for p in base.inputs] + [p.name for p in base.outputs]
+             + [f"{p.name}_grad" for p in base.outputs])
+    args = (*fwd.inputs, *fwd.outputs, *inputs[n_in:])
+    doms = (*fwd.domains, *_value_domains(fwd), *domains[n_in:])
     picked = [names.index(p.name) for p in rule.inputs if p.name in names]
     if len(picked) != len(rule.inputs):
         return inputs, domains
-    return tuple(inputs[i] for i in picked), tuple(domains[i] for i in picked)
+    return tuple(args[i] for i in picked), tuple(doms[i] for i in picked)
+
+
+def _value_domains(fwd: Case) -> list[DomainArg]:
+    """The forward outputs passed as values: real, or for an integer output (indices) positions
+    along the op's ``axis`` of its first input."""
+    x = fwd.inputs[0]
+    shapes: list[ShapeArg] = [None if a is None else a.shape if isinstance(a, TensorSpec)
+                              else [t.shape for t in a] for a in fwd.inputs]
+    metas = infer_meta(fwd.op, [_meta(s, d) for s, d in zip(shapes, fwd.domains, strict=True)],
+                       dict(fwd.attrs))
+    out: list[DomainArg] = []
+    for a, m in zip(fwd.outputs, metas, strict=True):
+        if (isinstance(m, TensorMeta) and m.dtype.startswith("int") and isinstance(x, TensorSpec)
+                and x.shape):
+            axis = int(fwd.attrs.get("axis", -1)) % len(x.shape)
+            out.append(f"index:{max(1, x.shape[axis])}")
+        else:
+            out.append(_cotangent_domain(a))
+    return out
 
 
 def _cotangent_domain(arg: Arg) -> DomainArg:
