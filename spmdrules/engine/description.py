@@ -12,7 +12,10 @@ letter (the Einsum notation, one string per tensor) and states the op's policy i
 * ``merge``: which inputs' mappings decide the letters, in the order they are merged (default
   all, in argument order; an index operand whose layout the op ignores is left out);
 * ``linear``: inputs the op is linear in, whose pending sums pass to the outputs unchanged;
-* ``divisible``: replicate a letter whose size its mesh dims do not divide.
+* ``divisible``: replicate a letter whose size its mesh dims do not divide;
+* ``claim_broadcast``: a ``'1'`` dim's shard still claims its mesh dim (Paddle's shared ``'1'``
+  letter: it is never sharded itself, but it keeps its mesh dim from the other letters, and two
+  ``'1'`` dims on different mesh dims conflict); by default a ``'1'`` dim takes no part.
 
 An op registers a ``describe`` function from the call's shapes and attributes to its Description
 (``register_described``); forward inference merges the inputs' letters and reads every tensor off
@@ -62,6 +65,7 @@ class Description:
     merge: tuple[int, ...] | None = None
     linear: tuple[int, ...] = ()
     divisible: bool = False
+    claim_broadcast: bool = False
     #: names of the tensor arguments and outputs, for errors (filled by register_described)
     names: tuple[str, ...] = field(default=(), compare=False)
 
@@ -116,12 +120,13 @@ def _flat(
     return out
 
 
-def _blank(ls: str, m: MultiDims, whole: frozenset[str]) -> MultiDims:
-    """The mapping without the whole letters' shards and the broadcast ('1') dims' (a size-1 dim
-    that broadcasts has no block to split, so its shard says nothing about the others)."""
-    if not whole and "1" not in ls:
+def _blank(ls: str, m: MultiDims, whole: frozenset[str], claim: bool = False) -> MultiDims:
+    """The mapping without the whole letters' shards and, unless they ``claim`` their mesh dims,
+    the broadcast ('1') dims' (a size-1 dim that broadcasts has no block to split)."""
+    if not whole and ("1" not in ls or claim):
         return m
-    return tuple(() if ch in whole or ch == "1" else dims for ch, dims in zip(ls, m, strict=True))
+    return tuple(() if ch in whole or (ch == "1" and not claim) else dims
+                 for ch, dims in zip(ls, m, strict=True))
 
 
 def _letter_map(
@@ -130,7 +135,8 @@ def _letter_map(
     # in the order ``merge`` gives them: the first to claim a mesh dim keeps it
     chosen = list(flat) if sources is None else [f for i in sources for f in flat if f[0] == i]
     lm = einsum.merge(
-        [(ls, _blank(ls, t.attr.multi_dims_mapping, desc.whole)) for _, ls, t, _ in chosen],
+        [(ls, _blank(ls, t.attr.multi_dims_mapping, desc.whole, desc.claim_broadcast))
+         for _, ls, t, _ in chosen],
         on_axis_conflict=desc.on_axis_conflict, names=[nm for *_, nm in chosen],
     )
     lm = einsum.resolve_mesh_conflicts(lm, desc.priority)
@@ -276,7 +282,7 @@ def register_described(
         d = describe(*shapes, **kw)
         return Description(
             d.inputs, d.outputs, d.whole, d.pending, d.on_axis_conflict, d.priority, d.merge,
-            d.linear, d.divisible, names,
+            d.linear, d.divisible, d.claim_broadcast, names,
         )
 
     def forward(*call: Any) -> SpmdInfo:

@@ -103,6 +103,12 @@ CASES: dict[str, Build] = {
     "cummin": lambda g: ops.cummin(_f(g, "x", [4, 2]), axis=0),
     "topk": lambda g: ops.topk(_f(g, "x", [3, 5]), k=2, axis=1, largest=False),
     "argsort": lambda g: ops.argsort(_f(g, "x", [4, 3]), axis=0, descending=True),
+    "gather": lambda g: ops.gather(_f(g, "x", [5, 3]), g.input("index", [4], "int64"), axis=0),
+    "index_select": lambda g: ops.index_select(_f(g, "x", [3, 5]), g.input("index", [6], "int64"),
+                                               axis=1),
+    "gather_nd": lambda g: ops.gather_nd(_f(g, "x", [4, 5, 2]), g.input("index", [3, 2], "int64")),
+    "take_along_axis": lambda g: ops.take_along_axis(_f(g, "x", [4, 5]),
+                                                     g.input("index", [4, 3], "int64"), axis=1),
     "tile": lambda g: ops.tile(_f(g, "x", [2, 1, 3]), repeat_times=[2, 1, 3, 1]),
     "expand": lambda g: ops.expand(_f(g, "x", [3, 1]), shape=[2, -1, 4]),
     "expand_as": lambda g: ops.expand_as(_f(g, "x", [1, 3]), _f(g, "y", [2, 4, 3])),
@@ -121,7 +127,8 @@ def _values(op: Op, rng: np.random.Generator) -> dict[str, Any]:
             if t.dtype == "bool":
                 vals[t.name] = rng.random(t.shape) > 0.5
             elif t.dtype == "int64":
-                vals[t.name] = rng.integers(0, 6 if t.name == "label" else 7, size=t.shape)
+                hi = 3 if t.name == "index" else (6 if t.name == "label" else 7)
+                vals[t.name] = rng.integers(0, hi, size=t.shape)
             elif (op.type in DERIVATIVES and op.type in POSITIVE) or (
                     op.type == "divide" and t.name == "y"):
                 vals[t.name] = np.abs(rng.standard_normal(t.shape)) + 0.5

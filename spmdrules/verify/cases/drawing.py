@@ -36,6 +36,7 @@ from spmdrules.verify.cases.cumulative import cumulative
 from spmdrules.verify.cases.einsum_op import einsum
 from spmdrules.verify.cases.elementwise import elementwise
 from spmdrules.verify.cases.embedding import embedding
+from spmdrules.verify.cases.gather import gather
 from spmdrules.verify.cases.generic import REPLICATED_STAND_INS, data_parallel_draft
 from spmdrules.verify.cases.matmul import matmul
 from spmdrules.verify.cases.norm import norm
@@ -70,6 +71,7 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "cast": cast,
     "cumulative": cumulative,
     "sort": sort_family,
+    "gather": gather,
 }
 
 
