@@ -19,7 +19,7 @@ def describe_scan(x: tuple[int, ...], *rest: tuple[int, ...], axis: int, flatten
     if flatten:
         flat = letters(1, xl)
         return Description((xl,), (flat,), whole=frozenset(xl + flat), pending=None)
-    whole = frozenset(xl[normalise_axis("cumsum", "x", axis, len(x))]) if x else frozenset()
+    whole = frozenset(xl[normalise_axis("", "x", axis, len(x))]) if x else frozenset()
     return Description((xl,) * (1 + len(rest)), (xl,) * n_out, whole=whole, pending=None)
 
 

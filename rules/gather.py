@@ -24,7 +24,7 @@ def describe_gather(x: Shape, index: Shape, *rest: Shape, axis: int) -> Descript
         raise RuleArgumentError(f"'index' has rank {len(index)}; it must be 1-D (or 0-D) positions "
                                 "along x's axis")
     xl = letters(len(x))
-    ax = normalise_axis("gather", "x", axis, len(x))
+    ax = normalise_axis("", "x", axis, len(x))
     k = letters(1, xl)
     il = k if index else ""
     out = xl[:ax] + il + xl[ax + 1:]
@@ -63,7 +63,7 @@ def describe_take_along_axis(x: Shape, index: Shape, *rest: Shape, axis: int) ->
     if len(index) != len(x):
         raise RuleArgumentError(f"'index' has rank {len(index)} but 'x' has {len(x)}; give the "
                                 "index x's rank")
-    ax = normalise_axis("take_along_axis", "x", axis, len(x))
+    ax = normalise_axis("", "x", axis, len(x))
     il = "".join("1" if d != ax and x[d] != index[d] else ch
                  for d, ch in enumerate(letters(len(x))))
     own = letters(1, il)  # x's axis: a letter of its own, whole

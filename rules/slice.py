@@ -48,7 +48,7 @@ def boxes(op: str, x: Shape, axes: Sequence[int], starts: Sequence[int], ends: S
 def _described(x: Shape, axes: Sequence[int], decrease: Sequence[int], kept: dict[int, range],
                *, grad: bool = False) -> Description:
     xl = letters(len(x))
-    gone = {normalise_axis("slice", "input", a, len(x)) for a in decrease}
+    gone = {normalise_axis("", "input", a, len(x)) for a in decrease}
     for d in gone:
         if d not in kept or len(kept[d]) != 1:
             raise RuleArgumentError(f"decrease_axis {d} must be a sliced axis of size 1 in the "

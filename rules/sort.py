@@ -19,7 +19,7 @@ Shape = tuple[int, ...]
 def describe_sort(x: Shape, *rest: Shape, axis: int, k: int | None = None, n_out: int = 2,
                   merge: tuple[int, ...] | None = None) -> Description:
     xl = letters(len(x))
-    ax = normalise_axis("sort", "x", axis, len(x) or 1)
+    ax = normalise_axis("", "x", axis, len(x) or 1)
     if k is not None and not 0 <= k <= (x[ax] if x else 1):
         raise RuleArgumentError(f"k {k} is out of range for 'x' dim {ax} of size "
                                 f"{x[ax] if x else 1}; use 0..{x[ax] if x else 1}")

@@ -46,12 +46,14 @@ def divisible_mapping(shape: Sequence[int], mdm: MultiDims, mesh_shape: Sequence
 
 
 def normalise_axis(op: str, tensor: str, axis: int, ndim: int, *, allow_end: bool = False) -> int:
-    """A non-negative axis in range for a tensor of rank ``ndim`` (or one past the end)."""
+    """A non-negative axis in range for a tensor of rank ``ndim`` (or one past the end).
+
+    ``op`` prefixes the error; a rule whose registry adds the op's name passes ``""``."""
     hi = ndim + 1 if allow_end else ndim
     if not -hi <= axis < hi:
         lo = -hi
         raise RuleArgumentError(
-            f"{op}: axis {axis} is out of range for {tensor!r} of rank {ndim}; "
+            f"{op + ': ' if op else ''}axis {axis} is out of range for {tensor!r} of rank {ndim}; "
             f"use {lo}..{hi - 1}"
         )
     return axis + hi if axis < 0 else axis

@@ -109,6 +109,9 @@ CASES: dict[str, Build] = {
     "gather_nd": lambda g: ops.gather_nd(_f(g, "x", [4, 5, 2]), g.input("index", [3, 2], "int64")),
     "take_along_axis": lambda g: ops.take_along_axis(_f(g, "x", [4, 5]),
                                                      g.input("index", [4, 3], "int64"), axis=1),
+    "pad": lambda g: ops.pad(_f(g, "x", [3, 4]), paddings=[1, 2, 0, 1], pad_value=0.5),
+    "roll": lambda g: ops.roll(_f(g, "x", [3, 4]), shifts=[1, -5], axis=[0, 1]),
+    "roll-flat": lambda g: ops.roll(_f(g, "x", [3, 4]), shifts=[7]),
     "tile": lambda g: ops.tile(_f(g, "x", [2, 1, 3]), repeat_times=[2, 1, 3, 1]),
     "expand": lambda g: ops.expand(_f(g, "x", [3, 1]), shape=[2, -1, 4]),
     "expand_as": lambda g: ops.expand_as(_f(g, "x", [1, 3]), _f(g, "y", [2, 4, 3])),
@@ -118,6 +121,8 @@ CASES: dict[str, Build] = {
 }
 #: ops without operands: nothing to differentiate (their VJP answers no cotangent at all)
 SOURCES = {"full", "arange"}
+#: ops whose every input is integer: no float input to check (their VJP answers None for it)
+INTEGER_ONLY = {"one_hot"}
 
 
 def _values(op: Op, rng: np.random.Generator) -> dict[str, Any]:
@@ -188,7 +193,7 @@ def test_every_registered_vjp_has_a_case() -> None:
     aliases = {"expand_as_v2", "matmul_v2", "elementwise_add", "elementwise_mul", "elementwise_div",
                "reshape2", "transpose2", "unsqueeze2", "lookup_table_v2", "reduce_sum", "amax", "min",
                "reduce_max"}
-    assert set(list_vjps()) - covered - aliases - SOURCES == set()
+    assert set(list_vjps()) - covered - aliases - SOURCES - INTEGER_ONLY == set()
 
 
 def test_a_constant_without_operands_returns_no_cotangent() -> None:

@@ -40,8 +40,11 @@ from spmdrules.verify.cases.gather import gather
 from spmdrules.verify.cases.generic import REPLICATED_STAND_INS, data_parallel_draft
 from spmdrules.verify.cases.matmul import matmul
 from spmdrules.verify.cases.norm import norm
+from spmdrules.verify.cases.one_hot import one_hot
+from spmdrules.verify.cases.pad import pad
 from spmdrules.verify.cases.reduction import reduction
 from spmdrules.verify.cases.reshape import reshape
+from spmdrules.verify.cases.roll import roll
 from spmdrules.verify.cases.slice import slice_family
 from spmdrules.verify.cases.softmax import softmax
 from spmdrules.verify.cases.sort import sort_family
@@ -72,6 +75,9 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "cumulative": cumulative,
     "sort": sort_family,
     "gather": gather,
+    "pad": pad,
+    "roll": roll,
+    "one_hot": one_hot,
 }
 
 
