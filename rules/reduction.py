@@ -304,6 +304,14 @@ register_rule("p_norm", forward=p_norm_forward, reverse=p_norm_reverse, inputs=_
               attrs=[A("porder", "float", 2.0), A("axis", "int", -1), A("epsilon", "float", 1e-12),
                      A("keepdims", "bool", False), A("asvector", "bool", False)],
               doc="PNormInferSpmd; the partial type depends on porder.")
+# mean (no Paddle rule): the kernel divides its local sum by the *global* count, so a sharded
+# reduced dim leaves an exact pending sum, uneven blocks included (an avg of uneven blocks is not).
+_mean_fwd, _ = _axis_rule("sum")
+register_rule(
+    "mean", forward=lambda x, axis, keepdim: _mean_fwd(x, axis, keepdim),
+    reverse=lambda x, out, axis, keepdim: reverse_axis(x, out, axis, keepdim), inputs=_X,
+    outputs=_OUT, attrs=[A("axis", "ints", ()), A("keepdim", "bool", False)],
+    doc="x averaged over `axis` (every dim when empty): sharded reduced dims leave a pending sum.")
 register_rule("mean_all", forward=mean_all_forward, inputs=_X, outputs=_OUT,
               doc="MeanAllInferSpmd: an avg partial over the mesh dims of x.")
 register_rule("mean_all_grad", forward=mean_all_grad, inputs=[T("x"), T("out_grad")],

@@ -111,6 +111,21 @@ def axis_reduction_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[B
     return (reduce_block(x, what, axes, keep),)
 
 
+def mean_count(ctx: LocalContext) -> int:
+    """How many elements of the *global* x each result element averages."""
+    shape = tuple(ctx.input_shapes[0])
+    axes = reduced_axes(ctx.op, len(shape), tuple(ctx.attrs.get("axis", ())))
+    return int(np.prod([shape[a] for a in (range(len(shape)) if axes is None else axes)]))
+
+
+@register_kernel("mean")
+def mean_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+    """The local sum over the global count: a sharded reduced dim leaves an exact pending sum."""
+    x = array(ctx, blocks, 0, "x")
+    total = reduce_block(x.astype(np.float64), "sum", _axes(ctx, x), bool(ctx.attrs.get("keepdim")))
+    return (total / max(mean_count(ctx), 1),)
+
+
 @register_kernel("reduce_base")
 def reduce_base_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     x = array(ctx, blocks, 0, "x")

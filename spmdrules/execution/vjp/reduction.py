@@ -16,7 +16,7 @@ from typing import Final
 
 import numpy as np
 
-from spmdrules.execution.kernels.reduction import AXIS_OPS, reduced_axes
+from spmdrules.execution.kernels.reduction import AXIS_OPS, mean_count, reduced_axes
 from spmdrules.execution.local import Array, Block, LocalContext, array, cotangent, register_vjp
 
 Axes = tuple[int, ...] | None
@@ -71,6 +71,16 @@ def reduction_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block]
     axes, keep = _axes_keep(ctx, x)
     dx = GRADIENTS[_what(ctx.op)](x, _spread(y, x, axes, keep), _spread(g, x, axes, keep), axes)
     return (np.array(dx, dtype=x.dtype),)
+
+
+@register_vjp("mean")
+def mean_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+             cts: Sequence[Block]) -> tuple[Block, ...]:
+    x = array(ctx, ins, 0, "x")
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
+    axes = reduced_axes(ctx.op, x.ndim, tuple(ctx.attrs.get("axis", ())))
+    spread = _spread(g, x, axes, bool(ctx.attrs.get("keepdim", False)))
+    return (spread / max(mean_count(ctx), 1),)
 
 
 @register_vjp("mean_all")

@@ -38,6 +38,15 @@ def _reduce(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) ->
     return (_reduced(ctx, tensor_arg(args, 0), attrs.get("axis"), bool(attrs.get("keep_dim", False))),)
 
 
+def _mean(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> Sequence[OutShape]:
+    return (_reduced(ctx, tensor_arg(args, 0), attrs.get("axis"), bool(attrs.get("keepdim", False))),)
+
+
+def _mean_dtype(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> Sequence[str]:
+    dtype = tensor_arg(args, 0).dtype
+    return ("float32" if dtype in shape_rule.INTEGRAL_DTYPES else dtype,)
+
+
 def _logsumexp(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> Sequence[OutShape]:
     # Paddle 3.3.1's op reads only axis: reduce_all=True does not widen it
     # (paddle._C_ops.logsumexp(x, [0], False, True) keeps every other dim).
@@ -81,4 +90,5 @@ shape_rule.register(REDUCE_BOOL_OPS, _reduce, shape_rule.const_dtype("bool"))
 shape_rule.register(("logsumexp",), _logsumexp, shape_rule.same_dtype)
 shape_rule.register(("p_norm",), _p_norm, shape_rule.same_dtype)
 shape_rule.register(("mean_all",), _mean_all, shape_rule.same_dtype)
+shape_rule.register(("mean",), _mean, _mean_dtype)
 shape_rule.register(("argmax", "argmin"), _arg_reduce, shape_rule.const_dtype("int64"))

@@ -108,7 +108,8 @@ class Case:
             return fn(flat_slots(self.inputs, TensorSpec), flat_slots(self.outputs, TensorSpec))
         args: list[Any] = [list(a) if isinstance(a, tuple) else a for a in self.inputs]
         if self.direction == "forward":
-            return rule.infer_forward(*args, **dict(self.attrs))
+            own = {a.name for a in rule.attrs}
+            return rule.infer_forward(*args, **{k: v for k, v in self.attrs.items() if k in own})
         outs: list[Any] = [list(a) if isinstance(a, tuple) else a for a in self.outputs]
         kw = {k: v for k, v in self.attrs.items() if k in self.reverse_attr_names}
         return rule.infer_reverse(*args, *outs, **kw)

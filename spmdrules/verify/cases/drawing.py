@@ -45,6 +45,7 @@ from spmdrules.verify.cases.pad import pad
 from spmdrules.verify.cases.reduction import reduction
 from spmdrules.verify.cases.reshape import reshape
 from spmdrules.verify.cases.roll import roll
+from spmdrules.verify.cases.selection import selection
 from spmdrules.verify.cases.slice import slice_family
 from spmdrules.verify.cases.softmax import softmax
 from spmdrules.verify.cases.sort import sort_family
@@ -78,6 +79,7 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "pad": pad,
     "roll": roll,
     "one_hot": one_hot,
+    "selection": selection,
 }
 
 
@@ -204,7 +206,9 @@ def draft_case(name: str, direction: Direction, draft: Draft, rng: Rng, *, gener
     mesh = mesh if mesh is not None else draw_mesh(rng)
     metas = [_meta(s, d) for s, d in zip(draft.shapes, draft.domains, strict=True)]
     op_rule = get_rule(draft.op)
-    attrs = {a.name: draft.attrs.get(a.name, a.default) for a in op_rule.attrs}
+    # the op's attributes beyond its rule's (nonzero's size) reach shape inference and the kernel
+    attrs = {a.name: draft.attrs.get(a.name, a.default) for a in (*op_rule.attrs,
+                                                                  *op_rule.op_attrs)}
     out_metas = infer_meta(draft.op, metas, attrs)
     rule = get_rule(name)
     rev_attrs = rule.reverse_attrs

@@ -26,6 +26,8 @@ def reduction(op: str, rng: Rng) -> Draft:
     attrs: dict[str, Any]
     if op == "mean_all":
         attrs = {}
+    elif op == "mean":
+        attrs = {"axis": _axes(rng, nd), "keepdim": bool(rng.integers(2))}
     elif op in ("argmax", "argmin"):
         x = draw_shape(rng, draw_rank(rng, 1, 3))
         attrs = {"axis": negative_axis(rng, int(rng.integers(len(x))), len(x)),

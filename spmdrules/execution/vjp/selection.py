@@ -1,0 +1,40 @@
+"""Vector-Jacobian products of nonzero (integer positions: x takes a zero cotangent) and unique
+(each unique value is x at its first index, which takes that value's cotangent)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from spmdrules.execution.kernels.selection import unique_parts
+from spmdrules.execution.local import Block, LocalContext, array, cotangent, register_vjp
+
+
+@register_vjp("nonzero")
+def nonzero_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                cts: Sequence[Block]) -> tuple[Block, ...]:
+    x = array(ctx, ins, 0, "x")
+    return (np.zeros_like(x) if x.dtype.kind in "fc" else None,)
+
+
+@register_vjp("unique")
+def unique_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+               cts: Sequence[Block]) -> tuple[Block, ...]:
+    x = array(ctx, ins, 0, "x")
+    if x.dtype.kind not in "fc":
+        return (None,)
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
+    _, first, _, _, ax = unique_parts(ctx, x)
+    n = len(first)
+    dx = np.zeros_like(x)
+    if ax is None:
+        np.add.at(dx.reshape(-1), first, g.reshape(-1)[:n])
+        return (dx,)
+    at: list[Any] = [slice(None)] * x.ndim
+    at[ax] = first
+    keep: list[Any] = [slice(None)] * x.ndim
+    keep[ax] = slice(0, n)
+    np.add.at(dx, tuple(at), g[tuple(keep)])
+    return (dx,)
