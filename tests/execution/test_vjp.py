@@ -33,6 +33,12 @@ def _unary(name: str) -> Build:
     return lambda g: getattr(ops, name)(_f(g, "x", [3, 4]))
 
 
+def _put_along(reduce: str, include_self: bool) -> Build:
+    return lambda g: ops.put_along_axis(_f(g, "x", [3, 4]), g.input("index", [3, 5], "int64"),
+                                        _f(g, "value", [3, 5]), axis=1, reduce=reduce,
+                                        include_self=include_self)
+
+
 CASES: dict[str, Build] = {
     "matmul": lambda g: ops.matmul(_f(g, "x", [2, 3, 4]), _f(g, "y", [4, 5])),
     "matmul-trans": lambda g: ops.matmul(_f(g, "x", [4, 3]), _f(g, "y", [2, 5, 4]),
@@ -120,6 +126,20 @@ CASES: dict[str, Build] = {
     "expand_as": lambda g: ops.expand_as(_f(g, "x", [1, 3]), _f(g, "y", [2, 4, 3])),
     "strided_slice": lambda g: ops.strided_slice(_f(g, "x", [6, 5]), axes=[0, 1], starts=[5, 0],
                                                  ends=[0, 5], strides=[-2, 2]),
+    "scatter": lambda g: ops.scatter(_f(g, "x", [5, 3]), g.input("index", [4], "int64"),
+                                     _f(g, "updates", [4, 3]), overwrite=True),
+    "scatter-add": lambda g: ops.scatter(_f(g, "x", [3, 2]), g.input("index", [5], "int64"),
+                                         _f(g, "updates", [5, 2]), overwrite=False),
+    "scatter_nd_add": lambda g: ops.scatter_nd_add(_f(g, "x", [4, 3, 2]),
+                                                   g.input("index", [2, 3, 2], "int64"),
+                                                   _f(g, "updates", [2, 3, 2])),
+    **{f"put_along_axis-{reduce}-{int(self)}": _put_along(reduce, self)
+       for reduce in ("assign", "add", "mul", "mean", "amin", "amax") for self in (True, False)},
+    "index_put": lambda g: ops.index_put(_f(g, "x", [4, 3, 2]), [
+        g.input("index0", [5], "int64"), g.input("index1", [5], "int64")], _f(g, "value", [2]),
+        accumulate=False),
+    "index_put-accumulate": lambda g: ops.index_put(_f(g, "x", [3, 4]), [
+        g.input("index", [6], "int64")], _f(g, "value", [6, 1]), accumulate=True),
     **{f"unary-{name}": _unary(name) for name in sorted(DERIVATIVES)},
 }
 #: ops without operands: nothing to differentiate (their VJP answers no cotangent at all)
@@ -135,7 +155,7 @@ def _values(op: Op, rng: np.random.Generator) -> dict[str, Any]:
             if t.dtype == "bool":
                 vals[t.name] = rng.random(t.shape) > 0.5
             elif t.dtype == "int64":
-                hi = 3 if t.name == "index" else (6 if t.name == "label" else 7)
+                hi = 3 if t.name.startswith("index") else (6 if t.name == "label" else 7)
                 vals[t.name] = rng.integers(0, hi, size=t.shape)
             elif (op.type in DERIVATIVES and op.type in POSITIVE) or (
                     op.type == "divide" and t.name == "y"):

@@ -26,13 +26,16 @@ def _replicated(mesh: sr.ProcessMesh, shape: Sequence[int]) -> sr.TensorSpec:
     return sr.TensorSpec(list(shape), sr.DistAttr.replicated(mesh, len(shape)))
 
 
-def execute(op: str, inputs: Sequence[sr.TensorSpec], info: sr.SpmdInfo,
-            attrs: Mapping[str, Any], domains: Sequence[str] | None = None,
+def execute(op: str, inputs: Sequence[sr.TensorSpec | tuple[sr.TensorSpec, ...]],
+            info: sr.SpmdInfo, attrs: Mapping[str, Any], domains: Sequence[Any] | None = None,
             seed: int = 0) -> str:
     """The verdict of executing ``info`` (a forward answer: one attribute per input and output)."""
-    mesh = inputs[0].attr.mesh
+    first = inputs[0]
+    mesh = (first[0] if isinstance(first, tuple) else first).attr.mesh
     doms = tuple(domains) if domains is not None else ("real",) * len(inputs)
-    metas = [TensorMeta(t.shape, domain_dtype(d)) for t, d in zip(inputs, doms, strict=True)]
+    metas = [tuple(TensorMeta(e.shape, domain_dtype(de)) for e, de in zip(t, d, strict=True))
+             if isinstance(t, tuple) else TensorMeta(t.shape, domain_dtype(d))
+             for t, d in zip(inputs, doms, strict=True)]
     outs = infer_meta(op, metas, dict(attrs))
     case = Case(rule=op, direction="forward", op=op, mesh=mesh, inputs=tuple(inputs),
                 outputs=tuple(_replicated(mesh, m.shape) for m in outs if isinstance(m, TensorMeta)),

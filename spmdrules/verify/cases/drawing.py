@@ -45,6 +45,7 @@ from spmdrules.verify.cases.pad import pad
 from spmdrules.verify.cases.reduction import reduction
 from spmdrules.verify.cases.reshape import reshape
 from spmdrules.verify.cases.roll import roll
+from spmdrules.verify.cases.scatter import scatter_family
 from spmdrules.verify.cases.selection import selection
 from spmdrules.verify.cases.slice import slice_family
 from spmdrules.verify.cases.softmax import softmax
@@ -80,6 +81,7 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "roll": roll,
     "one_hot": one_hot,
     "selection": selection,
+    "scatter": scatter_family,
 }
 
 
@@ -121,11 +123,20 @@ def _grad_case(name: str, direction: Direction, rng: Rng) -> Case:
             )
         return Case(
             rule=name, direction=direction, op=name, mesh=fwd.mesh, inputs=inputs,
-            outputs=fwd.inputs[:len(rule.outputs)],
+            outputs=_input_cotangents(rule, base_rule, fwd),
             attrs={a.name: fwd.attrs.get(a.name, a.default) for a in rule.attrs},
             domains=domains, unanswered=unanswered,
         )
     raise NoCaseError(f"{name}: no valid case in 50 draws (last: {last})")
+
+
+def _input_cotangents(rule: Rule, base: Rule, fwd: Case) -> tuple[Arg, ...]:
+    """The backward op's outputs: ``<input>_grad`` shaped as that forward input (index_put_grad's
+    value_grad is the value's, not the indices'), else the forward inputs in order."""
+    names = [p.name for p in base.inputs]
+    return tuple(fwd.inputs[names.index(p.name.removesuffix("_grad"))]
+                 if p.name.removesuffix("_grad") in names else fwd.inputs[i]
+                 for i, p in enumerate(rule.outputs))
 
 
 def _by_name(rule: Rule, base: Rule, fwd: Case, inputs: tuple[Arg, ...],
