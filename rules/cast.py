@@ -6,7 +6,7 @@ commute with addition in general (a sum of truncated values is not the truncated
 
 from __future__ import annotations
 
-from spmdrules.engine.description import Description, letters, register_described
+from spmdrules.engine.description import Description, letters, ranks, register_described
 from spmdrules.engine.registry import A, T
 
 
@@ -16,5 +16,5 @@ def describe_cast(x: tuple[int, ...], **_: object) -> Description:
 
 
 register_described("cast", describe_cast, inputs=[T("x")], outputs=[T("out")],
-                   attrs=[A("dtype", "dtype", "float32")],
+                   attrs=[A("dtype", "dtype", "float32")], key=ranks,
                    doc="x in `dtype`: every dim keeps its shard; pending sums are resolved first.")

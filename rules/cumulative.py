@@ -8,7 +8,7 @@ across ranks: the rule replicates it, and the kernel refuses a block that cuts i
 
 from __future__ import annotations
 
-from spmdrules.engine.description import Description, letters, register_described
+from spmdrules.engine.description import Description, letters, ranks, register_described
 from spmdrules.engine.registry import A, T
 from spmdrules.engine.rulekit import normalise_axis
 
@@ -39,13 +39,13 @@ def _cumext_grad(x: tuple[int, ...], indices: tuple[int, ...], out_grad: tuple[i
 register_described(
     "cumsum", _cumsum, inputs=[T("x")], outputs=[T("out")],
     attrs=[A("axis", "int", -1), A("flatten", "bool", False), A("exclusive", "bool", False),
-           A("reverse", "bool", False)],
+           A("reverse", "bool", False)], key=ranks,
     doc="CumSumInferSpmd: the scanned axis replicated (every dim when flatten).")
 for _name in ("cummax", "cummin"):
     _attrs = [A("axis", "int", -1), A("dtype", "dtype", "int64")]
     register_described(_name, _cumext, inputs=[T("x")], outputs=[T("out"), T("indices")],
-                       attrs=_attrs, doc="CummaxInferSpmd: the scanned axis replicated.")
+                       attrs=_attrs, key=ranks, doc="CummaxInferSpmd: the scanned axis replicated.")
     register_described(f"{_name}_grad", _cumext_grad,
                        inputs=[T("x"), T("indices"), T("out_grad")], outputs=[T("x_grad")],
-                       attrs=_attrs, reverse=False,
+                       attrs=_attrs, reverse=False, key=ranks,
                        doc="CummaxGradInferSpmd: x, indices and out_grad merged, the axis whole.")

@@ -11,7 +11,7 @@ resharded first. Negative axes are normalised (Paddle crashes on them: list E, q
 from __future__ import annotations
 
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.engine.description import Description, letters, register_described
+from spmdrules.engine.description import Description, letters, ranks, register_described
 from spmdrules.engine.registry import A, T
 from spmdrules.engine.rulekit import normalise_axis
 
@@ -85,13 +85,13 @@ def _take_along_axis_grad(x: Shape, index: Shape, out_grad: Shape, *, axis: int)
 
 AXIS = A("axis", "int", 0)
 register_described("gather", _gather, inputs=[T("x"), T("index")], outputs=[T("out")],
-                   attrs=[AXIS], doc="GatherInferSpmd: x's axis replicated; the index's dims "
+                   attrs=[AXIS], key=ranks, doc="GatherInferSpmd: x's axis replicated; the index's dims "
                    "take its place.")
 register_described("index_select", _gather, inputs=[T("x"), T("index")], outputs=[T("out")],
-                   attrs=[AXIS], doc="IndexSelectInferSpmd: as gather.")
+                   attrs=[AXIS], key=ranks, doc="IndexSelectInferSpmd: as gather.")
 register_described("index_select_grad", _index_select_grad,
                    inputs=[T("x"), T("index"), T("out_grad")], outputs=[T("x_grad")],
-                   attrs=[AXIS], reverse=False,
+                   attrs=[AXIS], reverse=False, key=ranks,
                    doc="IndexSelectGradInferSpmd: rows scattered back; pending over the index's "
                    "mesh dims.")
 register_described("gather_nd", describe_gather_nd, inputs=[T("x"), T("index")],

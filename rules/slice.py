@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.engine.description import Description, letters, register_described
+from spmdrules.engine.description import Description, letters, ranks, register_described
 from spmdrules.engine.registry import A, T
 from spmdrules.engine.rulekit import normalise_axis
 
@@ -45,14 +45,28 @@ def boxes(op: str, x: Shape, axes: Sequence[int], starts: Sequence[int], ends: S
     return out
 
 
-def _described(x: Shape, axes: Sequence[int], decrease: Sequence[int], kept: dict[int, range],
-               *, grad: bool = False) -> Description:
-    xl = letters(len(x))
+def decreased(x: Shape, decrease: Sequence[int], kept: dict[int, range]) -> set[int]:
+    """The dims ``decrease_axis`` drops, each a sliced axis of size 1 in the result."""
     gone = {normalise_axis("", "input", a, len(x)) for a in decrease}
     for d in gone:
         if d not in kept or len(kept[d]) != 1:
             raise RuleArgumentError(f"decrease_axis {d} must be a sliced axis of size 1 in the "
                                     "result; drop it from decrease_axis")
+    return gone
+
+
+def check_slice(x: Shape, *maybe_grad: Shape, axes: Sequence[int], starts: Sequence[int],
+                ends: Sequence[int], decrease_axis: Sequence[int] = (),
+                strides: Sequence[int] | None = None, **_: object) -> None:
+    """The errors that depend on the sizes: the description itself needs only the rank."""
+    decreased(x, decrease_axis, boxes("slice" if strides is None else "strided_slice", x, axes,
+                                      starts, ends, strides))
+
+
+def _described(x: Shape, axes: Sequence[int], decrease: Sequence[int], kept: dict[int, range],
+               *, grad: bool = False) -> Description:
+    xl = letters(len(x))
+    gone = decreased(x, decrease, kept)
     out = "".join(ch for d, ch in enumerate(xl) if d not in gone)
     whole = frozenset(xl[d] for d in kept)
     if grad:  # (input, out_grad) -> input_grad; out_grad's shards are merged first
@@ -77,11 +91,12 @@ STRIDED_ATTRS = [A("axes", "ints", None), A("starts", "ints", None), A("ends", "
                  A("strides", "ints", None)]
 register_described(
     "slice", describe_slice, inputs=[T("input")], outputs=[T("out")], attrs=SLICE_ATTRS,
+    key=ranks, check=check_slice,
     doc="SliceInferSpmd: sliced axes replicated, the others keep their shards.")
 register_described(
     "strided_slice", describe_strided, inputs=[T("input")], outputs=[T("out")],
-    attrs=STRIDED_ATTRS, doc="StridedSliceInferSpmd: sliced axes replicated.")
+    attrs=STRIDED_ATTRS, key=ranks, check=check_slice, doc="StridedSliceInferSpmd: sliced axes replicated.")
 register_described(
     "strided_slice_grad", describe_strided, inputs=[T("input"), T("out_grad")],
-    outputs=[T("input_grad")], attrs=STRIDED_ATTRS, reverse=False,
+    outputs=[T("input_grad")], attrs=STRIDED_ATTRS, reverse=False, key=ranks, check=check_slice,
     doc="StridedSliceGradInferSpmd: input and out_grad merged, sliced axes replicated.")

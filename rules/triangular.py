@@ -7,7 +7,7 @@ keep their shards. Pending sums are resharded first (Paddle's choice).
 from __future__ import annotations
 
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.engine.description import Description, letters, register_described
+from spmdrules.engine.description import Description, letters, ranks, register_described
 from spmdrules.engine.registry import A, T
 
 
@@ -21,7 +21,7 @@ def describe_triangular(x: tuple[int, ...], **_: object) -> Description:
 
 DIAGONAL = A("diagonal", "int", 0)
 register_described("triu", describe_triangular, inputs=[T("x")], outputs=[T("out")],
-                   attrs=[DIAGONAL], doc="TriuInferSpmd: the matrix dims replicated.")
+                   attrs=[DIAGONAL], key=ranks, doc="TriuInferSpmd: the matrix dims replicated.")
 register_described("tril_triu", describe_triangular, inputs=[T("x")], outputs=[T("out")],
-                   attrs=[DIAGONAL, A("lower", "bool", False)],
+                   attrs=[DIAGONAL, A("lower", "bool", False)], key=ranks,
                    doc="TrilTriuInferSpmd: the matrix dims replicated.")

@@ -9,6 +9,8 @@ not broadcast raise a typed error naming the dim.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.engine.description import Description, register_described
 from spmdrules.engine.einsum import broadcast_notations
@@ -33,6 +35,23 @@ def broadcast(named: dict[str, Shape]) -> Shape:
     return tuple(out)
 
 
+def broadcast_key(shapes: tuple[Shape, ...]) -> Hashable:
+    """What the description depends on: which dims are 1 (a shape clash keys on the shapes, so
+    that describe runs and names it)."""
+    ndim = max(map(len, shapes))
+    out = [1] * ndim
+    for s in shapes:
+        off = ndim - len(s)
+        for i, n in enumerate(s):
+            if n != 1:
+                o = out[off + i]
+                if o == 1:
+                    out[off + i] = n
+                elif o != n:
+                    return shapes
+    return tuple(tuple(n == 1 for n in s) for s in shapes)
+
+
 def describe_where(condition: Shape, x: Shape, y: Shape) -> Description:
     out = broadcast({"condition": condition, "x": x, "y": y})
     (cn, xn, yn, _), on = broadcast_notations([condition, x, y, out])
@@ -41,4 +60,5 @@ def describe_where(condition: Shape, x: Shape, y: Shape) -> Description:
 
 register_described(
     "where", describe_where, inputs=[T("condition"), T("x"), T("y")], outputs=[T("out")],
+    key=broadcast_key,  # type: ignore[arg-type]
     doc="WhereInferSpmd: condition and x merged, broadcast dims replicated; the result follows.")

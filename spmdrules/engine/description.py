@@ -28,18 +28,19 @@ then its notation plus its policy, never two hand-written directions::
 
 from __future__ import annotations
 
-import functools
 import inspect
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import RuleArgumentError
+from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine import einsum
 from spmdrules.engine.einsum import ALPHABET, AxisConflict, LetterMap
+from spmdrules.engine.plan import Plan, compile_plan
 from spmdrules.engine.registry import AttrParam, Rule, TensorParam, register_rule
 
 #: one tensor argument's letters: a string, None for an absent optional, a tuple for a list
@@ -171,53 +172,51 @@ def _rebuild(
     return out
 
 
-def _out_specs(desc: Description, like: TensorSpec) -> list[Arg]:
-    """Stand-in specs for the outputs of a forward call: only their letters are read."""
-    specs: list[Arg] = []
+def _out_attrs(desc: Description, mesh: ProcessMesh, lm: LetterMap, partial: PartialItems
+               ) -> list[Any]:
+    """The outputs' attributes read off the merged letters (a list output: a tuple of them)."""
+    get = lm.get
+    out: list[Any] = []
     for ls in desc.outputs:
         if ls is None:
-            specs.append(None)
+            out.append(None)
         elif isinstance(ls, str):
-            specs.append(TensorSpec._make((1,) * len(ls), DistAttr.replicated(like.attr.mesh, len(ls))))
+            out.append(DistAttr._make(mesh, tuple(get(ch, ()) if ch != "1" else () for ch in ls),
+                                      partial))
         else:
-            specs.append(tuple(
-                TensorSpec._make((1,) * len(s), DistAttr.replicated(like.attr.mesh, len(s))) for s in ls
-            ))
-    return specs
+            out.append(tuple(DistAttr._make(mesh, einsum.mapping_for(s, lm), partial) for s in ls))
+    return out
 
 
 def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
     """The inputs' letters merged; every tensor read off them; pending letters give partials."""
-    names = desc.names
-    flat = _flat(desc.inputs, args, names, "inputs")
+    flat = _flat(desc.inputs, args, desc.names, "inputs")
     if not flat:
         raise RuleArgumentError("the op needs at least one tensor argument")
     lm = _letter_map(desc, flat, desc.merge)
-    kept = {ch for ls in desc.outputs for ch in _each(ls)}
-    contracted = {ch for ch, dims in lm.items() if dims and ch not in kept and ch != "1"}
-    if contracted and desc.pending is None:
-        lm = {ch: (() if ch in contracted else dims) for ch, dims in lm.items()}
-        contracted = set()
-    used = {d for dims in lm.values() for d in dims}
     partial: dict[int, str] = {}
-    if desc.pending is not None:
-        for ch in contracted:
-            for d in lm[ch]:
-                partial[d] = desc.pending
+    if lm:
+        kept = "".join(_each(ls) for ls in desc.outputs)
+        contracted = [ch for ch, dims in lm.items() if dims and ch not in kept and ch != "1"]
+        if contracted and desc.pending is None:
+            lm = {ch: (() if ch in contracted else dims) for ch, dims in lm.items()}
+        elif contracted:
+            for ch in contracted:
+                for d in lm[ch]:
+                    partial[d] = desc.pending  # type: ignore[assignment]
     linear_partial: dict[int, PartialItems] = {}
-    for i in desc.linear:
-        a = args[i]
-        if isinstance(a, TensorSpec):
-            items = tuple(p for p in a.attr.partial_items if p[1] == "sum" and p[0] not in used)
-            linear_partial[i] = items
-            for d, rt in items:
-                partial.setdefault(d, rt)
-    out_partial: PartialItems = tuple(sorted(partial.items()))
+    if desc.linear:
+        used = {d for dims in lm.values() for d in dims}
+        for i in desc.linear:
+            a = args[i]
+            if isinstance(a, TensorSpec):
+                items = tuple(p for p in a.attr.partial_items if p[1] == "sum" and p[0] not in used)
+                linear_partial[i] = items
+                for d, rt in items:
+                    partial.setdefault(d, rt)
+    out_partial: PartialItems = tuple(sorted(partial.items())) if partial else ()
     ins = _rebuild(desc.inputs, args, lambda i, ls, t: _attr(t, ls, lm, linear_partial.get(i, ())))
-    outs = _rebuild(
-        desc.outputs, _out_specs(desc, flat[0][2]), lambda _i, ls, t: _attr(t, ls, lm, out_partial)
-    )
-    return SpmdInfo(ins, outs)
+    return SpmdInfo(ins, _out_attrs(desc, flat[0][2].attr.mesh, lm, out_partial))
 
 
 def infer_reverse(desc: Description, args: Sequence[Arg], outputs: Sequence[Arg]) -> SpmdInfo:
@@ -241,6 +240,26 @@ def _each(ls: Letters) -> str:
 Describe = Callable[..., Description]
 
 
+class Switches:
+    """``fast = False`` makes every described rule describe each call afresh and answer by the
+    general inference: the definition the remembered descriptions and the plans must equal
+    (``tests/engine/test_description_plans.py`` compares the two on Paddle's recorded cases)."""
+
+    fast: bool = True
+
+
+def _arg_ranks(args: Sequence[Arg]) -> Hashable:
+    """``ranks`` of the arguments' shapes."""
+    return tuple([None if a is None else len(a.shape) if type(a) is TensorSpec
+                  else tuple([len(t.shape) for t in a]) for a in args])  # type: ignore[union-attr]
+
+
+def ranks(shapes: tuple[ShapeArg, ...]) -> Hashable:
+    """A description key: the tensors' ranks (None for an absent one, a tuple for a list)."""
+    return tuple(None if s is None else len(s) if not s or type(s[0]) is int
+                 else tuple(map(len, s)) for s in shapes)  # type: ignore[arg-type]
+
+
 def _shape_of(a: Arg) -> ShapeArg:
     if a is None:
         return None
@@ -261,6 +280,8 @@ def register_described(
     family: str | None = None,
     doc: str = "",
     op_attrs: Sequence[AttrParam] = (),
+    key: Callable[[tuple[ShapeArg, ...]], Hashable] | None = None,
+    check: Callable[..., None] | None = None,
 ) -> Rule:
     """Register ``name`` with forward (and reverse) inference derived from ``describe``.
 
@@ -268,6 +289,14 @@ def register_described(
     a tuple of shapes for a list) and the attributes by name, and returns the Description of the
     call; it raises a RuleArgumentError for a call the op cannot take. ``op_attrs`` are the
     op's attributes beyond the rule's (see ``register_rule``); ``describe`` does not see them.
+
+    Descriptions are remembered per call's shapes and attributes. ``key`` declares that the
+    description (and every error ``describe`` raises) depends on the shapes only through
+    ``key(shapes)``, ``ranks`` for most ops: a call with new sizes of known ranks then reuses the
+    description. ``python -m spmdrules.verify`` draws many sizes per rank, so a key that forgets
+    something the description needs shows as a wrong case. ``check(*shapes, **attrs)`` runs on
+    every call before the remembered description is used: the errors that depend on more than
+    the key (a slice's range against its dim's size) belong there.
     """
     n = len(inputs)
     attr_names = tuple(a.name for a in attrs)
@@ -276,23 +305,49 @@ def register_described(
     takes_all = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
     wanted = attr_names if takes_all else tuple(a for a in attr_names if a in sig.parameters)
 
-    @functools.lru_cache(maxsize=DESCRIBE_CACHE)
-    def described(shapes: tuple[ShapeArg, ...], values: tuple[Any, ...]) -> Description:
+    cache: dict[Hashable, tuple[Description, Plan]] = {}
+
+    def described(args: Sequence[Arg], values: tuple[Any, ...]) -> tuple[Description, Plan]:
+        if check is not None:
+            check(*map(_shape_of, args), **dict(zip(attr_names, values, strict=True)))
+        k: Hashable = None
+        if not Switches.fast:
+            pass
+        elif key is ranks:  # read off the specs: no shapes tuple to build on the common call
+            k = (_arg_ranks(args), values)
+        else:
+            shapes = tuple(map(_shape_of, args))
+            k = (shapes if key is None else key(shapes), values)
+        try:
+            if k is not None:
+                return cache[k]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable attribute value (a list): describe every time
+            k = None
+        shapes = tuple(map(_shape_of, args))
         kw = {k: v for k, v in zip(attr_names, values, strict=True) if k in wanted}
         d = describe(*shapes, **kw)
-        return Description(
+        d = Description(
             d.inputs, d.outputs, d.whole, d.pending, d.on_axis_conflict, d.priority, d.merge,
             d.linear, d.divisible, d.claim_broadcast, names,
         )
+        entry = (d, compile_plan(d))
+        if k is not None:
+            if len(cache) >= DESCRIBE_CACHE:
+                cache.clear()
+            cache[k] = entry
+        return entry
 
     def forward(*call: Any) -> SpmdInfo:
         args = call[:n]
-        return infer_forward(described(tuple(_shape_of(a) for a in args), call[n:]), args)
+        desc, plan = described(args, call[n:])
+        return (Switches.fast and plan.forward(args)) or infer_forward(desc, args)
 
     def backward(*call: Any) -> SpmdInfo:
         args, outs = call[:n], call[n : n + len(outputs)]
-        desc = described(tuple(_shape_of(a) for a in args), call[n + len(outputs):])
-        return infer_reverse(desc, args, outs)
+        desc, plan = described(args, call[n + len(outputs):])
+        return (Switches.fast and plan.reverse(args, outs)) or infer_reverse(desc, args, outs)
 
     # the op's entry points lead to its description, which lives in the family's module
     forward.__wrapped__ = backward.__wrapped__ = describe  # type: ignore[attr-defined]

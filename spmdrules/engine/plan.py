@@ -1,0 +1,194 @@
+"""A Description compiled for the common call: the fast path of both directions.
+
+``infer_forward`` and ``infer_reverse`` in :mod:`spmdrules.engine.description` are the
+definition. A ``Plan`` precomputes, once per description, what they recompute per call (which
+dims of each tensor take part in the merge, the letters the outputs keep) and answers the common
+call (every argument one tensor or absent, no two tensors sharding one letter differently, no
+``linear`` or ``divisible`` policy) in one pass over the mappings. Any other call answers
+``None`` and takes the general path, so both give the same answer by construction: the fast path
+only skips work whose result it has checked to be trivial.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any, Protocol
+
+from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
+from spmdrules.core.spec import SpmdInfo, TensorSpec
+from spmdrules.engine import einsum
+
+
+class Description(Protocol):
+    """What a plan reads of :class:`spmdrules.engine.description.Description`."""
+
+    @property
+    def inputs(self) -> tuple[Any, ...]: ...
+    @property
+    def outputs(self) -> tuple[Any, ...]: ...
+    @property
+    def whole(self) -> frozenset[str]: ...
+    @property
+    def pending(self) -> str | None: ...
+    @property
+    def priority(self) -> str | None: ...
+    @property
+    def merge(self) -> tuple[int, ...] | None: ...
+    @property
+    def linear(self) -> tuple[int, ...]: ...
+    @property
+    def divisible(self) -> bool: ...
+    @property
+    def claim_broadcast(self) -> bool: ...
+
+#: per merged tensor: (argument index, its letters, the dims that take part in the merge)
+Merged = tuple[tuple[int, str, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What one Description's inference needs, computed once."""
+
+    inputs: tuple[str | None, ...]
+    outputs: tuple[str | None, ...]
+    forward_merge: Merged | None
+    reverse_merge: Merged | None
+    kept: frozenset[str]
+    pending: str | None
+    priority: str | None
+
+    def forward(self, args: Sequence[Any]) -> SpmdInfo | None:
+        """The forward answer, or None when the general path must give it."""
+        merged = self.forward_merge
+        if merged is None or not _ranks_match(self.inputs, args):
+            return None
+        lm = _merge(merged, args, self.priority)
+        if lm is None:
+            return None
+        partial: PartialItems = ()
+        kept = self.kept
+        contracted = [ch for ch in lm if ch not in kept and ch != "1"]
+        if contracted:
+            if self.pending is None:
+                for ch in contracted:
+                    del lm[ch]
+            else:
+                part = {d: self.pending for ch in contracted for d in lm[ch]}
+                partial = tuple(sorted(part.items()))
+        ins: list[DistAttr | None] = []
+        mesh = None
+        made: dict[str, DistAttr] = {}  # letters -> attribute: an output like an input shares it
+        for a, ls in zip(args, self.inputs, strict=True):
+            if a is None:
+                ins.append(None)
+                continue
+            at = a.attr
+            mesh = at.mesh
+            m = _mapping(ls, lm)  # type: ignore[arg-type]  # a present tensor has letters
+            if at._mdm != m or at._partial:
+                at = DistAttr._make(mesh, m, ())
+            ins.append(at)
+            made[ls] = at  # type: ignore[index]
+        if mesh is None:  # no tensor at all: the general path names the error
+            return None
+        outs: list[DistAttr | None] = []
+        for ls in self.outputs:
+            if ls is None:
+                outs.append(None)
+            elif not partial and ls in made:
+                outs.append(made[ls])
+            else:
+                outs.append(DistAttr._make(mesh, _mapping(ls, lm), partial))
+        return SpmdInfo(ins, outs)
+
+    def reverse(self, args: Sequence[Any], outs: Sequence[Any]) -> SpmdInfo | None:
+        """The reverse answer, or None when the general path must give it."""
+        if (self.reverse_merge is None or not _ranks_match(self.inputs, args)
+                or not _ranks_match(self.outputs, outs)):
+            return None
+        lm = _merge(self.reverse_merge, outs, self.priority)
+        if lm is None:
+            return None
+        return SpmdInfo(
+            [None if a is None else _attr(a.attr, ls, lm)  # type: ignore[arg-type]
+             for a, ls in zip(args, self.inputs, strict=True)],
+            [None if a is None else _attr(a.attr, ls, lm)  # type: ignore[arg-type]
+             for a, ls in zip(outs, self.outputs, strict=True)],
+        )
+
+
+def compile_plan(desc: Description) -> Plan:
+    single = all(ls is None or isinstance(ls, str) for ls in (*desc.inputs, *desc.outputs))
+    fast = single and not desc.linear and not desc.divisible
+    kept = frozenset("".join(ls for ls in desc.outputs if isinstance(ls, str)))
+
+    def merged(letters: Sequence[str | None], order: Sequence[int]) -> Merged:
+        return tuple((i, ls, tuple(p for p, ch in enumerate(ls) if ch not in desc.whole and (
+            ch != "1" or desc.claim_broadcast)))
+            for i in order if isinstance(ls := letters[i], str))
+
+    ins: tuple[str | None, ...] = tuple(ls if isinstance(ls, str) else None for ls in desc.inputs)
+    outs: tuple[str | None, ...] = tuple(ls if isinstance(ls, str) else None
+                                         for ls in desc.outputs)
+    order = range(len(ins)) if desc.merge is None else desc.merge
+    return Plan(ins, outs, merged(ins, order) if fast else None,
+                merged(outs, range(len(outs))) if fast else None, kept, desc.pending,
+                desc.priority)
+
+
+def _ranks_match(letters: Sequence[str | None], args: Sequence[Any]) -> bool:
+    if len(letters) != len(args):
+        return False
+    for ls, a in zip(letters, args, strict=True):
+        if a is None:
+            continue
+        if type(a) is not TensorSpec or ls is None or len(a.attr._mdm) != len(ls):
+            return False
+    return True
+
+
+def _merge(merged: Merged, args: Sequence[Any], priority: str | None
+           ) -> dict[str, tuple[int, ...]] | None:
+    """The letters' mesh dims, or None on a letter sharded two ways (the op's conflict policy)."""
+    lm: dict[str, tuple[int, ...]] = {}
+    for i, ls, active in merged:
+        a = args[i]
+        if a is None:
+            continue
+        m = a.attr._mdm
+        for p in active:
+            dims = m[p]
+            if dims:
+                ch = ls[p]
+                prev = lm.get(ch)
+                if prev is None:
+                    lm[ch] = dims
+                elif prev != dims:
+                    return None
+    if len(lm) > 1:
+        seen: set[int] = set()
+        for dims in lm.values():
+            for d in dims:
+                if d in seen:
+                    return dict(einsum.resolve_mesh_conflicts(lm, priority))
+                seen.add(d)
+    return lm
+
+
+def _mapping(ls: str, lm: dict[str, tuple[int, ...]]) -> MultiDims:
+    if "1" in ls:
+        get = lm.get
+        return tuple([() if ch == "1" else get(ch, ()) for ch in ls])
+    return tuple(map(lm.get, ls, repeat(())))
+
+
+def _attr(a: DistAttr, ls: str, lm: dict[str, tuple[int, ...]]) -> DistAttr:
+    m = _mapping(ls, lm)
+    if a._mdm == m and not a._partial:
+        return a
+    return DistAttr._make(a.mesh, m, ())
+
+
+__all__ = ["Plan", "compile_plan"]
