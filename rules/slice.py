@@ -9,6 +9,7 @@ backwards, a repeated or out-of-range axis, a zero step, lists of different leng
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.engine.description import Description, letters, ranks, register_described
@@ -22,15 +23,18 @@ def boxes(op: str, x: Shape, axes: Sequence[int], starts: Sequence[int], ends: S
           strides: Sequence[int] | None = None) -> dict[int, range]:
     """The global range each sliced axis keeps (Python's slice semantics: negative bounds count
     from the end, bounds past the ends are clamped)."""
-    strides = [1] * len(axes) if strides is None else strides
+    strides = (1,) * len(axes) if strides is None else strides
     if not len(axes) == len(starts) == len(ends) == len(strides):
         raise RuleArgumentError(
             f"axes, starts, ends{', strides' if op == 'strided_slice' else ''} have lengths "
             f"{len(axes)}, {len(starts)}, {len(ends)}{f', {len(strides)}' * (op == 'strided_slice')}"
             "; give one entry per sliced axis")
     out: dict[int, range] = {}
-    for ax, s, e, st in zip(axes, starts, ends, strides, strict=True):
-        d = normalise_axis(op, "input", ax, len(x))
+    n = len(x)
+    for ax, s, e, st in zip(axes, starts, ends, strides, strict=False):  # lengths checked
+        d = ax + n if ax < 0 else ax
+        if not 0 <= d < n:
+            normalise_axis(op, "input", ax, n)  # raises, naming the valid range
         if d in out:
             raise RuleArgumentError(f"'input' dim {d} is sliced twice (axes {list(axes)}); "
                                     "slice each axis once")
@@ -55,12 +59,18 @@ def decreased(x: Shape, decrease: Sequence[int], kept: dict[int, range]) -> set[
     return gone
 
 
-def check_slice(x: Shape, *maybe_grad: Shape, axes: Sequence[int], starts: Sequence[int],
-                ends: Sequence[int], decrease_axis: Sequence[int] = (),
-                strides: Sequence[int] | None = None, **_: object) -> None:
-    """The errors that depend on the sizes: the description itself needs only the rank."""
-    decreased(x, decrease_axis, boxes("slice" if strides is None else "strided_slice", x, axes,
-                                      starts, ends, strides))
+def check_slice(x: Shape, axes: Sequence[int], starts: Sequence[int], ends: Sequence[int],
+                infer_flags: Sequence[int] = (), decrease_axis: Sequence[int] = ()) -> None:
+    """The errors that depend on the sizes (the description itself needs only the rank)."""
+    kept = boxes("slice", x, axes, starts, ends)
+    if decrease_axis:
+        decreased(x, decrease_axis, kept)
+
+
+def check_strided(x: Shape, *rest: Any) -> None:
+    """strided_slice(_grad)'s size-dependent errors; ``rest``: [out_grad,] axes, starts, ends,
+    strides."""
+    boxes("strided_slice", x, *rest[-4:])
 
 
 def _described(x: Shape, axes: Sequence[int], decrease: Sequence[int], kept: dict[int, range],
@@ -95,8 +105,8 @@ register_described(
     doc="SliceInferSpmd: sliced axes replicated, the others keep their shards.")
 register_described(
     "strided_slice", describe_strided, inputs=[T("input")], outputs=[T("out")],
-    attrs=STRIDED_ATTRS, key=ranks, check=check_slice, doc="StridedSliceInferSpmd: sliced axes replicated.")
+    attrs=STRIDED_ATTRS, key=ranks, check=check_strided, doc="StridedSliceInferSpmd: sliced axes replicated.")
 register_described(
     "strided_slice_grad", describe_strided, inputs=[T("input"), T("out_grad")],
-    outputs=[T("input_grad")], attrs=STRIDED_ATTRS, reverse=False, key=ranks, check=check_slice,
+    outputs=[T("input_grad")], attrs=STRIDED_ATTRS, reverse=False, key=ranks, check=check_strided,
     doc="StridedSliceGradInferSpmd: input and out_grad merged, sliced axes replicated.")

@@ -294,9 +294,10 @@ def register_described(
     description (and every error ``describe`` raises) depends on the shapes only through
     ``key(shapes)``, ``ranks`` for most ops: a call with new sizes of known ranks then reuses the
     description. ``python -m spmdrules.verify`` draws many sizes per rank, so a key that forgets
-    something the description needs shows as a wrong case. ``check(*shapes, **attrs)`` runs on
-    every call before the remembered description is used: the errors that depend on more than
-    the key (a slice's range against its dim's size) belong there.
+    something the description needs shows as a wrong case. ``check(*shapes, *attrs)`` (the
+    attribute values in the rule's order) runs on every call before the remembered description is
+    used: the errors that depend on more than the key (a slice's range against its dim's size)
+    belong there.
     """
     n = len(inputs)
     attr_names = tuple(a.name for a in attrs)
@@ -309,7 +310,7 @@ def register_described(
 
     def described(args: Sequence[Arg], values: tuple[Any, ...]) -> tuple[Description, Plan]:
         if check is not None:
-            check(*map(_shape_of, args), **dict(zip(attr_names, values, strict=True)))
+            check(*map(_shape_of, args), *values)
         k: Hashable = None
         if not Switches.fast:
             pass

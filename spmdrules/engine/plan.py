@@ -58,9 +58,17 @@ class Plan:
     kept: frozenset[str]
     pending: str | None
     priority: str | None
+    #: a one-tensor op whose outputs carry its letters (a scan, a mask, a slice that keeps every
+    #: dim): the positions whose shard it drops; the other shards pass through unchanged
+    unary: frozenset[int] | None = None
 
     def forward(self, args: Sequence[Any]) -> SpmdInfo | None:
         """The forward answer, or None when the general path must give it."""
+        if self.unary is not None and len(args) == 1 and type(a := args[0]) is TensorSpec:
+            at = a.attr
+            if len(at._mdm) == len(self.inputs[0]):  # type: ignore[arg-type]
+                at = _dropped(at, self.unary)
+                return SpmdInfo((at,), (at,) * len(self.outputs))
         merged = self.forward_merge
         if merged is None or not _ranks_match(self.inputs, args):
             return None
@@ -105,6 +113,15 @@ class Plan:
 
     def reverse(self, args: Sequence[Any], outs: Sequence[Any]) -> SpmdInfo | None:
         """The reverse answer, or None when the general path must give it."""
+        if (self.unary is not None and len(outs) == 1 == len(args)
+                and type(o := outs[0]) is TensorSpec and type(a := args[0]) is TensorSpec):
+            n = len(self.inputs[0])  # type: ignore[arg-type]
+            if len(o.attr._mdm) == n == len(a.attr._mdm):
+                out = _dropped(o.attr, self.unary)
+                at = a.attr
+                if at._mdm != out._mdm or at._partial:
+                    at = out if at.mesh is out.mesh else DistAttr._make(at.mesh, out._mdm, ())
+                return SpmdInfo((at,), (out,))
         if (self.reverse_merge is None or not _ranks_match(self.inputs, args)
                 or not _ranks_match(self.outputs, outs)):
             return None
@@ -133,9 +150,24 @@ def compile_plan(desc: Description) -> Plan:
     outs: tuple[str | None, ...] = tuple(ls if isinstance(ls, str) else None
                                          for ls in desc.outputs)
     order = range(len(ins)) if desc.merge is None else desc.merge
+    unary = None
+    if (fast and len(ins) == 1 and isinstance(ls := ins[0], str) and 0 in order and outs
+            and all(o == ls for o in outs) and len(set(ls)) == len(ls.replace("1", "")) + (
+                "1" in ls)):
+        unary = frozenset(p for p, ch in enumerate(ls) if ch in desc.whole or ch == "1")
     return Plan(ins, outs, merged(ins, order) if fast else None,
                 merged(outs, range(len(outs))) if fast else None, kept, desc.pending,
-                desc.priority)
+                desc.priority, unary)
+
+
+def _dropped(a: DistAttr, positions: frozenset[int]) -> DistAttr:
+    """``a`` without the shards of those dims, and without pending sums."""
+    m = a._mdm
+    for p in positions:
+        if m[p]:
+            return DistAttr._make(a.mesh, tuple([() if q in positions else d
+                                                 for q, d in enumerate(m)]), ())
+    return DistAttr._make(a.mesh, m, ()) if a._partial else a
 
 
 def _ranks_match(letters: Sequence[str | None], args: Sequence[Any]) -> bool:

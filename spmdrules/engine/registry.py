@@ -347,7 +347,9 @@ class Rule:
     def infer_forward(self, *args: Any, **kwargs: Any) -> SpmdInfo:
         """Infer the outputs' attributes (and corrected inputs) from the inputs'."""
         b = self._fwd
-        if not kwargs and not b.may_list and len(args) == b.n_full:
+        if not kwargs and len(args) == b.n_full:
+            if b.may_list:  # int lists become tuples, so that the call can be memoised
+                args = tuple([tuple(a) if type(a) is list else a for a in args])
             try:  # the common call, without a further Python frame
                 return b.cached(args)
             except TypeError as e:
@@ -363,7 +365,9 @@ class Rule:
                 f"{self.name}: has no reverse rule (Paddle registers none); infer it forward "
                 "from its inputs instead"
             )
-        if not kwargs and not b.may_list and len(args) == b.n_full:
+        if not kwargs and len(args) == b.n_full:
+            if b.may_list:
+                args = tuple([tuple(a) if type(a) is list else a for a in args])
             try:
                 return b.cached(args)
             except TypeError as e:
