@@ -17,7 +17,7 @@ from spmdrules.core.errors import RuleArgumentError, ShardingConflictError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine.einsum import BROADCAST, LetterMap
 from spmdrules.engine.registry import A, AttrParam, Opt, T, register_rule
-from spmdrules.engine.rulekit import attr, divisible_mapping
+from spmdrules.engine.rulekit import attr
 
 UNARY_OPS = (
     "abs", "acos", "acosh", "asin", "asinh", "assign", "atan", "atanh", "bernoulli", "bitwise_not",
@@ -50,7 +50,7 @@ def _attr_for(t: TensorSpec, m: MultiDims) -> DistAttr:
 
 # ---- unary: a...->a..., sharded dims must divide evenly (Paddle replicates them otherwise) -------
 def _unary_mapping(t: TensorSpec) -> MultiDims:
-    return divisible_mapping(t.shape, t.attr.multi_dims_mapping, t.attr.mesh.shape)
+    return t.attr.multi_dims_mapping
 
 
 def unary_forward(x: TensorSpec) -> SpmdInfo:
@@ -245,6 +245,11 @@ def _check_halves(x: TensorSpec) -> None:
 
 def swiglu_forward(x: TensorSpec, y: TensorSpec | None) -> SpmdInfo:
     if y is not None:
+        if y.ndim == 0 and x.ndim:
+            # A rank-0 y stands for "no y" (a present y has x's shape): the halves dim is whole
+            # in both directions. No divisibility check, as in the reverse rule.
+            m = _halves_mapping(_unary_mapping(x))
+            return SpmdInfo([attr(x, m), attr(y, ())], [attr(x, m)])
         return binary_forward(x, y)
     _check_halves(x)
     m = _halves_mapping(_unary_mapping(x))

@@ -19,6 +19,11 @@ the recorded cases and probes of Paddle 3.3.1; docs/deviations/matmul.md):
 * batch letters and ``k`` keep mesh dims only if their size divides evenly; ``m`` and ``n`` are
   never checked (an uneven split of a free dim is still a valid layout); size-1 dims of the
   operands are replicated, and (our deviation) so are those of the product.
+
+Our one deviation from that policy (``keeps-uneven-shard``, as for every family): an uneven batch
+letter or ``k`` keeps its mesh dims too. Blocks of any size multiply exactly, and the partial sums
+of uneven ``k`` blocks add up to the product; only a size-1 letter split into several parts is
+replicated (nothing to split). ``even=True`` is Paddle's policy, kept to recognise its answers.
 """
 
 from __future__ import annotations
@@ -109,9 +114,14 @@ def _claims(letters: str, mdm: MultiDims) -> dict[str, tuple[int, ...]]:
     return {ch: dims for ch, dims in zip(letters, mdm) if dims}  # noqa: B905 - equal by notation
 
 
+def _keeps(size: int, count: int, even: bool) -> bool:
+    """May a batch letter or ``k`` of ``size`` be cut into ``count`` blocks?"""
+    return size % count == 0 or (not even and size > 1)
+
+
 def _merge(
     xl: str, xm: MultiDims, yl: str, ym: MultiDims, sizes: dict[str, int],
-    mesh_shape: tuple[int, ...],
+    mesh_shape: tuple[int, ...], even: bool = False,
 ) -> LetterDims:
     """Paddle's matmul merge (see the module doc): per letter, the mesh dims it keeps."""
     # The common case in one pass: no letter and no mesh dim is contested, so only divisibility
@@ -128,7 +138,7 @@ def _merge(
         if len(used) == len(set(used)):
             return {
                 ch: dims for ch, dims in merged.items()
-                if ch in _FREE or not sizes[ch] % shard_product(mesh_shape, dims)
+                if ch in _FREE or _keeps(sizes[ch], shard_product(mesh_shape, dims), even)
             }
     xc = _claims(xl, xm)
     yc = _claims(yl, ym)
@@ -139,11 +149,11 @@ def _merge(
         if ch in contested:
             dims = _coshard(
                 [d for d in xc[ch] if d not in owner], [d for d in yc[ch] if d not in owner],
-                sizes[ch], mesh_shape,
+                sizes[ch], mesh_shape, even,
             )
         else:
             dims = tuple(d for d in xc.get(ch) or yc[ch] if d not in owner)
-            if ch not in _FREE and sizes[ch] % shard_product(mesh_shape, dims):
+            if ch not in _FREE and not _keeps(sizes[ch], shard_product(mesh_shape, dims), even):
                 continue
         if dims:
             out[ch] = dims
@@ -153,7 +163,7 @@ def _merge(
 
 
 def _coshard(
-    xd: list[int], yd: list[int], size: int, mesh_shape: tuple[int, ...]
+    xd: list[int], yd: list[int], size: int, mesh_shape: tuple[int, ...], even: bool
 ) -> tuple[int, ...]:
     """x's and y's mesh dims for one letter: all of them (largest mesh dims first) if they divide
     ``size``, else the operand's claim that splits it more, if that divides it."""
@@ -162,10 +172,10 @@ def _coshard(
     else:
         union = xd + [d for d in yd if d not in xd]
         union.sort(key=lambda d: -mesh_shape[d])
-    if size % shard_product(mesh_shape, union) == 0:
+    if _keeps(size, shard_product(mesh_shape, union), even):
         return tuple(union)
     best = yd if shard_product(mesh_shape, yd) > shard_product(mesh_shape, xd) else xd
-    return tuple(best) if size % shard_product(mesh_shape, best) == 0 else ()
+    return tuple(best) if _keeps(size, shard_product(mesh_shape, best), even) else ()
 
 
 def _priority(
@@ -210,7 +220,7 @@ Inferred = tuple[MultiDims, MultiDims, MultiDims, PartialItems]
 
 def _infer(
     x_shape: tuple[int, ...], x_mdm: MultiDims, y_shape: tuple[int, ...], y_mdm: MultiDims,
-    trans_x: bool, trans_y: bool, mesh_shape: tuple[int, ...],
+    trans_x: bool, trans_y: bool, mesh_shape: tuple[int, ...], even: bool = False,
 ) -> Inferred:
     """Forward inference on raw shapes and mappings: (x, y, out) mappings and out's partial."""
     if trans_x or trans_y:
@@ -222,7 +232,7 @@ def _infer(
         xs, xm, ys, ym = x_shape, x_mdm, y_shape, y_mdm
     xl, yl, ol = notation(len(xs), len(ys))
     sizes = _check_shapes(xl, xs, yl, ys)
-    dims = _merge(xl, xm, yl, ym, sizes, mesh_shape)
+    dims = _merge(xl, xm, yl, ym, sizes, mesh_shape, even)
     k = dims.get("k")
     return (
         _input_mapping(xl, dims, xs, trans_x),
@@ -246,17 +256,19 @@ def _out_mapping(
     return tuple([get(ch, ()) for ch in letters])
 
 
-def matmul_forward(x: TensorSpec, y: TensorSpec, trans_x: bool, trans_y: bool) -> SpmdInfo:
+def matmul_forward(x: TensorSpec, y: TensorSpec, trans_x: bool, trans_y: bool,
+                   even: bool = False) -> SpmdInfo:
     mesh = x.attr.mesh
     xm, ym, om, part = _infer(
         x.shape, x.attr.multi_dims_mapping, y.shape, y.attr.multi_dims_mapping, trans_x, trans_y,
-        mesh.shape,
+        mesh.shape, even,
     )
     return SpmdInfo([attr(x, xm), attr(y, ym)], [DistAttr._make(mesh, om, part)])
 
 
 def matmul_reverse(
-    x: TensorSpec, y: TensorSpec, out: TensorSpec, trans_x: bool, trans_y: bool
+    x: TensorSpec, y: TensorSpec, out: TensorSpec, trans_x: bool, trans_y: bool,
+    even: bool = False,
 ) -> SpmdInfo:
     xs, ys = x.shape, y.shape
     if trans_x or trans_y:
@@ -290,7 +302,7 @@ def matmul_reverse(
             p = 1
             for d in md:
                 p *= mesh_shape[d]
-            if n % p == 0:
+            if n % p == 0 or (not even and n > 1):
                 dims[ch] = md
     # Paddle tests for size-1 dims on the operands' stored (untransposed) shapes here.
     xm = _input_mapping(xl, dims, x.shape, trans_x)
@@ -298,7 +310,7 @@ def matmul_reverse(
     # The output is what these operands produce (forward of them; k is replicated, so no partial).
     # Paddle echoes the given out instead (deviation matmul-reverse-out).
     if 1 in x.shape or 1 in y.shape:
-        om = _infer(x.shape, xm, y.shape, ym, trans_x, trans_y, mesh_shape)[2]
+        om = _infer(x.shape, xm, y.shape, ym, trans_x, trans_y, mesh_shape, even)[2]
     else:
         # Without size-1 operand dims the operands hold exactly ``dims`` (one owner per mesh
         # dim, divisibility checked above), so the forward merge changes nothing.
@@ -330,12 +342,12 @@ def _check_bmm(**tensors: TensorSpec) -> None:
         )
 
 
-def bmm_forward(x: TensorSpec, y: TensorSpec) -> SpmdInfo:
+def bmm_forward(x: TensorSpec, y: TensorSpec, even: bool = False) -> SpmdInfo:
     _check_bmm(x=x, y=y)
-    return matmul_forward(x, y, False, False)
+    return matmul_forward(x, y, False, False, even)
 
 
-def bmm_grad(x: TensorSpec, y: TensorSpec, out_grad: TensorSpec) -> SpmdInfo:
+def bmm_grad(x: TensorSpec, y: TensorSpec, out_grad: TensorSpec, even: bool = False) -> SpmdInfo:
     """BmmGradInferSpmd: dx = g @ y^T and dy = x^T @ g, each inferred forward.
 
     x and y first take the layout forward inference gives them (input partials dropped); the two
@@ -343,12 +355,23 @@ def bmm_grad(x: TensorSpec, y: TensorSpec, out_grad: TensorSpec) -> SpmdInfo:
     there is no single layout of g that serves both products.
     """
     _check_bmm(x=x, y=y, out_grad=out_grad)
+    if not even:
+        try:
+            return _bmm_grad(x, y, out_grad, False)
+        except ShardingConflictError:
+            # keeping an uneven shard can make the two products disagree: fall back to the even
+            # policy (Paddle's) rather than refuse
+            pass
+    return _bmm_grad(x, y, out_grad, True)
+
+
+def _bmm_grad(x: TensorSpec, y: TensorSpec, out_grad: TensorSpec, even: bool) -> SpmdInfo:
     mesh = x.attr.mesh.shape
     gm = out_grad.attr.multi_dims_mapping
     xm, ym, _, _ = _infer(x.shape, x.attr.multi_dims_mapping, y.shape, y.attr.multi_dims_mapping,
-                          False, False, mesh)
-    dx_g, dx_y, dx_m, dx_p = _infer(out_grad.shape, gm, y.shape, ym, False, True, mesh)
-    dy_x, dy_g, dy_m, dy_p = _infer(x.shape, xm, out_grad.shape, gm, True, False, mesh)
+                          False, False, mesh, even)
+    dx_g, dx_y, dx_m, dx_p = _infer(out_grad.shape, gm, y.shape, ym, False, True, mesh, even)
+    dy_x, dy_g, dy_m, dy_p = _infer(x.shape, xm, out_grad.shape, gm, True, False, mesh, even)
     for what, got, want in (
         ("'y' as dx = out_grad @ y^T needs it", dx_y, ym),
         ("'x' as dy = x^T @ out_grad needs it", dy_x, xm),

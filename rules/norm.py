@@ -50,7 +50,14 @@ def _check_stat(name: str, s: TensorSpec, x: TensorSpec, bna: int) -> None:
 
 
 def _param_attr(p: TensorSpec | None) -> DistAttr | None:
-    return None if p is None else attr(p, ((),))
+    return None if p is None else attr(p, ((),) * p.ndim)
+
+
+def _absent_if_rank0(p: TensorSpec | None) -> TensorSpec | None:
+    """A 0-d scale or bias stands for "absent" (the conformance README's ``rank0`` convention;
+    a real 0-d parameter cannot run in the kernel). Forward refuses it, as Paddle does; reverse
+    reads it as absent, as Paddle does, and hands it back replicated."""
+    return None if p is not None and p.ndim == 0 else p
 
 
 def _x_letters(ndim: int, bna: int) -> str:
@@ -118,8 +125,8 @@ def layer_norm_reverse(
     mean: TensorSpec, variance: TensorSpec, epsilon: float, begin_norm_axis: int,
 ) -> SpmdInfo:
     _check_x(x, begin_norm_axis, "begin_norm_axis")
-    _check_param("scale", scale, x, begin_norm_axis)
-    _check_param("bias", bias, x, begin_norm_axis)
+    _check_param("scale", _absent_if_rank0(scale), x, begin_norm_axis)
+    _check_param("bias", _absent_if_rank0(bias), x, begin_norm_axis)
     return _reverse(
         x, (scale, bias), out, (mean, variance), ("mean", "variance"), begin_norm_axis
     )

@@ -41,6 +41,10 @@ AXIS_OPS: Final[dict[str, Combine]] = {
     "frobenius_norm": None,  # sqrt(sum x^2): local norms do not combine by any reduce type
 }
 
+#: Ops with no combine whose result on an empty block is that reduce type's identity: over a
+#: sharded size-1 dim only one block is not empty, so their local results still add up exactly.
+DEGENERATE: Final[dict[str, Combine]] = {"frobenius_norm": "sum"}
+
 #: Paddle's ReduceType enum, the ``reduce_type`` attribute of reduce_base.
 REDUCE_BASE_TYPES: Final = ("sum", "max", "min", "product", "avg", "any", "all")
 
@@ -84,10 +88,12 @@ def _stays_partial(combine: Combine, n: int, dims: tuple[int, ...], mesh_shape: 
 
 # ---- forward and reverse, derived from the notation ----------------------------------------------
 def reduce_forward(
-    x: TensorSpec, reduced: tuple[bool, ...], keep_dim: bool, combine: Combine
+    x: TensorSpec, reduced: tuple[bool, ...], keep_dim: bool, combine: Combine,
+    degenerate: Combine = None,
 ) -> SpmdInfo:
     """x keeps its shardings (partial inputs are resharded to replicated first); the output keeps
-    the kept dims' and is partial, with ``combine``, on the reduced dims' mesh dims."""
+    the kept dims' and is partial, with ``combine``, on the reduced dims' mesh dims. Without a
+    combine, a sharded reduced dim of size 1 may still leave a ``degenerate`` partial."""
     a = x.attr
     mdm = a.multi_dims_mapping
     x_m = mdm
@@ -102,12 +108,15 @@ def reduce_forward(
             if dims:
                 if _stays_partial(combine, x.shape[i], dims, a.mesh.shape):
                     pending += dims
+                elif combine is None and degenerate is not None and x.shape[i] == 1:
+                    pending += dims  # one block holds the element, the others are empty
                 else:
                     x_m = (*x_m[:i], (), *x_m[i + 1 :])
     partial: PartialItems = ()
-    if pending and combine is not None:
+    kind = combine if combine is not None else degenerate
+    if pending and kind is not None:
         pending.sort()
-        partial = tuple([(d, combine) for d in pending])
+        partial = tuple([(d, kind) for d in pending])
     x_attr = a if x_m is mdm and not a.partial_items else attr(a, x_m)
     return SpmdInfo((x_attr,), (attr(a, tuple(out_m), partial),))
 
@@ -150,9 +159,9 @@ def _check_out_shape(
 
 
 # ---- the ops' signatures -------------------------------------------------------------------------
-def _axis_rule(combine: Combine) -> tuple[Any, Any]:
+def _axis_rule(combine: Combine, degenerate: Combine = None) -> tuple[Any, Any]:
     def forward(x: TensorSpec, axis: tuple[int, ...], keep_dim: bool) -> SpmdInfo:
-        return reduce_forward(x, _reduced_mask(x, axis), keep_dim, combine)
+        return reduce_forward(x, _reduced_mask(x, axis), keep_dim, combine, degenerate)
 
     return forward, reverse_axis
 
@@ -202,7 +211,10 @@ def _p_norm_mask(x: TensorSpec, axis: int, asvector: bool) -> tuple[bool, ...]:
 def p_norm_forward(
     x: TensorSpec, porder: float, axis: int, epsilon: float, keepdims: bool, asvector: bool
 ) -> SpmdInfo:
-    return reduce_forward(x, _p_norm_mask(x, axis, asvector), keepdims, p_norm_combine(porder))
+    combine = p_norm_combine(porder)
+    # a p-norm (p > 0) of an empty block is 0: over sharded size-1 dims it adds up exactly
+    return reduce_forward(x, _p_norm_mask(x, axis, asvector), keepdims, combine,
+                          "sum" if combine is None and porder > 0 else None)
 
 
 def p_norm_reverse(
@@ -287,7 +299,7 @@ _X = [T("x")]
 _OUT = [T("out")]
 
 for _name, _combine in AXIS_OPS.items():
-    _fwd, _rev = _axis_rule(_combine)
+    _fwd, _rev = _axis_rule(_combine, DEGENERATE.get(_name))
     register_rule(_name, forward=_fwd, reverse=_rev, inputs=_X, outputs=_OUT, attrs=_AXIS_ATTRS,
                   doc=f"ReductionInferSpmd; sharded reduced dims leave a {_combine or 'no'} partial.")
 

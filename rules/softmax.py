@@ -11,7 +11,7 @@ from spmdrules.core.attr import MultiDims
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine.registry import A, T, register_rule
-from spmdrules.engine.rulekit import attr, divisible_mapping, normalise_axis
+from spmdrules.engine.rulekit import attr, normalise_axis
 
 SOFTMAX_OPS = ("softmax", "log_softmax")
 
@@ -23,7 +23,7 @@ def softmax_mapping(t: TensorSpec, axis: int, name: str) -> MultiDims:
     ax = normalise_axis("softmax", name, axis, len(m) or 1)
     if m and m[ax]:
         m = (*m[:ax], (), *m[ax + 1 :])
-    return divisible_mapping(t.shape, m, t.attr.mesh.shape)
+    return m
 
 
 def softmax_forward(x: TensorSpec, axis: int) -> SpmdInfo:

@@ -65,12 +65,17 @@ def flatten(dims: Sequence[DimTrans]) -> DimTrans:
 
 
 def split(dim: DimTrans, shape: tuple[int, ...], index: int) -> DimTrans:
-    """Piece ``index`` of ``dim`` cut into ``shape``: a size-1 piece is a Singleton."""
+    """Piece ``index`` of ``dim`` cut into ``shape``: a size-1 piece is a Singleton, and the
+    other pieces split ``dim`` as if the size-1 ones were not there (the first piece above 1 is
+    the major one, which carries the shards: [6, 8] -> [6, 1, 8] keeps dim 1's shard on 8)."""
     if len(shape) == 1:
-        return dim
+        return dim  # a lone piece is the dim itself, size 1 or not (Paddle keeps its shard)
     if shape[index] == 1:
         return SINGLETON
-    return Split(dim, shape, index)
+    big = tuple(n for n in shape if n != 1)
+    if len(big) == 1:
+        return dim
+    return Split(dim, big, sum(1 for n in shape[:index] if n != 1))
 
 
 # ---- reshape ------------------------------------------------------------------------------------

@@ -283,10 +283,12 @@ def test_uneven_offers_are_refused_for_divisibility() -> None:
         ops.relu(x, name="y")
     shard(x, MESH, (None, "mp"))                      # 6 is not divisible by 4
     r = complete(g)
-    assert r.attr("y").is_replicated                  # the rule drops the uneven split
+    # the rule keeps the uneven split (relu runs on x's blocks), but completion lays out the
+    # tensors it chooses evenly: y's uneven result is refused and gathered
+    assert r.attr("y").is_replicated
     [e] = r.reshards
-    assert (e.tensor, e.op, e.dst) == ("x", "y", A([-1, -1]))
-    assert [x.reason for x in r.rejected("x")] == ["divisibility"]
+    assert (e.tensor, e.side, e.src, e.dst) == ("y", "result", A([-1, 1]), A([-1, -1]))
+    assert [x.reason for x in r.rejected("y")] == ["divisibility"]
 
 
 def test_a_result_whose_only_offer_is_uneven_is_replicated() -> None:
@@ -312,7 +314,7 @@ def test_a_shape_changed_between_runs_is_seen_by_the_next_run() -> None:
     assert complete(g).attr("y") == A([-1, 1])
     x.shape, y.shape = (8, 6), (8, 6)                 # 6 is not divisible by 4
     r = complete(g.reset_attrs())
-    assert r.attr("y").is_replicated and [e.tensor for e in r.reshards] == ["x"]
+    assert r.attr("y").is_replicated and [e.tensor for e in r.reshards] == ["y"]
 
 
 def test_unreached_components_default_to_replicated() -> None:

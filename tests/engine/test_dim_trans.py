@@ -56,9 +56,11 @@ def test_size_one_dims() -> None:
     assert make_reshape_trans((1,), (1,)) == (InputDim(0),)
     assert make_reshape_trans((8, 1, 4), (32,)) == (Flatten((InputDim(0), InputDim(2))),)
     assert make_reshape_trans((8,), (1, 8, 1)) == (Singleton(), InputDim(0), Singleton())
+    # the size-1 piece is a Singleton; the others split as if it were not there
     assert make_reshape_trans((6,), (2, 1, 3)) == (
-        Split(InputDim(0), (2, 1, 3), 0), Singleton(), Split(InputDim(0), (2, 1, 3), 2),
+        Split(InputDim(0), (2, 3), 0), Singleton(), Split(InputDim(0), (2, 3), 1),
     )
+    assert make_reshape_trans((8,), (1, 8)) == (Singleton(), InputDim(0))
 
 
 def test_transformations_are_hashable_values() -> None:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from proofs import execute as execute_case
 
 import spmdrules as sr
 from spmdrules.core.attr import DistAttr
@@ -54,12 +55,19 @@ def test_unary_keeps_divisible_shardings() -> None:
     assert dms(fwd("relu", spec([8, 6], [0, 1]))) == ([[0, 1]], [[0, 1]])
 
 
-def test_unary_replicates_indivisible_dims_quirk6() -> None:
+def test_unary_keeps_uneven_shards() -> None:
+    """Paddle replicates a dim its mesh dims do not divide (quirk 6); we keep the shard (class
+    keeps-uneven-shard): each block, of any size, is computed whole. Both answers execute."""
     mesh8 = sr.ProcessMesh(list(range(8)))
-    assert dms(fwd("relu", spec([4], [0], mesh=mesh8))) == ([[-1]], [[-1]])
+    assert dms(fwd("relu", spec([4], [0], mesh=mesh8))) == ([[0]], [[0]])
     assert dms(fwd("relu", spec([16], [0], mesh=mesh8))) == ([[0]], [[0]])
-    assert dms(fwd("exp", spec([7, 5], [0, 1]))) == ([[-1, -1]], [[-1, -1]])
-    assert dms(fwd("gelu", spec([1, 4], [0, 1]), approximate=True)) == ([[-1, 1]], [[-1, 1]])
+    assert dms(fwd("exp", spec([7, 5], [0, 1]))) == ([[0, 1]], [[0, 1]])
+    assert dms(fwd("gelu", spec([1, 4], [0, 1]), approximate=True)) == ([[0, 1]], [[0, 1]])
+    for op, x in (("exp", spec([7, 5], [0, 1])), ("relu", spec([3], [0], mesh=mesh8))):
+        ours = fwd(op, x)
+        paddle = sr.SpmdInfo([sr.DistAttr(x.attr.mesh, [-1] * len(x.shape))] * 1,
+                             [sr.DistAttr(x.attr.mesh, [-1] * len(x.shape))])
+        assert execute_case(op, [x], ours, {}) == execute_case(op, [x], paddle, {}) == "ok"
 
 
 def test_unary_drops_partial_quirk11() -> None:
@@ -165,11 +173,26 @@ def test_swiglu_with_y_is_the_binary_rule() -> None:
 def test_swiglu_without_y_keeps_the_halves_dim_whole() -> None:
     info = fwd("swiglu", spec([8, 6], [0, 1]), None)
     assert dms(info) == ([[0, -1], None], [[0, -1]])
-    # indivisible dims are replicated as in the unary rules
+    # an uneven dim keeps its shard, as in the unary rules (keeps-uneven-shard)
     info = fwd("swiglu", spec([7, 4], [0, -1], mesh=sr.ProcessMesh([[0, 1], [2, 3], [4, 5], [6, 7]])), None)
-    assert dms(info) == ([[-1, -1], None], [[-1, -1]])
+    assert dms(info) == ([[0, -1], None], [[0, -1]])
     info = rev("swiglu", spec([6, 8], [-1, -1]), None, spec([6, 4], [0, 1]))
     assert dms(info) == ([[0, -1], None], [[0, -1]])
+
+
+def test_swiglu_rank0_y_forward_stands_for_no_y_as_in_reverse() -> None:
+    # issue 14, defect 2: x[4,8] dm[-1,0] with a rank-0 y was answered dm[-1,0]
+    mesh2 = sr.ProcessMesh([0, 1])
+    y0 = TensorSpec([], DistAttr(mesh2, []))
+    ours = fwd("swiglu", spec([4, 8], [-1, 0], mesh=mesh2), y0)
+    assert dms(ours) == ([[-1, -1], []], [[-1, -1]])
+    back = rev("swiglu", spec([4, 8], [-1, 0], mesh=mesh2), y0, spec([4, 4], [-1, 0], mesh=mesh2))
+    assert dms(back) == dms(ours)  # the two directions agree
+    x = np.random.default_rng(2).standard_normal((4, 8))
+    run = SpmdInfo([ours.inputs[0], None], list(ours.outputs))
+    np.testing.assert_allclose(execute(swiglu_kernel, [x], run, (4, 4)), swiglu_kernel(x))
+    before = SpmdInfo([DistAttr(mesh2, [-1, 0]), None], [DistAttr(mesh2, [-1, 0])])
+    assert not np.allclose(execute(swiglu_kernel, [x], before, (4, 4)), swiglu_kernel(x))
 
 
 def test_swiglu_rank0_y_reverse_stands_for_no_y() -> None:
@@ -393,6 +416,7 @@ def test_swiglu_deviation_predicate_is_narrow() -> None:
         return {
             "op": "swiglu",
             "direction": "forward",
+            "mesh": {"shape": [4, 2], "process_ids": list(range(8))},
             "inputs": [{"name": "x", "shape": [8, 6], "dims_mapping": [0, 1]},
                        {"name": "y", "shape": [0], "dims_mapping": [], "absent": absent}],
             "expected": {"inputs": [{"dims_mapping": x_dm}, {"dims_mapping": []}],

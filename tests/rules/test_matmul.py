@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from spmdrules.rules import matmul as matmul_rules
 
 from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule
 from spmdrules.conformance.calls import build_call
@@ -50,6 +51,12 @@ def mm(*args: Any, op: str = "matmul") -> tuple[list[str], list[str]]:
     return strs(get_rule(op).infer_forward(*args))
 
 
+def mm_paddle(*args: Any) -> tuple[list[str], list[str]]:
+    """Paddle's policy for uneven batch letters and k (replicate them), kept in the rule to
+    recognise its answers; ours keeps them (deviation matmul-keeps-uneven-shard)."""
+    return strs(matmul_rules.matmul_forward(*args, even=True))
+
+
 # ---- forward: notation, co-shard, priorities, divisibility, partials -----------------------------
 def test_contracted_dim_sharded_gives_sum_partial() -> None:
     # matmul/forward/2
@@ -78,13 +85,18 @@ def test_co_shard_puts_the_larger_mesh_dim_first() -> None:
               False, False)[1] == ["[[0,1],-1,-1]"]
 
 
-def test_co_shard_that_does_not_divide_keeps_the_larger_claim() -> None:
-    # k = 12 over [4, 2]: 8 does not divide 12, 4 does (probed on Paddle 3.3.1)
-    assert mm(spec(MESH42, [8, 12], [-1, 0]), spec(MESH42, [12, 8], [1, -1]), False, False) == (
-        ["[-1,0]", "[0,-1]"], ["[-1,-1] P{0:sum}"])
-    # k = 6: neither 8 nor 4 divides it -> replicated
-    assert mm(spec(MESH42, [8, 6], [-1, 0]), spec(MESH42, [6, 8], [1, -1]), False, False) == (
-        ["[-1,-1]", "[-1,-1]"], ["[-1,-1]"])
+def test_co_shard_that_does_not_divide() -> None:
+    # Paddle: k = 12 over [4, 2]: 8 does not divide 12, 4 does (probed on Paddle 3.3.1) ...
+    args = (spec(MESH42, [8, 12], [-1, 0]), spec(MESH42, [12, 8], [1, -1]), False, False)
+    assert mm_paddle(*args) == (["[-1,0]", "[0,-1]"], ["[-1,-1] P{0:sum}"])
+    # ... ours keeps the whole co-shard: uneven k blocks still sum to the product
+    assert mm(*args) == (["[-1,[0,1]]", "[[0,1],-1]"], ["[-1,-1] P{0:sum,1:sum}"])
+    check_matmul(get_rule("matmul").infer_forward(*args), (8, 12), (12, 8), False, False)
+    # k = 6: neither 8 nor 4 divides it -> Paddle replicates
+    args = (spec(MESH42, [8, 6], [-1, 0]), spec(MESH42, [6, 8], [1, -1]), False, False)
+    assert mm_paddle(*args) == (["[-1,-1]", "[-1,-1]"], ["[-1,-1]"])
+    assert mm(*args) == (["[-1,[0,1]]", "[[0,1],-1]"], ["[-1,-1] P{0:sum,1:sum}"])
+    check_matmul(get_rule("matmul").infer_forward(*args), (8, 6), (6, 8), False, False)
 
 
 def test_quirk_a4_mesh_dim_priorities() -> None:
@@ -113,20 +125,28 @@ def test_co_sharded_batch_beats_free_dims_but_not_a_plain_batch_dim() -> None:
 
 
 def test_quirk_b8_divisibility_checked_on_the_contracted_dim_only() -> None:
-    assert mm(spec(MESH22, [8, 5], [0, 1]), spec(MESH22, [5, 3], [-1, -1]), False, False) == (
-        ["[0,-1]", "[-1,-1]"], ["[0,-1]"])
+    args = (spec(MESH22, [8, 5], [0, 1]), spec(MESH22, [5, 3], [-1, -1]), False, False)
+    assert mm_paddle(*args) == (["[0,-1]", "[-1,-1]"], ["[0,-1]"])
+    assert mm(*args) == (["[0,1]", "[1,-1]"], ["[0,-1] P{1:sum}"])  # ours keeps uneven k
+    check_matmul(get_rule("matmul").infer_forward(*args), (8, 5), (5, 3), False, False)
     assert mm(spec(MESH22, [7, 16], [0, 1]), spec(MESH22, [16, 3], [-1, -1]), False, False) == (
         ["[0,1]", "[1,-1]"], ["[0,-1] P{1:sum}"])
 
 
 def test_batch_dims_must_divide_and_size_one_dims_are_replicated_in_inputs() -> None:
-    # matmul/forward/39: batch 3 over 2 is dropped
-    assert mm(spec(MESH22, [3, 4, 4, 4], [1, -1, -1, 0]), spec(MESH22, [4, 12], [-1, -1]),
-              False, False) == (["[-1,-1,-1,0]", "[0,-1]"], ["[-1,-1,-1,-1] P{0:sum}"])
-    # matmul/forward/36: x's m has size 1 -> replicated in x, n takes the mesh dim
-    assert mm(spec(ProcessMesh.from_shape([2, 3], list(range(6))), [1, 1, 8], [-1, 0, 1]),
-              spec(ProcessMesh.from_shape([2, 3], list(range(6))), [4, 8], [0, 1]), False, True
-              ) == (["[-1,-1,-1]", "[0,-1]"], ["[-1,-1,0]"])
+    # matmul/forward/39: batch 3 over 2 is dropped by Paddle, kept by ours
+    args = (spec(MESH22, [3, 4, 4, 4], [1, -1, -1, 0]), spec(MESH22, [4, 12], [-1, -1]), False,
+            False)
+    assert mm_paddle(*args) == (["[-1,-1,-1,0]", "[0,-1]"], ["[-1,-1,-1,-1] P{0:sum}"])
+    assert mm(*args) == (["[1,-1,-1,0]", "[0,-1]"], ["[1,-1,-1,-1] P{0:sum}"])
+    check_matmul(get_rule("matmul").infer_forward(*args), (3, 4, 4, 4), (4, 12), False, False)
+    # matmul/forward/36: x's m has size 1 -> replicated in x, n takes the mesh dim; Paddle also
+    # drops k = 8 over 3, which ours keeps
+    mesh23 = ProcessMesh.from_shape([2, 3], list(range(6)))
+    args = (spec(mesh23, [1, 1, 8], [-1, 0, 1]), spec(mesh23, [4, 8], [0, 1]), False, True)
+    assert mm_paddle(*args) == (["[-1,-1,-1]", "[0,-1]"], ["[-1,-1,0]"])
+    assert mm(*args) == (["[-1,-1,1]", "[0,1]"], ["[-1,-1,0] P{1:sum}"])
+    check_matmul(get_rule("matmul").infer_forward(*args), (1, 1, 8), (4, 8), False, True)
 
 
 def test_trans_flags_swap_the_last_two_dims() -> None:
@@ -157,12 +177,14 @@ def test_reverse_reads_inputs_off_the_output() -> None:
     assert strs(info) == (["[-1,-1,-1]", "[-1,1]"], ["[-1,-1,1]"])
 
 
-def test_reverse_drops_indivisible_output_shardings_from_inputs() -> None:
-    # matmul/reverse/37: batch 7 over 4 and m 3 over 2 do not divide
-    info = get_rule("matmul").infer_reverse(
-        spec(MESH42, [7, 3, 10], [1, -1, 0]), spec(MESH42, [10, 2], [1, 0]),
-        spec(MESH42, [7, 3, 2], [0, 1, -1]), False, False)
-    assert strs(info)[0] == ["[-1,-1,-1]", "[-1,-1]"]
+def test_reverse_keeps_uneven_output_shardings() -> None:
+    # matmul/reverse/37: batch 7 over 4 and m 3 over 2 do not divide: Paddle drops them
+    args = (spec(MESH42, [7, 3, 10], [1, -1, 0]), spec(MESH42, [10, 2], [1, 0]),
+            spec(MESH42, [7, 3, 2], [0, 1, -1]), False, False)
+    assert strs(matmul_rules.matmul_reverse(*args, even=True))[0] == ["[-1,-1,-1]", "[-1,-1]"]
+    info = get_rule("matmul").infer_reverse(*args)
+    assert strs(info) == (["[0,1,-1]", "[-1,-1]"], ["[0,1,-1]"])
+    check_matmul(info, (7, 3, 10), (10, 2), False, False)
 
 
 def test_quirk_d21_reverse_needs_out_rank_of_the_larger_operand() -> None:
@@ -297,7 +319,10 @@ def test_proof_size_one_output_shard() -> None:
         gather(blocks, (1, 9), DistAttr(MESH222, [2, -1]))
     check_matmul(info, (1, 8), (8, 9), False, False)
     case: dict[str, Any] = {
-            "op": "matmul", "direction": "forward", "inputs": [{"shape": [1, 8]}, {"shape": [8, 9]}],
+            "op": "matmul", "direction": "forward",
+            "inputs": [{"shape": [1, 8], "dims_mapping": [2, -1]},
+                       {"shape": [8, 9], "dims_mapping": [-1, -1], "partial": {"1": "sum"}}],
+            "mesh": {"shape": [2, 2, 2], "process_ids": list(range(8))},
             "attrs": {"trans_x": False, "trans_y": False},
             "expected": {"inputs": [{"dims_mapping": [-1, -1]}, {"dims_mapping": [-1, -1]}],
                          "outputs": [{"dims_mapping": [2, -1], "partial": {}}]}}
@@ -308,18 +333,21 @@ def test_proof_size_one_output_shard() -> None:
 
 # ---- deviation: matmul-reverse-out ---------------------------------------------------------------------
 def test_proof_reverse_out() -> None:
-    # matmul/reverse/5, mesh [8]: out[8,2,10] [-1,-1,0]; n = 10 does not divide over 8, so y is
-    # replicated. Paddle returns out [-1,-1,0] as given: every coordinate computes the whole
-    # product, which is not that layout. Ours: the out the operands produce.
+    # matmul/reverse/5, mesh [8]: out[8,2,10] [-1,-1,0]; n = 10 does not divide over 8, so
+    # Paddle replicates y and returns out [-1,-1,0] as given: every coordinate computes the whole
+    # product, which is not that layout. Ours keeps the uneven n (keeps-uneven-shard), and the
+    # given out is then what the operands produce.
     x, y = spec(MESH8, [8, 2, 16], [-1, -1, 0]), spec(MESH8, [8, 16, 10], [-1, -1, 0])
     out = spec(MESH8, [8, 2, 10], [-1, -1, 0])
-    info = get_rule("matmul").infer_reverse(x, y, out, False, False)
-    assert strs(info) == (["[-1,-1,-1]", "[-1,-1,-1]"], ["[-1,-1,-1]"])
+    paddle = matmul_rules.matmul_reverse(x, y, out, False, False, even=True)
+    assert strs(paddle)[0] == ["[-1,-1,-1]", "[-1,-1,-1]"]
     xv, yv = RNG.standard_normal((8, 2, 16)), RNG.standard_normal((8, 16, 10))
-    xa, ya = attrs_of(info.inputs)
+    xa, ya = attrs_of(paddle.inputs)
     blocks = run_local(np.matmul, [(xv, xa), (yv, ya)])
     with pytest.raises(ShardMismatch):
         gather(blocks, (8, 2, 10), out.attr)
+    info = get_rule("matmul").infer_reverse(x, y, out, False, False)
+    assert strs(info) == (["[-1,-1,-1]", "[-1,-1,0]"], ["[-1,-1,0]"])
     check_matmul(info, x.shape, y.shape, False, False)
     # matmul/reverse/109 with n = 6: a partial out cannot come from operands whose k is replicated
     mesh = MESH222
@@ -330,7 +358,11 @@ def test_proof_reverse_out() -> None:
     check_matmul(info, (32, 8), (8, 6), False, False)
     case: dict[str, Any] = {
         "op": "matmul", "direction": "reverse", "reverse_kind": "reverse",
-        "outputs": [{"dims_mapping": [-1, 2], "partial": {"0": "sum"}}],
+        "mesh": {"shape": [2, 2, 2], "process_ids": list(range(8))},
+        "attrs": {"trans_x": False, "trans_y": False},
+        "inputs": [{"shape": [32, 8], "dims_mapping": [-1, 1], "partial": {"2": "sum"}},
+                   {"shape": [8, 6], "dims_mapping": [1, 2]}],
+        "outputs": [{"shape": [32, 6], "dims_mapping": [-1, 2], "partial": {"0": "sum"}}],
         "expected": {"inputs": [{"dims_mapping": [-1, -1]}, {"dims_mapping": [-1, 2]}],
                      "outputs": [{"dims_mapping": [-1, 2], "partial": {"0": "sum"}}]}}
     assert classify(case, info) == "matmul-reverse-out"

@@ -6,13 +6,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from proofs import execute
 
 from spmdrules import (
     DistAttr,
-    InvalidDistAttrError,
     ProcessMesh,
     RuleArgumentError,
     ShardingConflictError,
+    SpmdInfo,
     TensorSpec,
     get_rule,
 )
@@ -188,12 +189,17 @@ def test_absent_params_are_none_and_execute_right() -> None:
         np.testing.assert_allclose(got, want)
 
 
-def test_deviation_rank0_param_reverse_is_rejected() -> None:
-    # Paddle answers [-1] for a 0-d bias in reverse: no valid attribute of a 0-d tensor.
-    with pytest.raises(InvalidDistAttrError):
-        TensorSpec([], DistAttr(MESH, [-1]))
-    with pytest.raises(RuleArgumentError, match=r"'bias' has shape \[\]"):
-        get_rule("layer_norm").infer_reverse(
-            spec([16, 32], [-1, 0]), None, TensorSpec([], DistAttr(MESH, [])),
-            spec([16, 32], [-1, 0]), spec([16], [0]), spec([16], [0]), 1e-5, 1,
-        )
+def test_rank0_param_reverse_reads_as_absent() -> None:
+    """issue 14, defect 1: a 0-d scale/bias (the ``rank0`` absent convention) in reverse reads as
+    absent, as Paddle's reverse does; the answer executes with no scale and no bias."""
+    x, out = spec([16, 1], [0, -1]), spec([16, 1], [0, -1])
+    stat = spec([16], [0])
+    zero = TensorSpec([], DistAttr(MESH, []))
+    info = get_rule("layer_norm").infer_reverse(x, zero, zero, out, stat, stat, 1e-5, 1)
+    assert [dm(a) for a in info.inputs] == [[0, -1], [], []]
+    assert [dm(a) for a in info.outputs] == [[0, -1], [0], [0]]
+    run = SpmdInfo([info.inputs[0], None, None], list(info.outputs))
+    assert execute("layer_norm", [x, None, None], run, {"epsilon": 1e-5, "begin_norm_axis": 1},
+                   ("real", None, None)) == "ok"
+    with pytest.raises(RuleArgumentError, match=r"'scale' has shape \[\]"):  # forward: as Paddle
+        get_rule("layer_norm").infer_forward(x, zero, None, 1e-5, 1)

@@ -480,3 +480,23 @@ def _case(op: str, mesh: ProcessMesh, shape: list[int], dm: list[int], attrs: di
         "expected": {"inputs": [{"dims_mapping": exp_x, "partial": exp_xp}],
                      "outputs": [{"dims_mapping": exp_out, "partial": exp_op}]},
     }
+
+
+def test_norms_over_a_sharded_size_one_dim_stay_partial() -> None:
+    """issue 14, defect 5: over a sharded size-1 dim only one block holds the element and the
+    others are empty (norm 0), so the per-shard norms add up: no gather, a sum partial."""
+    from proofs import execute
+
+    x = spec(MESH22, [4, 1, 6], [-1, 0, -1])
+    frob = get_rule("frobenius_norm").infer_forward(x, [1], False)
+    assert maps(frob) == (["[-1,0,-1]"], ["[-1,-1] P{0:sum}"])
+    assert execute("frobenius_norm", [x], frob, {"axis": [1], "keep_dim": False}) == "ok"
+    attrs = {"porder": 2.0, "axis": 1, "epsilon": 1e-12, "keepdims": False, "asvector": False}
+    pn = get_rule("p_norm").infer_forward(x, *attrs.values())
+    assert maps(pn) == (["[-1,0,-1]"], ["[-1,-1] P{0:sum}"])
+    assert execute("p_norm", [x], pn, attrs) == "ok"
+    # mixed with a dim of size > 1: that one is gathered, the size-1 one stays partial
+    x2 = spec(MESH22, [4, 1, 6], [0, 1, -1])
+    both = get_rule("frobenius_norm").infer_forward(x2, [0, 1], False)
+    assert maps(both) == (["[-1,1,-1]"], ["[-1] P{1:sum}"])
+    assert execute("frobenius_norm", [x2], both, {"axis": [0, 1], "keep_dim": False}) == "ok"

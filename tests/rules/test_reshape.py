@@ -235,6 +235,9 @@ def test_proof_unsqueeze_reverse_sequential_axes() -> None:
     assert isinstance(xa, DistAttr) and isinstance(oa, DistAttr)
     assert consistent(unsqueeze_seq([3, 2]), np.arange(12 * 8 * 4).reshape(12, 8, 4), xa, oa)
     assert classify(case("unsqueeze/reverse/19"), info) == "unsqueeze-sequential-axes"
+    # Paddle's all-replicated pair is correct too: in reverse this class is about parallelism
+    assert consistent(unsqueeze_seq([3, 2]), np.arange(12 * 8 * 4).reshape(12, 8, 4),
+                      DistAttr(mesh, [-1, -1, -1]), DistAttr(mesh, [-1] * 5))
 
 
 @pytest.mark.parametrize(
@@ -344,3 +347,18 @@ def test_every_filed_case_paddle_fails_and_ours_passes_by_execution(op: str) -> 
             assert c["op"].startswith("unsqueeze") and c["direction"] == "reverse", c["case_id"]
             assert po.sharded_mesh_dims < oa.sharded_mesh_dims, c["case_id"]
     assert filed > 0
+
+
+def test_flatten_reverse_keeps_the_shard_past_a_size_one_dim() -> None:
+    """issue 14, defect 4: x[6,1,8] flattening dims 1-2, out [6,8] dm[-1,1]: the size-1 dim is
+    not the major piece, so x's last dim keeps mesh dim 1 (as Paddle answers), and it executes."""
+    from proofs import execute
+
+    mesh = ProcessMesh.from_shape([2, 2], list(range(4)))
+    x = TensorSpec([6, 1, 8], DistAttr(mesh, [-1, -1, -1]))
+    out = TensorSpec([6, 8], DistAttr(mesh, [-1, 1]))
+    info = get_rule("flatten").infer_reverse(x, out, 1, 2)
+    assert [a.mapping_str() for a in (*info.inputs, *info.outputs)] == [  # type: ignore[union-attr]
+        "[-1,-1,1]", "[-1,1]"]
+    assert execute("flatten", [TensorSpec([6, 1, 8], info.inputs[0])], info,  # type: ignore[arg-type]
+                   {"start_axis": 1, "stop_axis": 2}) == "ok"

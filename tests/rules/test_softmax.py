@@ -40,10 +40,10 @@ def test_forward_negative_axis_and_partial_dropped() -> None:
     assert not info.inputs[0].is_partial() and not info.outputs[0].is_partial()  # type: ignore[union-attr]
 
 
-def test_quirk9_uneven_dim_replicated_on_both_sides() -> None:
-    # Paddle: in [-1,1], out [-1,-1]; we replicate the 7 (on mesh dim of size 2) on both.
+def test_quirk9_uneven_dim_kept_on_both_sides() -> None:
+    # Paddle: in [-1,1], out [-1,-1]; we keep the 7 (on a mesh dim of size 2) sharded on both.
     info = get_rule("softmax").infer_forward(spec([8, 7], [-1, 1]), 0)
-    assert dm(info.inputs[0]) == dm(info.outputs[0]) == [-1, -1]
+    assert dm(info.inputs[0]) == dm(info.outputs[0]) == [-1, 1]
 
 
 def test_reverse_follows_out_and_replicates_axis() -> None:
@@ -53,12 +53,12 @@ def test_reverse_follows_out_and_replicates_axis() -> None:
     assert dm(info.inputs[0]) == dm(info.outputs[0]) == [-1, 0, -1]
 
 
-def test_reverse_uneven_out_dim_replicated_on_both_sides() -> None:
-    # Paddle: out keeps [-1,1] (size 3 over 2 shards), x gets [-1,-1].
+def test_reverse_uneven_out_dim_kept_on_both_sides() -> None:
+    # Paddle: out keeps [-1,1] (size 3 over 2 shards), x gets [-1,-1]; ours keeps it on both.
     info = get_rule("log_softmax").infer_reverse(
         spec([8, 3, 6], [-1, -1, -1]), spec([8, 3, 6], [-1, 1, -1]), 2
     )
-    assert dm(info.inputs[0]) == dm(info.outputs[0]) == [-1, -1, -1]
+    assert dm(info.inputs[0]) == dm(info.outputs[0]) == [-1, 1, -1]
 
 
 def test_errors_are_typed_and_name_the_problem() -> None:
@@ -73,7 +73,7 @@ def test_zero_d_tensor() -> None:
     assert dm(info.outputs[0]) == []
 
 
-# ---- deviation softmax-uneven-one-side, proven by execution --------------------------------------
+# ---- deviation softmax-keeps-uneven-shard: Paddle's one-sided answers fail, ours execute -------
 def _run(x: np.ndarray, x_attr: DistAttr, out_attr: DistAttr, axis: int) -> np.ndarray:
     blocks = run_local(lambda b: softmax(b, axis), [(x, x_attr)])
     return gather(blocks, x.shape, out_attr)

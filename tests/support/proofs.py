@@ -26,14 +26,15 @@ def _replicated(mesh: sr.ProcessMesh, shape: Sequence[int]) -> sr.TensorSpec:
     return sr.TensorSpec(list(shape), sr.DistAttr.replicated(mesh, len(shape)))
 
 
-def execute(op: str, inputs: Sequence[sr.TensorSpec | tuple[sr.TensorSpec, ...]],
+def execute(op: str, inputs: Sequence[sr.TensorSpec | tuple[sr.TensorSpec, ...] | None],
             info: sr.SpmdInfo, attrs: Mapping[str, Any], domains: Sequence[Any] | None = None,
             seed: int = 0) -> str:
     """The verdict of executing ``info`` (a forward answer: one attribute per input and output)."""
-    first = inputs[0]
+    first = next(t for t in inputs if t is not None)
     mesh = (first[0] if isinstance(first, tuple) else first).attr.mesh
     doms = tuple(domains) if domains is not None else ("real",) * len(inputs)
-    metas = [tuple(TensorMeta(e.shape, domain_dtype(de)) for e, de in zip(t, d, strict=True))
+    metas = [None if t is None else
+             tuple(TensorMeta(e.shape, domain_dtype(de)) for e, de in zip(t, d, strict=True))
              if isinstance(t, tuple) else TensorMeta(t.shape, domain_dtype(d))
              for t, d in zip(inputs, doms, strict=True)]
     outs = infer_meta(op, metas, dict(attrs))

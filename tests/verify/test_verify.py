@@ -84,8 +84,10 @@ def test_family_totals_add_up(sample: list[OpReport]) -> None:
     for key in ("ops", "cases", "wrong", "over_replicated", "errors", "refused"):
         assert sum(f[key] for f in fams) == t["all"][key]
     assert t["all"]["ops"] == len(sample)
-    # over-replication is measured: the uneven-dim policy of the elementwise rules shows up
-    assert t["elementwise"]["over_replicated"] > 0
+    # over-replication is measured: default_data_parallel replicates every dim but the batch
+    assert t["generic"]["over_replicated"] > 0
+    # and the elementwise rules keep uneven shards (issue 14), so they over-replicate nothing
+    assert t["elementwise"]["over_replicated"] == 0
 
 
 # ---- the generators -------------------------------------------------------------------------------
@@ -158,18 +160,21 @@ def test_a_malformed_answer_is_wrong() -> None:
 
 
 def test_uneven_replication_is_over_replication() -> None:
-    """relu of a 5-row x sharded on 2 ranks: the rule replicates the uneven dim (Paddle's policy),
-    though the balanced blocks compute the right answer with no all-gather."""
+    """relu of a 5-row x sharded on 2 ranks: Paddle's answer replicates the uneven dim, though the
+    balanced blocks compute the right answer with no all-gather; ours keeps the shard."""
     rng = np.random.default_rng(4)
     case = draft_case("relu", "forward", Draft("relu", ((5, 4),), ("real",), {}), rng, mesh=MESH2)
     case = dataclasses.replace(case, inputs=(sr.TensorSpec([5, 4], sr.DistAttr(MESH2, [0, -1])),))
-    info = case.call()
-    assert info.outputs[0] == sr.DistAttr(MESH2, [-1, -1])
-    got = run_case(case, info, get_kernel("relu"), rng)
+    ours = case.call()
+    assert ours.outputs[0] == sr.DistAttr(MESH2, [0, -1])
+    got = run_case(case, ours, get_kernel("relu"), rng)
+    assert got.status == "ok" and got.alternative is None
+    paddle = sr.SpmdInfo([sr.DistAttr(MESH2, [-1, -1])], [sr.DistAttr(MESH2, [-1, -1])])
+    got = run_case(case, paddle, get_kernel("relu"), rng)
     assert got.status == "ok"
     assert got.alternative is not None and "mesh dim 0" in got.alternative
     assert "outputs [0,-1]" in got.alternative
-    assert run_case(case, info, get_kernel("relu"), rng, alternatives=False).alternative is None
+    assert run_case(case, paddle, get_kernel("relu"), rng, alternatives=False).alternative is None
 
 
 def test_a_reverse_rule_that_drops_the_given_output_shard_is_over_replicated() -> None:
@@ -178,9 +183,12 @@ def test_a_reverse_rule_that_drops_the_given_output_shard_is_over_replicated() -
     x = sr.TensorSpec([5], sr.DistAttr(MESH2, [-1]))
     out = sr.TensorSpec([5], sr.DistAttr(MESH2, [0]))
     case = dataclasses.replace(case, mesh=MESH2, inputs=(x,), outputs=(out,), domains=("real",))
-    got = run_case(case, case.call(), get_kernel("relu"), rng)
+    # Paddle's reverse replicates the uneven out dim (ours keeps it): over-replicated
+    paddle = sr.SpmdInfo([sr.DistAttr(MESH2, [-1])], [sr.DistAttr(MESH2, [-1])])
+    got = run_case(case, paddle, get_kernel("relu"), rng)
     assert got.status == "ok" and got.alternative is not None
     assert got.alternative.startswith("keeping output 0 dim 0")
+    assert run_case(case, case.call(), get_kernel("relu"), rng).alternative is None
 
 
 def test_the_vocab_parallel_cross_entropy_runs_with_a_simulated_allreduce() -> None:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from spmdrules.conformance.deviation import register_deviation, rule_module
+from spmdrules.conformance.deviation import (
+    paddle_drops_uneven,
+    register_deviation,
+    rule_module,
+    uneven_dropped,
+)
 from spmdrules.core.attr import DistAttr, MultiDims
 from spmdrules.core.spec import SpmdInfo
 
@@ -29,10 +34,18 @@ def _swiglu_halves(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
     gx, gout = got.inputs[0], got.outputs[0]
     if not isinstance(gx, DistAttr) or not isinstance(gout, DistAttr):
         return False
+    x = case["inputs"][0]["shape"]
+    out = (*x[:-1], x[-1] // 2) if x else ()
+    mesh = case["mesh"]["shape"]
+
+    def same(ours: MultiDims, theirs: MultiDims, shape: Any) -> bool:
+        # Paddle may also replicate an uneven dim that we keep (keeps-uneven-shard)
+        return ours == theirs or uneven_dropped(ours, shape, mesh) == theirs
+
     return (
         bool(exp_out) and bool(exp_out[-1]) and gx.partial_items == () and gout.partial_items == ()
-        and gx.multi_dims_mapping == _rules._halves_mapping(exp_x)
-        and gout.multi_dims_mapping == _rules._halves_mapping(exp_out)
+        and same(gx.multi_dims_mapping, _rules._halves_mapping(exp_x), x)
+        and same(gout.multi_dims_mapping, _rules._halves_mapping(exp_out), out)
     )
 
 
@@ -72,4 +85,19 @@ register_deviation(
     "swiglu without y: x's last dim holds [gate | value]; a block of it is not such a pair, so "
     "we keep that dim (and out's) replicated where Paddle shards it.",
     _swiglu_halves,
+)
+
+
+def _keeps_uneven(case: dict[str, Any], got: Any) -> bool:
+    """Every tensor has x's shape: Paddle's answer is ours with uneven dims replicated."""
+    return paddle_drops_uneven(case, got)
+
+
+register_deviation(
+    "keeps-uneven-shard",
+    {*_rules.UNARY_OPS, "gelu", "swiglu"},
+    "A dim that its mesh dims do not divide evenly: Paddle replicates it (quirk 6), we keep the "
+    "shard. Correct either way (each block, of any size, is computed whole); ours keeps the "
+    "parallelism. The policy of every family (docs/deviations/uneven.md).",
+    _keeps_uneven,
 )

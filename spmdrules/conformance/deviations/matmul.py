@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from spmdrules.conformance.calls import agrees, build_call
 from spmdrules.conformance.deviation import register_deviation, rule_module
 from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
+from spmdrules.core.errors import SpmdError
 from spmdrules.core.spec import SpmdInfo
 
 _rules = rule_module("matmul")
@@ -101,4 +103,34 @@ register_deviation(
     "and not sharded where the operands dropped a sharding (an uneven batch/free dim, a size-1 "
     "dim); Paddle echoes the given out.",
     _reverse_out,
+)
+
+
+def _paddle_drops_uneven(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    """Paddle's answer is our rule's with Paddle's policy for uneven dims (``even=True``: a batch
+    letter or k that its mesh dims do not divide evenly is replicated); ours keeps them."""
+    if not isinstance(got, SpmdInfo):
+        return False
+    name, direction, args, attrs = build_call(case)
+    fn = {"bmm": _rules.bmm_forward, "bmm_grad": _rules.bmm_grad}.get(
+        name, _rules.matmul_forward if direction == "forward" else _rules.matmul_reverse)
+    try:
+        paddle: SpmdInfo | BaseException = fn(*args, **attrs, even=True)
+    except SpmdError as e:
+        paddle = e
+    if paddle == got:
+        return False
+    if agrees(case, paddle) or _size_one_output_shard(case, paddle):
+        return True  # (with Paddle's size-1 output shards too: matmul-size-one-output-shard)
+    # in reverse Paddle also echoes the given out (matmul-reverse-out)
+    return (isinstance(paddle, SpmdInfo) and case.get("reverse_kind") == "reverse"
+            and agrees(case, SpmdInfo(paddle.inputs, [args[2].attr])))
+
+
+register_deviation(
+    "matmul-keeps-uneven-shard", {*_rules.MATMUL_OPS, "bmm"},
+    "A batch letter or k that its mesh dims do not divide evenly: Paddle replicates it, we keep "
+    "the shard (the policy of keeps-uneven-shard). Uneven blocks multiply exactly and the partial "
+    "sums of uneven k blocks add up to the product.",
+    _paddle_drops_uneven,
 )

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from spmdrules.conformance.deviation import agrees_when, register_deviation
-from spmdrules.core.errors import RuleArgumentError
 
 
 def _reverse_keeps_partial(case: dict[str, Any], got: Any) -> bool:
@@ -20,16 +19,6 @@ def _reverse_keeps_partial(case: dict[str, Any], got: Any) -> bool:
     )
 
 
-def _reverse_rank0_param(case: dict[str, Any], got: Any) -> bool:
-    return (
-        case["direction"] == "reverse"
-        and "error" not in case["expected"]
-        and isinstance(got, RuleArgumentError)
-        and "has shape [] but must be 1-D" in str(got)
-        and any(t.get("absent") == "rank0" for t in case["inputs"])
-    )
-
-
 register_deviation(
     "norm-reverse-keeps-partial",
     {"layer_norm"},
@@ -37,11 +26,4 @@ register_deviation(
     "mean, variance), even on a mesh dim that also shards out; a norm of a pending sum is not "
     "the sum of norms, so we drop them as the forward rule and fused_rms_norm do.",
     _reverse_keeps_partial,
-)
-register_deviation(
-    "norm-reverse-rank0-param",
-    {"layer_norm"},
-    "layer_norm's reverse rule returns a 1-D [-1] attribute for a 0-d scale/bias (forward "
-    "rejects them); we reject a 0-d scale/bias in both directions.",
-    _reverse_rank0_param,
 )

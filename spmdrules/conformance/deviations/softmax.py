@@ -4,38 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from spmdrules.conformance.deviation import register_deviation, rule_module
+from spmdrules.conformance.deviation import paddle_drops_uneven, register_deviation, rule_module
 
 _rules = rule_module("softmax")
 
 
-def _one_side_keeps_uneven(case: dict[str, Any], got: Any) -> bool:
-    """Paddle's answer differs from ours only in one side keeping an uneven sharding that the
-    other side (and ours, on both) drops: the input in forward, the output in reverse."""
-    exp = case["expected"]
-    if "error" in exp or isinstance(got, BaseException):
-        return False
-    kept_slot, dropped_slot = (
-        ("inputs", "outputs") if case["direction"] == "forward" else ("outputs", "inputs")
-    )
-    kept = exp[kept_slot][0]["dims_mapping"]
-    dropped = exp[dropped_slot][0]["dims_mapping"]
-    ours = [list(a.dims_mapping) for a in (got.inputs[0], got.outputs[0])]
-    if ours != [dropped, dropped] or kept == dropped:
-        return False
-    shape = case["inputs"][0]["shape"]
-    mesh_shape = case["mesh"]["shape"]
-    return all(
-        k == d or (d == -1 and shape[i] % mesh_shape[k] != 0)
-        for i, (k, d) in enumerate(zip(kept, dropped, strict=True))
-    )
+def _keeps_uneven(case: dict[str, Any], got: Any) -> bool:
+    """x and out share a shape: Paddle's answer is ours with an uneven dim replicated on one
+    side (quirk 9)."""
+    return paddle_drops_uneven(case, got)
 
 
 register_deviation(
-    "softmax-uneven-one-side",
+    "softmax-keeps-uneven-shard",
     set(_rules.SOFTMAX_OPS),
-    "Paddle replicates an unevenly divisible dim on one side of softmax only (the output in "
-    "forward, the input in reverse) and keeps it sharded on the other, so blocks and replicas "
-    "disagree; we replicate it on both sides.",
-    _one_side_keeps_uneven,
+    "A dim that its mesh dims do not divide evenly: Paddle replicates it on one side only (the "
+    "output in forward, the input in reverse), so the sides disagree; we keep the shard on both "
+    "sides, as transpose does (the policy of keeps-uneven-shard).",
+    _keeps_uneven,
 )
