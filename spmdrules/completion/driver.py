@@ -24,6 +24,11 @@ from spmdrules.core.attr import DistAttr
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Tensor
 
+#: (tensor, op, side, src, dst, slot): one reshard edge by index; ``slot`` is the operand's (or
+#: result's) position among the op's flattened operands (results), so that an op taking one
+#: tensor in two slots gets one edge per slot
+RawEdge = tuple[int, int, Literal["operand", "result"], DistAttr, DistAttr, int]
+
 
 class Completion:
     """The result of ``complete(graph)``: every tensor's attribute and origin, the reshards, and
@@ -323,18 +328,18 @@ class Run(Sweeps):
     def reshard_edges(self) -> tuple[ReshardEdge, ...]:
         tensors, ops = self.tensors, self.ops
         out: list[ReshardEdge] = []
-        for i, k, side, src, dst in self.raw_edges():
+        for i, k, side, src, dst, slot in self.raw_edges():
             t = tensors[i]
-            out.append(ReshardEdge(t.name, ops[k].name, side, src, dst, t.shape, t.dtype))
+            out.append(ReshardEdge(t.name, ops[k].name, side, src, dst, t.shape, t.dtype, slot))
         return tuple(out)
 
-    def raw_edges(self) -> list[tuple[int, int, Literal["operand", "result"], DistAttr, DistAttr]]:
-        """(tensor, op, side, src, dst) of every reshard edge, in op order. A repeated block
+    def raw_edges(self) -> list[RawEdge]:
+        """(tensor, op, side, src, dst, slot) of every reshard edge, in op order. A repeated block
         whose attributes and rule answers are an earlier block's has that block's edges."""
         st = self.st
         attrs, needs, natural = st.attr, st.needs, st.natural
         blocks, block_of = self.blocks, self.block_of
-        out: list[tuple[int, int, Literal["operand", "result"], DistAttr, DistAttr]] = []
+        out: list[RawEdge] = []
         seen: dict[int, tuple[tuple[Any, ...], list[Any]]] = {}  # per run: state, local edges
         # by index: iterating the Op objects themselves would touch each one (its reference
         # count), a cache miss per op on large models, where only the few with an edge are read
@@ -349,36 +354,34 @@ class Run(Sweeps):
             key = (blk.gather(attrs), needs[blk.start:blk.stop], natural[blk.start:blk.stop])
             prev = seen.get(blk.run)
             if prev is not None and prev[0] == key:
-                for j, dk, side, src, dst in prev[1]:
-                    out.append((blk.tensors[j], blk.start + dk, side, src, dst))
+                for j, dk, side, src, dst, slot in prev[1]:
+                    out.append((blk.tensors[j], blk.start + dk, side, src, dst, slot))
             else:
-                mine: list[tuple[int, int, Literal["operand", "result"], DistAttr, DistAttr]] = []
+                mine: list[RawEdge] = []
                 for kk in range(blk.start, blk.stop):
                     self.op_edges(kk, mine)
                 local = {i: j for j, i in enumerate(blk.tensors)}
-                seen[blk.run] = (key, [(local[i], kk - blk.start, side, src, dst)
-                                       for i, kk, side, src, dst in mine])
+                seen[blk.run] = (key, [(local[i], kk - blk.start, side, src, dst, slot)
+                                       for i, kk, side, src, dst, slot in mine])
                 out.extend(mine)
             k = blk.stop
         return out
 
-    def op_edges(
-        self, k: int, out: list[tuple[int, int, Literal["operand", "result"], DistAttr, DistAttr]]
-    ) -> None:
+    def op_edges(self, k: int, out: list[RawEdge]) -> None:
         st = self.st
         attrs = st.attr
         need, nat = st.needs[k], st.natural[k]
         assert need is not None and nat is not None
-        for i, n in zip(self.ins[k], need, strict=True):
+        for slot, (i, n) in enumerate(zip(self.ins[k], need, strict=True)):
             a = attrs[i]
             if a is not n and a != n:
                 assert a is not None
-                out.append((i, k, "operand", a, n))
-        for i, n in zip(self.outs[k], nat, strict=True):
+                out.append((i, k, "operand", a, n, slot))
+        for slot, (i, n) in enumerate(zip(self.outs[k], nat, strict=True)):
             a = attrs[i]
             if a is not n and a != n:
                 assert a is not None
-                out.append((i, k, "result", n, a))
+                out.append((i, k, "result", n, a, slot))
 
 
 def complete(graph: Graph, cost: CostModel = DEFAULT_COST_MODEL) -> Completion:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
-from spmdrules.completion.planning import Plan, plan_reshard
+from spmdrules.completion.planning import Plan, ReshardError, plan_reshard
 from spmdrules.core.attr import DistAttr
 from spmdrules.graph.errors import GraphError
 
@@ -84,13 +84,20 @@ class ReshardEdge:
     dst: DistAttr
     shape: tuple[int, ...]
     dtype: str
+    #: the position of the operand (result) among the op's flattened operands (results): an op
+    #: that takes one tensor twice may need it in two layouts, one edge each
+    slot: int = 0
 
     @property
     def cross_mesh(self) -> bool:
         return self.src.mesh != self.dst.mesh
 
     def plan(self, cost: CostModel = DEFAULT_COST_MODEL) -> Plan:
-        return plan_reshard(self.src, self.dst, self.shape, self.dtype, cost)
+        try:
+            return plan_reshard(self.src, self.dst, self.shape, self.dtype, cost)
+        except ReshardError as e:  # name the edge: the tensor and the op that needs (or makes) it
+            side = "needed by" if self.side == "operand" else "made by"
+            raise ReshardError(f"tensor {self.tensor!r} {side} op {self.op!r}: {e}") from e
 
     def __str__(self) -> str:
         arrow = f"-> {self.op}" if self.side == "operand" else f"<- {self.op}"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 
 from spmdrules.completion.blocks import Flags, Visit, close, entry_head, matches, open_visit
 from spmdrules.completion.blocks import replay as replay_block
@@ -109,16 +110,18 @@ class Sweeps(RunState):
         the cheapest total reshard), give the others placeholders, and record the losers."""
         st = self.st
         ins = op.inputs
-        known = [t for t in ins if st.attr[t.order] is not None]
-        top = max(st.rank[t.order] for t in known)
+        known = [(j, t) for j, t in enumerate(ins) if st.attr[t.order] is not None]
+        top = max(st.rank[t.order] for _, t in known)
         full = self.spec_fn(mesh)
         best: tuple[float, int, tuple[DistAttr, ...], tuple[DistAttr, ...]] | None = None
-        for pos, keep in enumerate(known):
+        for pos, (slot, keep) in enumerate(known):
             if st.rank[keep.order] != top:
                 continue
+            # by operand slot, not by tensor: one tensor in two slots keeps one of them
+            calls = itertools.count()
 
-            def spec(t: Tensor, keep: Tensor = keep) -> TensorSpec:
-                return full(t) if t is keep else self.placeholder(mesh, t.shape)
+            def spec(t: Tensor, slot: int = slot, calls: Iterator[int] = calls) -> TensorSpec:
+                return full(t) if next(calls) == slot else self.placeholder(mesh, t.shape)
 
             self.rule_calls += 1
             try:
@@ -133,7 +136,7 @@ class Sweeps(RunState):
             if best is None or (total, pos) < (best[0], best[1]):
                 best = (total, pos, need, outs)
         if best is None:
-            given = ", ".join(f"{t.name}={full(t).attr.mapping_str()}" for t in known)
+            given = ", ".join(f"{t.name}={full(t).attr.mapping_str()}" for _, t in known)
             raise UnresolvableConflictError(
                 f"op {op.name!r} ({op.type}): its rule refuses the operands' attributes "
                 f"({given}) and every one of them alone: {error}. Change the annotations that "
@@ -146,7 +149,7 @@ class Sweeps(RunState):
                 st.rejected.setdefault(t.order, []).append((
                     (n, WEAK_RANK, op.order - self.base[t.order], DEM, -1), "rule",
                     f"{op.type} cannot take it together with its other operands ({error}); "
-                    "the op keeps", ins.index(known[best[1]]),
+                    "the op keeps", known[best[1]][0],
                 ))
         return need, best[3]
 

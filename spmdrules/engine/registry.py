@@ -141,8 +141,8 @@ class _Binding:
     """One calling convention: tensor params then attrs; binds, checks and memoises."""
 
     __slots__ = (
-        "attr_types", "attrs", "cached", "fn", "kinds", "list_at", "may_list", "n_full",
-        "n_tensors", "names", "op", "params",
+        "attr_types", "attrs", "cached", "fn", "int_lists", "kinds", "list_at", "may_list",
+        "n_full", "n_tensors", "names", "op", "params",
     )
 
     def __init__(
@@ -162,10 +162,28 @@ class _Binding:
             self.n_tensors + j for j, a in enumerate(self.attrs) if a.type in ("ints", "floats")
         )
         self.may_list = bool(self.list_at)
+        #: int-list attributes: ``(1.0, 0.0) == (1, 0)`` with one hash, so their element types
+        #: are checked before the memo is asked (a memo typed by argument sees only "tuple")
+        self.int_lists = tuple(
+            self.n_tensors + j for j, a in enumerate(self.attrs) if a.type == "ints")
         self.attr_types: tuple[type | str | None, ...] = tuple(
             _EXACT_TYPES.get(a.type) for a in self.attrs
         )
-        self.cached = functools.lru_cache(maxsize=CACHE_SIZE)(self._run)
+        # typed, over the unpacked call: 0.0, False and 0 are equal with one hash, so the memo
+        # keys each argument by its type too, and only the valid one can hit it
+        self.cached = functools.lru_cache(maxsize=CACHE_SIZE, typed=True)(self._run_args)
+
+    def keyable(self, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """The call with its lists as tuples, so that it can be memoised; None when an int-list
+        attribute holds something else than ints (the call must be checked, not looked up)."""
+        args = tuple([tuple(a) if type(a) is list else a for a in args])
+        for i in self.int_lists:
+            v = args[i]
+            if type(v) is tuple:
+                for e in v:
+                    if type(e) is not int:
+                        return None
+        return args
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         op = self.op
@@ -202,16 +220,16 @@ class _Binding:
         if not kwargs and len(args) == self.n_full:
             # Lists (variadic tensors, int-list attrs) become tuples so the call can be memoised.
             if self.may_list:
-                for i in self.list_at:
-                    if type(args[i]) is list:
-                        args = tuple(tuple(a) if type(a) is list else a for a in args)
-                        break
+                keyed = self.keyable(args)
+                if keyed is None:
+                    return self._run(self.bind(args, kwargs))
+                args = keyed
             try:
-                return self.cached(args)
+                return self.cached(*args)
             except TypeError as e:  # still unhashable (e.g. a list nested in a tuple): bind it
                 if "unhashable" not in str(e):
                     raise
-        return self.cached(self.bind(args, kwargs))
+        return self.cached(*self.bind(args, kwargs))
 
     def _already_valid(self, full: tuple[Any, ...]) -> bool:
         """The common case, checked cheaply: exact types, every tensor on one mesh."""
@@ -249,6 +267,9 @@ class _Binding:
                 if type(e) is not int:
                     return False
         return True
+
+    def _run_args(self, *full: Any) -> SpmdInfo:
+        return self._run(full)
 
     def _run(self, full: tuple[Any, ...]) -> SpmdInfo:
         checked = full if self._already_valid(full) else self._checked(full)
@@ -348,10 +369,11 @@ class Rule:
         """Infer the outputs' attributes (and corrected inputs) from the inputs'."""
         b = self._fwd
         if not kwargs and len(args) == b.n_full:
-            if b.may_list:  # int lists become tuples, so that the call can be memoised
-                args = tuple([tuple(a) if type(a) is list else a for a in args])
+            keyed = b.keyable(args) if b.may_list else args  # lists as tuples, to be memoised
+            if keyed is None:
+                return b(args, kwargs)
             try:  # the common call, without a further Python frame
-                return b.cached(args)
+                return b.cached(*keyed)
             except TypeError as e:
                 if "unhashable" not in str(e):
                     raise
@@ -366,10 +388,11 @@ class Rule:
                 "from its inputs instead"
             )
         if not kwargs and len(args) == b.n_full:
-            if b.may_list:
-                args = tuple([tuple(a) if type(a) is list else a for a in args])
+            keyed = b.keyable(args) if b.may_list else args
+            if keyed is None:
+                return b(args, kwargs)
             try:
-                return b.cached(args)
+                return b.cached(*keyed)
             except TypeError as e:
                 if "unhashable" not in str(e):
                     raise

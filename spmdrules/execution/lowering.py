@@ -70,8 +70,8 @@ class _Lowering:
         self.code: list[Instruction] = []
         self.edges: list[EdgePlan] = []
         self.calls: dict[str, KernelCall] = {}
-        self.by_edge: dict[tuple[str, str, str], ReshardEdge] = {
-            (e.tensor, e.op, e.side): e for e in result.reshards
+        self.by_edge: dict[tuple[str, str, str, int], ReshardEdge] = {
+            (e.tensor, e.op, e.side, e.slot): e for e in result.reshards
         }
 
     def layout(self, t: Tensor, attr: DistAttr | None = None) -> Layout:
@@ -80,6 +80,8 @@ class _Lowering:
     def reshard(self, e: ReshardEdge, src: str, dst: str) -> None:
         plan = e.plan(self.r.cost)
         label = f"{e.tensor} {'->' if e.side == 'operand' else '<-'} {e.op}"
+        if any(p.label == label for p in self.edges):  # one tensor in two slots: two edges
+            label += f" (slot {e.slot})"
         self.edges.append(EdgePlan(label, e, plan, src, dst))
         cur = src
         for k, step in enumerate(plan.steps):
@@ -89,18 +91,24 @@ class _Lowering:
                                         step.total_bytes, _step_reduce_type(step)))
             cur = nxt
 
-    def operand(self, op: Op, t: Tensor) -> tuple[str, Layout]:
-        e = self.by_edge.get((t.name, op.name, "operand"))
+    def operand(self, op: Op, t: Tensor, slot: int) -> tuple[str, Layout]:
+        """The buffer operand ``slot`` of ``op`` reads: the tensor's own, or its reshard for this
+        slot (one tensor in two slots may need two layouts; equal ones share a buffer)."""
+        e = self.by_edge.get((t.name, op.name, "operand", slot))
         if e is None:
             return t.name, self.buffers[t.name]
         name = f"{t.name}@{op.name}"
-        if name not in self.buffers:
+        lay = self.buffers.get(name)
+        if lay is not None and lay.attr != e.dst:
+            name = f"{t.name}@{op.name}#{slot}"
+            lay = self.buffers.get(name)
+        if lay is None:
             self.buffers[name] = Layout(t.shape, t.dtype, e.dst)
             self.reshard(e, t.name, name)
         return name, self.buffers[name]
 
-    def result(self, op: Op, t: Tensor) -> tuple[str, Layout, ReshardEdge | None]:
-        e = self.by_edge.get((t.name, op.name, "result"))
+    def result(self, op: Op, t: Tensor, slot: int) -> tuple[str, Layout, ReshardEdge | None]:
+        e = self.by_edge.get((t.name, op.name, "result", slot))
         if e is None:
             return t.name, self.buffers[t.name], None
         name = f"{t.name}<-{op.name}"
@@ -122,18 +130,21 @@ class _Lowering:
         ins: list[Slot] = []
         in_shapes: list[Any] = []
         in_attrs: list[Any] = []
+        slot = 0  # the position among op.inputs (flattened, absent ones skipped), as completion
         for v in op.operands:
             if v is None:
                 ins.append(None)
                 in_shapes.append(None)
                 in_attrs.append(None)
             elif isinstance(v, Tensor):
-                name, lay = self.operand(op, v)
+                name, lay = self.operand(op, v, slot)
+                slot += 1
                 ins.append(name)
                 in_shapes.append(lay.shape)
                 in_attrs.append(lay.attr)
             else:
-                pairs = [self.operand(op, t) for t in v]
+                pairs = [self.operand(op, t, slot + j) for j, t in enumerate(v)]
+                slot += len(v)
                 ins.append(tuple(n for n, _ in pairs))
                 in_shapes.append(tuple(lay.shape for _, lay in pairs))
                 in_attrs.append(tuple(lay.attr for _, lay in pairs))
@@ -141,11 +152,13 @@ class _Lowering:
         out_shapes: list[Any] = []
         out_attrs: list[Any] = []
         after: list[tuple[ReshardEdge, str, str]] = []
+        slot = 0
         for rv in op.results:
             ts = (rv,) if isinstance(rv, Tensor) else rv
             got = []
             for t in ts:
-                name, lay, e = self.result(op, t)
+                name, lay, e = self.result(op, t, slot)
+                slot += 1
                 got.append((name, lay))
                 if e is not None:
                     after.append((e, name, t.name))

@@ -22,7 +22,7 @@ closed dim is never changed.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from spmdrules.core.attr import DistAttr
@@ -69,6 +69,7 @@ def shard(
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise InvalidSpecError(f"{where}: priority must be an int (higher wins), got {priority!r}")
     dims, spec_partial, explicit = _parse_spec(where, tensor, mesh, spec)
+    _check_splittable(where, tensor, mesh, dims)
     part = _merge_partial(where, mesh, spec_partial, _parse_partial(where, mesh, partial))
     _check_reuse(where, tensor, mesh, dims, part)
     closed_flags = _closed_flags(where, tensor, dims, explicit, closed)
@@ -165,6 +166,18 @@ def _parse_spec(
             dims.append((_mesh_dim(where, mesh, e, i),))
             explicit.append(True)
     return dims, {}, explicit
+
+
+def _check_splittable(where: str, tensor: Tensor, mesh: ProcessMesh,
+                      dims: Sequence[DimSpec]) -> None:
+    """A dim of size 1 has nothing to split: no reshard plan reaches such a layout."""
+    for i, ds in enumerate(dims):
+        if ds and tensor.shape[i] == 1 and any(mesh.shape[d] > 1 for d in ds):
+            names = [mesh.dim_names[d] for d in ds]
+            raise InvalidSpecError(
+                f"{where}: tensor dim {i} of {tensor.name!r} {list(tensor.shape)} has size 1, "
+                f"which cannot be split over mesh dims {names}; replicate it (None) or leave it "
+                "OPEN")
 
 
 def _from_placements(

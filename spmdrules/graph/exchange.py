@@ -26,6 +26,8 @@ absent optional).
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
@@ -43,11 +45,16 @@ from spmdrules.graph.nodes import Tensor
 FORMAT: Final = "spmdrules.model/1"
 #: the largest file ``load`` reads (a 960-layer GPT is about 15 MB)
 MAX_BYTES: Final = 256 * 1024 * 1024
+#: the most processes one mesh may hold, and the largest tensor dim (an int64 index)
+MAX_PROCESSES: Final = 1 << 20
+MAX_DIM: Final = (1 << 62) - 1
 
-Name = Annotated[str, Field(min_length=1, max_length=512)]
+#: a name: no control characters, which would reach the terminal raw
+Name = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")]
 Dims = list[Annotated[int, Field(ge=0, le=64)]]
 ReduceType = Literal["sum", "avg", "max", "min", "product", "any", "all"]
-AttrValue = bool | int | float | str | list[int] | list[float] | list[bool] | None
+Int64 = Annotated[int, Field(ge=-(1 << 63), le=(1 << 63) - 1)]
+AttrValue = bool | Int64 | float | str | list[Int64] | list[float] | list[bool] | None
 
 
 class ExchangeError(SpmdError, ValueError):
@@ -59,8 +66,8 @@ class _Model(BaseModel):
 
 
 class MeshModel(_Model):
-    shape: list[Annotated[int, Field(ge=1)]]
-    process_ids: list[Annotated[int, Field(ge=0)]]
+    shape: list[Annotated[int, Field(ge=1, le=MAX_PROCESSES)]]
+    process_ids: list[Annotated[int, Field(ge=0, lt=MAX_PROCESSES)]]
     dim_names: list[Name]
 
 
@@ -80,7 +87,7 @@ class AttrModel(_Model):
 
 class TensorModel(_Model):
     name: Name
-    shape: list[Annotated[int, Field(ge=0)]]
+    shape: list[Annotated[int, Field(ge=0, le=MAX_DIM)]]
     dtype: Name
     role: Literal["input", "param", "value"]
     annotation: AnnotationModel | None = None
@@ -168,7 +175,18 @@ def dumps(graph: Graph, *, indent: int | None = 1) -> str:
 
 
 def dump(graph: Graph, path: str | Path) -> None:
-    Path(path).write_text(dumps(graph))
+    """Write the graph to ``path``: to a temporary file beside it, then renamed over it, so that
+    a failed write leaves the previous file as it was."""
+    p = Path(path)
+    text = dumps(graph)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 # ---- load ------------------------------------------------------------------------------------
@@ -189,6 +207,11 @@ def parse(text: str | bytes, source: str = "<model>") -> ModelFile:
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ExchangeError(f"{source}: not valid JSON: {e}") from None
+    except RecursionError:
+        raise ExchangeError(f"{source}: JSON nested too deep; a model file nests at most 6 "
+                            "levels") from None
+    except ValueError as e:  # an integer of over 4,300 digits
+        raise ExchangeError(f"{source}: not a model file: {e}") from None
     if not isinstance(data, dict):
         raise ExchangeError(f"{source}: the top level must be a JSON object, got "
                             f"{type(data).__name__}")
@@ -227,7 +250,7 @@ def from_model(m: ModelFile, source: str = "<model>") -> Graph:
     def partial(where: str, p: Mapping[str, str]) -> dict[int, str]:
         out = {}
         for k, rt in p.items():
-            if not k.isdigit():
+            if not (k.isascii() and k.isdigit()):  # not "¹" nor "١"
                 raise ExchangeError(f"{source}: {where}.partial: key {k!r} is not a mesh dim "
                                     "index; write it as a decimal string such as \"1\"")
             out[int(k)] = rt

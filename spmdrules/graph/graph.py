@@ -72,10 +72,12 @@ _CURRENT: contextvars.ContextVar[tuple[Graph, ...]] = contextvars.ContextVar(
 )
 
 
-def _natural_key(name: str) -> tuple[str | int, ...]:
-    """'layer10' after 'layer9': strings at even positions, ints at odd ones, so keys compare."""
+def _natural_key(name: str) -> tuple[tuple[str | int, ...], str]:
+    """'layer10' after 'layer9': strings at even positions, ints at odd ones, so keys compare;
+    then the name itself, so that names equal in natural order ('c1', 'c01') still have one
+    order: a total order, so the result never depends on insertion order."""
     parts = _DIGITS.split(name)
-    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts)), name
 
 
 class Graph:
@@ -468,7 +470,7 @@ class Graph:
         return "\n".join(lines)
 
 
-def _node_key(n: Op | Tensor) -> tuple[str | int, ...]:
+def _node_key(n: Op | Tensor) -> tuple[tuple[str | int, ...], str]:
     return _natural_key(n.name)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import spmdrules as sr
@@ -107,3 +109,30 @@ def test_reverse_attrs_are_public_and_may_differ_from_the_forward_ones() -> None
     assert [a.name for a in rb.reverse_attrs] == ["axis", "keep_dim"]
     assert sr.get_rule("matmul").reverse_attrs == sr.get_rule("matmul").attrs
     assert sr.get_rule("add_n").reverse_attrs is None
+
+
+def test_validation_does_not_depend_on_the_memo() -> None:
+    """issue 16, item 3: 0.0 == False and (1.0, 0.0) == (1, 0) with one hash each; a warm memo
+    must not accept what a cold one refuses."""
+    mesh = sr.ProcessMesh([[0, 1], [2, 3]])
+    x = sr.TensorSpec([4, 4], sr.DistAttr(mesh, [0, -1]))
+    y = sr.TensorSpec([4, 4], sr.DistAttr(mesh, [-1, -1]))
+    calls: list[tuple[str, tuple[Any, ...], tuple[Any, ...]]] = [
+        ("matmul", (x, y), (False, False)), ("matmul", (x, y), (0.0, 0.0)),
+        ("softmax", (x,), (1,)), ("softmax", (x,), (1.0,)), ("softmax", (x,), (True,)),
+        ("transpose", (x,), ((1, 0),)), ("transpose", (x,), ((1.0, 0.0),)),
+        ("transpose", (x,), ([1.0, 0.0],)),
+    ]
+    for name, _, _ in calls:
+        sr.get_rule(name).cache_clear()
+
+    def answer(name: str, tensors: tuple[Any, ...], attrs: tuple[Any, ...]) -> str:
+        try:
+            return str(sr.get_rule(name).infer_forward(*tensors, *attrs))
+        except sr.SpmdError as e:
+            return type(e).__name__
+
+    cold = [answer(*c) for c in calls]
+    warm = [answer(*c) for c in calls]  # every valid call is now memoised
+    assert cold == warm
+    assert cold[1] == cold[3] == cold[4] == cold[6] == cold[7] == "RuleArgumentError"

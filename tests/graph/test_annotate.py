@@ -191,3 +191,30 @@ def test_reset_attrs_returns_to_the_annotations() -> None:
     g.reset_attrs()
     assert x.attr == sr.DistAttr(MESH, [0, -1]) and y.attr is None
     assert x.annotation is not None and x.annotation.open_dims == (1,)
+
+
+def test_splitting_a_size_one_dim_is_refused_at_shard() -> None:
+    """issue 16, item 5: the error came later, from the planner, naming neither the tensor, the
+    op nor the annotation."""
+    with Graph() as g:
+        x = g.input("x", [1, 1, 1])
+        with pytest.raises(sr.SpmdError, match=r"shard\('x'\): tensor dim 0 of 'x' \[1, 1, 1\] "
+                                                r"has size 1, which cannot be split over mesh "
+                                                r"dims \['dp'\]; replicate it"):
+            shard(x, MESH, ("dp", None, "mp"))
+        with pytest.raises(sr.SpmdError, match=r"dim 1 .* mesh dims \['dp', 'mp'\]"):
+            shard(g.input("y", [4, 1]), MESH, (None, ("dp", "mp")))
+        with pytest.raises(sr.SpmdError, match="has size 1"):
+            shard(g.input("z", [1, 4]), MESH, [Shard(0), Replicate()])
+        one = sr.ProcessMesh([[0, 1]], dim_names=["a", "b"])  # a mesh dim of size 1: no split
+        assert shard(g.input("w", [1, 4]), one, ("a", "b")).annotation is not None
+
+
+def test_a_planning_error_names_the_tensor_and_the_op() -> None:
+    from spmdrules.completion.planning import ReshardError
+    from spmdrules.completion.result import ReshardEdge
+
+    edge = ReshardEdge("t", "matmul_3", "operand", sr.DistAttr(MESH, [-1, -1, -1]),
+                       sr.DistAttr(MESH, [0, -1, 1]), (1, 1, 1), "float32")
+    with pytest.raises(ReshardError, match=r"^tensor 't' needed by op 'matmul_3': plan_reshard"):
+        edge.plan()

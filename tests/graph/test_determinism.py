@@ -58,3 +58,34 @@ def test_graphs_pickle_and_copy() -> None:
         assert [op.name for op in clone.ops] == [op.name for op in src.ops]
         assert clone.tensor("input_ids").graph is clone
         assert clone.op("loss").schema is src.op("loss").schema
+
+
+def _natural_twins() -> sr.Graph:
+    """Ops and tensors whose names are equal in natural order ('c1', 'c01', 'c001') and whose
+    order decides a result: two transposes race to feed one add."""
+    from spmdrules import ops
+    from spmdrules.graph.graph import Graph
+
+    with Graph("twins") as g:
+        x = g.input("x01", [8, 8])
+        y = g.input("x1", [8, 8])
+        shard(x, MESH, ("dp", None))
+        shard(y, MESH, ("dp", None))
+        a = ops.transpose(x, perm=[1, 0], name="c1")
+        b = ops.transpose(y, perm=[0, 1], name="c01")
+        ops.add(a, b, name="c001")
+    return g
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_names_equal_in_natural_order_still_have_one_order(seed: int) -> None:
+    """issue 16, item 2: 'c1' and 'c01' compared equal, so the order (and a completion) followed
+    the order of insertion."""
+    from spmdrules.completion import complete
+
+    src = _natural_twins()
+    copy = rebuild_shuffled(src, seed)
+    assert [op.name for op in copy.ops] == [op.name for op in src.ops]
+    assert [t.name for t in copy.tensors] == [t.name for t in src.tensors]
+    want = {t.name: complete(src).attr(t.name) for t in src.tensors}
+    assert {t.name: complete(copy).attr(t.name) for t in copy.tensors} == want
