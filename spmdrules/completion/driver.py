@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar
 
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
-from spmdrules.completion.planning import Plan, divisible, fmt_bytes
+from spmdrules.completion.planning import Plan, ReshardError, divisible, fmt_bytes
 from spmdrules.completion.result import (
     WEAK_RANK,
     CompletionError,
@@ -18,7 +18,15 @@ from spmdrules.completion.result import (
     origin_str,
     table,
 )
-from spmdrules.completion.state import KINDS, MAX_SWEEPS, REV, RawOffer, State, offer_key
+from spmdrules.completion.state import (
+    KINDS,
+    MAX_CHANGES,
+    MAX_SWEEPS,
+    REV,
+    RawOffer,
+    State,
+    offer_key,
+)
 from spmdrules.completion.sweeps import Sweeps
 from spmdrules.core.attr import DistAttr
 from spmdrules.graph.graph import Graph
@@ -161,10 +169,28 @@ class Completion:
         return sum(1 for t in self.graph.tensors if self._origin(t).kind == "default")
 
     def plans(self) -> tuple[Plan, ...]:
-        """One plan per reshard edge (planned on first call, then kept)."""
+        """One plan per reshard edge (planned on first call, then kept); a ``ReshardError`` names
+        the first edge no plan reaches (``unplannable`` lists them all)."""
         if self._plans is None:
             self._plans = tuple(e.plan(self.cost) for e in self.reshards)
         return self._plans
+
+    def unplannable(self) -> list[tuple[ReshardEdge, str]]:
+        """The reshard edges no plan reaches, with the planner's reason."""
+        out = []
+        for e in self.reshards:
+            try:
+                e.plan(self.cost)
+            except ReshardError as err:
+                out.append((e, str(err)))
+        return out
+
+    @property
+    def unconverged(self) -> list[str]:
+        """Tensors that changed more than MAX_CHANGES times (their offers kept overturning each
+        other) and were frozen at their last attribute; the reshards make that state consistent.
+        Empty when completion converged."""
+        return [t.name for t in self.graph.tensors if self._state.frozen[t.order]]
 
     @property
     def bytes_moved(self) -> int:
@@ -183,21 +209,42 @@ class Completion:
             f"  annotated {self.num_annotated}, inferred {self.num_inferred}, "
             f"defaulted {self.num_default}; {self.iterations} sweeps, {self.rule_calls} rule calls"
             + (f", {self.blocks_replayed} repeated blocks replayed" if self.blocks_replayed else "")
-            + ("" if self.converged else " (NOT converged: frozen tensors kept)"),
-            f"  reshards {len(self.reshards)}, bytes moved {fmt_bytes(self.bytes_moved)}, "
-            f"time {self.time * 1e3:.3f} ms",
+            + ("" if self.converged else " (NOT converged)"),
         ]
+        frozen = self.unconverged
+        if frozen:
+            shown = ", ".join(frozen[:10]) + (f" and {len(frozen) - 10} more" if len(frozen) > 10
+                                              else "")
+            lines.append(f"  not converged: {shown} changed more than {MAX_CHANGES} times (their "
+                         "offers kept overturning each other) and kept their last attribute; "
+                         "the reshards below make that state consistent")
+        planned: list[tuple[ReshardEdge, Plan | str]] = []
+        for e in self.reshards:
+            try:
+                planned.append((e, e.plan(self.cost)))
+            except ReshardError as err:  # a carelessly annotated graph: say so, do not raise
+                planned.append((e, str(err)))
+        ok = [p for _, p in planned if isinstance(p, Plan)]
+        bad = len(planned) - len(ok)
+        lines.append(f"  reshards {len(self.reshards)}, bytes moved "
+                     f"{fmt_bytes(sum(p.total_bytes for p in ok))}, time "
+                     f"{sum(p.time for p in ok) * 1e3:.3f} ms"
+                     + (f"; {bad} with no plan (listed)" if bad else ""))
         if self.reshards:
             rows = [("tensor", "edge", "from", "to", "steps", "bytes")]
-            for e, p in zip(self.reshards, self.plans(), strict=True):
+            for e, p in planned:
                 edge = f"-> {e.op}" if e.side == "operand" else f"<- {e.op}"
-                steps = " + ".join(
-                    s.kind.replace("_", "-")
-                    + ("" if s.mesh_dim is None else f"({s.src.mesh.dim_names[s.mesh_dim]})")
-                    for s in p.steps
-                )
+                if isinstance(p, Plan):
+                    steps = " + ".join(
+                        s.kind.replace("_", "-")
+                        + ("" if s.mesh_dim is None else f"({s.src.mesh.dim_names[s.mesh_dim]})")
+                        for s in p.steps
+                    )
+                    size = fmt_bytes(p.total_bytes)
+                else:
+                    steps, size = "no plan: " + p.split(": ", 2)[-1][:80], "-"
                 rows.append((e.tensor, edge, e.src.mapping_str(), e.dst.mapping_str(), steps,
-                             fmt_bytes(p.total_bytes)))
+                             size))
             lines.append(table(rows))
         return "\n".join(lines)
 

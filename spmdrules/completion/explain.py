@@ -74,6 +74,9 @@ def explain(result: Completion, tensor: Tensor | str) -> str:
         lines.append("  no annotation reaches it: replicated by default")
     else:
         lines.append(f"  inferred with priority {o.priority}: {_VERB[o.kind]} {o.op}")
+    if t.name in result.unconverged:
+        lines.append("  NOT converged: its offers kept overturning each other, so completion "
+                     "froze it at this attribute; the reshards around it make that consistent")
     hops = chain(result, t)
     if len(hops) > 1 or (hops and hops[0].op is not None):
         lines.append("  chain:")

@@ -29,9 +29,10 @@ import functools
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import networkx as nx
+import numpy as np
 
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
@@ -175,6 +176,11 @@ def lower_bound_bytes(src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtyp
     item = DTYPE_BYTES[dtype]
     kept = set(dst.partial_items) if dst.mesh == src.mesh else set()
     must_reduce = any(src.mesh.shape[m] > 1 and (m, rt) not in kept for m, rt in src.partial_items)
+    if dst.mesh == src.mesh:
+        # in closed form over the mesh dims the mappings use, not process by process: a mesh of
+        # a million processes costs what its used dims' coordinates cost
+        total = _held_total(dst, shape)
+        return (total if must_reduce else total - _overlap_total(src, dst, shape)) * item
     sb = blocks(src, shape)
     total = 0
     for pid, db in blocks(dst, shape).items():
@@ -184,6 +190,97 @@ def lower_bound_bytes(src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtyp
         else:
             total += _volume(db) - _overlap(db, have)
     return total * item
+
+
+def _range(size: int, dims: tuple[int, ...], mesh_shape: tuple[int, ...],
+           coord: dict[int, int]) -> tuple[int, int]:
+    """The balanced block along one tensor dim at these mesh coordinates (as ``blocks``)."""
+    idx, parts = 0, 1
+    for m in dims:
+        idx = idx * mesh_shape[m] + coord[m]
+        parts *= mesh_shape[m]
+    q, r = divmod(size, parts)
+    lo = q * idx + min(idx, r)
+    return lo, lo + q + (1 if idx < r else 0)
+
+
+def _group_overlap(order: list[int], dims: set[int], shape: tuple[int, ...], sm: MultiDims,
+                   dm: MultiDims, mesh_shape: tuple[int, ...]) -> int:
+    """``_overlap_total`` of one group, over the grid of its mesh dims' coordinates at once."""
+    grid = np.indices([mesh_shape[m] for m in order], dtype=np.int64)
+    at = {m: grid[k] for k, m in enumerate(order)}
+
+    def bounds(size: int, ms: tuple[int, ...]) -> tuple[Any, Any]:
+        idx: Any = np.zeros(grid.shape[1:], dtype=np.int64)
+        parts = 1
+        for m in ms:
+            idx = idx * mesh_shape[m] + at[m]
+            parts *= mesh_shape[m]
+        q, r = divmod(size, parts)
+        lo = q * idx + np.minimum(idx, r)
+        return lo, lo + q + (idx < r)
+
+    prod: Any = np.ones(grid.shape[1:], dtype=np.int64)
+    for d in dims:
+        slo, shi = bounds(shape[d], sm[d])
+        dlo, dhi = bounds(shape[d], dm[d])
+        prod = prod * np.maximum(0, np.minimum(shi, dhi) - np.maximum(slo, dlo))
+    return int(prod.sum(dtype=np.int64)) if prod.size else 0
+
+
+def _held_total(attr: DistAttr, shape: tuple[int, ...]) -> int:
+    """The elements every process holds, summed: each element once per process replicating it."""
+    n = 1
+    for s in shape:
+        n *= s
+    used = {m for ms in attr.multi_dims_mapping for m in ms}
+    for m, size in enumerate(attr.mesh.shape):
+        if m not in used:
+            n *= size
+    return n
+
+
+def _overlap_total(src: DistAttr, dst: DistAttr, shape: tuple[int, ...]) -> int:
+    """Sum over the processes of the overlap of their source and destination blocks. Tensor dims
+    whose mappings share no mesh dim contribute independent factors, so the sum runs, per group
+    of dims linked by their mesh dims, over those mesh dims' coordinates only."""
+    mesh_shape = src.mesh.shape
+    sm, dm = src.multi_dims_mapping, dst.multi_dims_mapping
+    groups: list[tuple[set[int], set[int]]] = []  # (tensor dims, mesh dims)
+    for d in range(len(shape)):
+        ms = set(sm[d]) | set(dm[d])
+        linked = [g for g in groups if g[1] & ms]
+        dims, mdims = {d}, set(ms)
+        for g in linked:
+            groups.remove(g)
+            dims |= g[0]
+            mdims |= g[1]
+        groups.append((dims, mdims))
+    total = 1
+    for m, size in enumerate(mesh_shape):
+        if not any(m in g[1] for g in groups):
+            total *= size
+    numel = 1
+    for n in shape:
+        numel *= n
+    for dims, mdims in groups:
+        order = sorted(mdims)
+        if numel < (1 << 62):  # every product of overlaps fits int64: one vectorised pass
+            total *= _group_overlap(order, dims, shape, sm, dm, mesh_shape)
+            continue
+        part = 0
+        for values in itertools.product(*(range(mesh_shape[m]) for m in order)):
+            coord = dict(zip(order, values, strict=True))
+            ov = 1
+            for d in dims:
+                slo, shi = _range(shape[d], sm[d], mesh_shape, coord)
+                dlo, dhi = _range(shape[d], dm[d], mesh_shape, coord)
+                ov *= max(0, min(shi, dhi) - max(slo, dlo))
+                if not ov:
+                    break
+            part += ov
+        total *= part
+    return total
 
 
 # ---- transitions -------------------------------------------------------------------------------

@@ -178,4 +178,11 @@ class ProcessMesh:
 
     def __repr__(self) -> str:
         names = ", ".join(f"{n}={s}" for n, s in zip(self._dim_names, self._shape, strict=True))
-        return f"ProcessMesh({names}; ids={list(self._ids)})"
+        ids = self._ids
+        if len(ids) > 16:  # an error message names the mesh: keep it one readable line
+            if tuple(ids) == tuple(range(ids[0], ids[0] + len(ids))):
+                return f"ProcessMesh({names}; ids={ids[0]}..{ids[-1]})"
+            shown = ", ".join(map(str, ids[:8]))
+            return f"ProcessMesh({names}; ids=[{shown}, ... ({len(ids) - 10} more) ..., " \
+                   f"{ids[-2]}, {ids[-1]}])"
+        return f"ProcessMesh({names}; ids={list(ids)})"

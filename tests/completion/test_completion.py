@@ -378,3 +378,41 @@ def test_not_a_graph() -> None:
 
 def test_errors_are_spmd_errors() -> None:
     assert issubclass(NoAnnotationError, sr.SpmdError)
+
+
+def test_tensors_that_did_not_converge_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """issue 16, item 4: a completion cut off by the change guard said only "NOT converged"."""
+    from spmdrules import examples
+    from spmdrules.completion import sweeps
+    from spmdrules.completion.explain import explain
+
+    monkeypatch.setattr(sweeps, "MAX_CHANGES", 0)  # every second change freezes the tensor
+    g = examples.gpt_decoder(1, MESH, batch=2, seq=8, hidden=16, heads=2, ffn=32, vocab=64)
+    r = complete(g)
+    assert not r.converged and r.unconverged
+    text = r.summary()
+    assert "not converged: " + r.unconverged[0] in text and "kept their last attribute" in text
+    assert "NOT converged" in explain(r, r.unconverged[0])
+    lower_ok = [e.plan(r.cost) for e in r.reshards]  # the frozen state is consistent: it plans
+    assert len(lower_ok) == len(r.reshards)
+
+
+def test_a_summary_lists_edges_without_a_plan_instead_of_raising(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from spmdrules.completion import result
+    from spmdrules.completion.planning import ReshardError
+
+    def no_plan(*_: Any, **__: Any) -> Any:
+        raise ReshardError("plan_reshard: no plan takes it there")
+
+    with Graph("careless") as g:
+        x = g.input("x", [8, 8])
+        ops.relu(x, name="y")
+    shard(x, MESH, ("dp", "mp"))
+    shard(g.tensor("y"), MESH, ("mp", None))
+    r = complete(g)
+    assert r.reshards
+    monkeypatch.setattr(result, "plan_reshard", no_plan)
+    text = r.summary()
+    assert "with no plan (listed)" in text and "no plan: no plan takes it there" in text
+    assert [e.tensor for e, _ in r.unplannable()] == [e.tensor for e in r.reshards]
