@@ -176,14 +176,16 @@ class _Binding:
     def keyable(self, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """The call with its lists as tuples, so that it can be memoised; None when an int-list
         attribute holds something else than ints (the call must be checked, not looked up)."""
-        args = tuple([tuple(a) if type(a) is list else a for a in args])
-        for i in self.int_lists:
-            v = args[i]
-            if type(v) is tuple:
+        out = list(args)
+        for i in self.list_at:
+            v = out[i]
+            if type(v) is list:
+                out[i] = v = tuple(v)
+            if type(v) is tuple and i in self.int_lists:
                 for e in v:
                     if type(e) is not int:
                         return None
-        return args
+        return tuple(out)
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         op = self.op
