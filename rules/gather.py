@@ -56,16 +56,22 @@ def describe_gather_nd(x: Shape, index: Shape) -> Description:
                        pending=None)
 
 
-def describe_take_along_axis(x: Shape, index: Shape, *rest: Shape, axis: int) -> Description:
-    """index has x's rank; the result has index's shape. x's axis is whole (the index's axis may
-    stay sharded: each of its positions reads the whole row); a dim whose sizes differ is a
-    broadcast ('1') dim of both, which keeps its mesh dim from the others, as Paddle merges it."""
+def along_letters(x: Shape, index: Shape, axis: int) -> tuple[str, int]:
+    """take_along_axis / put_along_axis: the index's letters (x's, with a '1' where the sizes
+    differ off the axis) and the normalised axis."""
     if len(index) != len(x):
         raise RuleArgumentError(f"'index' has rank {len(index)} but 'x' has {len(x)}; give the "
                                 "index x's rank")
     ax = normalise_axis("", "x", axis, len(x))
-    il = "".join("1" if d != ax and x[d] != index[d] else ch
-                 for d, ch in enumerate(letters(len(x))))
+    return "".join("1" if d != ax and x[d] != index[d] else ch
+                   for d, ch in enumerate(letters(len(x)))), ax
+
+
+def describe_take_along_axis(x: Shape, index: Shape, *rest: Shape, axis: int) -> Description:
+    """index has x's rank; the result has index's shape. x's axis is whole (the index's axis may
+    stay sharded: each of its positions reads the whole row); a dim whose sizes differ is a
+    broadcast ('1') dim of both, which keeps its mesh dim from the others, as Paddle merges it."""
+    il, ax = along_letters(x, index, axis)
     own = letters(1, il)  # x's axis: a letter of its own, whole
     xl = il[:ax] + own + il[ax + 1:]
     if rest:  # (x, index, out_grad) -> x_grad: the positions scattered back, pending over the

@@ -13,7 +13,8 @@ from __future__ import annotations
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.engine.description import Description, letters, register_described
 from spmdrules.engine.registry import A, T, Vec
-from spmdrules.engine.rulekit import normalise_axis
+
+from .gather import along_letters
 
 Shape = tuple[int, ...]
 
@@ -44,12 +45,7 @@ def describe_scatter_nd_add(x: Shape, index: Shape, updates: Shape) -> Descripti
 def describe_put_along_axis(x: Shape, index: Shape, value: Shape, *grad: Shape, axis: int,
                             **_: object) -> Description:
     """index and value share a shape (of x's rank); along ``axis`` they name rows of x."""
-    if len(index) != len(x):
-        raise RuleArgumentError(f"'index' has rank {len(index)} but 'x' has {len(x)}; give the "
-                                "index x's rank")
-    ax = normalise_axis("", "x", axis, len(x))
-    il = "".join("1" if d != ax and x[d] != index[d] else ch
-                 for d, ch in enumerate(letters(len(x))))
+    il, ax = along_letters(x, index, axis)
     own = letters(2, il)
     xl = il[:ax] + own[0] + il[ax + 1:]
     il = il[:ax] + own[1] + il[ax + 1:]

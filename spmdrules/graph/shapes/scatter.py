@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spmdrules.graph.shapes import shape_rule
-from spmdrules.graph.shapes.gather import index_arg
+from spmdrules.graph.shapes.gather import along_shape, index_arg
 from spmdrules.graph.shapes.shape_rule import Arg, OutShape, ShapeContext, list_arg, tensor_arg
 
 REDUCES = ("assign", "add", "mul", "multiply", "mean", "amin", "amax")
@@ -39,15 +39,8 @@ def _scatter_nd_add(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, 
 def _put_checked(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]
                  ) -> tuple[int, ...]:
     x, index = tensor_arg(args, 0).shape, index_arg(ctx, args, 1).shape
-    value = tensor_arg(args, 2).shape
-    if len(index) != len(x) or not x:
-        raise ctx.fail("index", f"has rank {len(index)} but x has {len(x)}",
-                       "give the index x's rank (>= 1)")
-    ax = ctx.axis("x", int(attrs.get("axis", 0)), len(x))
-    for d, (n, m) in enumerate(zip(x, index, strict=True)):
-        if d != ax and m > n:
-            raise ctx.fail("index", f"dim {d} has size {m} but x's has {n}", f"use at most {n}")
-    _expect(ctx, "value", value, index)
+    along_shape(ctx, x, index, attrs)
+    _expect(ctx, "value", tensor_arg(args, 2).shape, index)
     if str(attrs.get("reduce", "assign")) not in REDUCES:
         raise ctx.fail("reduce", f"is {attrs.get('reduce')!r}", f"use one of {', '.join(REDUCES)}")
     return x
