@@ -203,6 +203,10 @@ def parse(text: str | bytes, source: str = "<model>") -> ModelFile:
     """Validate JSON text against the schema; an ``ExchangeError`` names the first bad fields."""
     if len(text) > MAX_BYTES:
         raise ExchangeError(f"{source}: {len(text)} bytes is more than the {MAX_BYTES} allowed")
+    try:  # the common case in one pass, JSON parsed by pydantic-core (no dict of the whole file)
+        return ModelFile.model_validate_json(text)
+    except ValidationError:
+        pass  # diagnose it step by step below, for a message that names the problem
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
