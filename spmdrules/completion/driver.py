@@ -65,7 +65,7 @@ class Completion:
         self.converged = converged
         #: block visits replayed from an earlier identical block (``completion_blocks``)
         self.blocks_replayed = blocks_replayed
-        self._plans: tuple[Plan, ...] | None = None
+        self._plans: tuple[Plan | ReshardError, ...] | None = None
 
     # ---- per tensor ------------------------------------------------------------------------
     def _t(self, tensor: Tensor | str) -> Tensor:
@@ -168,22 +168,31 @@ class Completion:
     def num_default(self) -> int:
         return sum(1 for t in self.graph.tensors if self._origin(t).kind == "default")
 
-    def plans(self) -> tuple[Plan, ...]:
-        """One plan per reshard edge (planned on first call, then kept); a ``ReshardError`` names
-        the first edge no plan reaches (``unplannable`` lists them all)."""
+    def _planned(self) -> tuple[Plan | ReshardError, ...]:
+        """Per reshard edge its plan, or why none reaches it (planned on first call, then kept)."""
         if self._plans is None:
-            self._plans = tuple(e.plan(self.cost) for e in self.reshards)
+            out: list[Plan | ReshardError] = []
+            for e in self.reshards:
+                try:
+                    out.append(e.plan(self.cost))
+                except ReshardError as err:
+                    out.append(err)
+            self._plans = tuple(out)
         return self._plans
+
+    def plans(self) -> tuple[Plan, ...]:
+        """One plan per reshard edge; a ``ReshardError`` names the first edge no plan reaches
+        (``unplannable`` lists them all)."""
+        plans = self._planned()
+        for p in plans:
+            if isinstance(p, ReshardError):
+                raise p
+        return tuple(p for p in plans if isinstance(p, Plan))
 
     def unplannable(self) -> list[tuple[ReshardEdge, str]]:
         """The reshard edges no plan reaches, with the planner's reason."""
-        out = []
-        for e in self.reshards:
-            try:
-                e.plan(self.cost)
-            except ReshardError as err:
-                out.append((e, str(err)))
-        return out
+        return [(e, str(p)) for e, p in zip(self.reshards, self._planned(), strict=True)
+                if isinstance(p, ReshardError)]
 
     @property
     def unconverged(self) -> list[str]:
@@ -218,12 +227,8 @@ class Completion:
             lines.append(f"  not converged: {shown} changed more than {MAX_CHANGES} times (their "
                          "offers kept overturning each other) and kept their last attribute; "
                          "the reshards below make that state consistent")
-        planned: list[tuple[ReshardEdge, Plan | str]] = []
-        for e in self.reshards:
-            try:
-                planned.append((e, e.plan(self.cost)))
-            except ReshardError as err:  # a carelessly annotated graph: say so, do not raise
-                planned.append((e, str(err)))
+        # a carelessly annotated graph may have edges no plan reaches: list them, do not raise
+        planned = list(zip(self.reshards, self._planned(), strict=True))
         ok = [p for _, p in planned if isinstance(p, Plan)]
         bad = len(planned) - len(ok)
         lines.append(f"  reshards {len(self.reshards)}, bytes moved "
@@ -242,7 +247,7 @@ class Completion:
                     )
                     size = fmt_bytes(p.total_bytes)
                 else:
-                    steps, size = "no plan: " + p.split(": ", 2)[-1][:80], "-"
+                    steps, size = "no plan: " + str(p).split(": ", 2)[-1][:80], "-"
                 rows.append((e.tensor, edge, e.src.mapping_str(), e.dst.mapping_str(), steps,
                              size))
             lines.append(table(rows))

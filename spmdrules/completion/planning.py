@@ -192,26 +192,16 @@ def lower_bound_bytes(src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtyp
     return total * item
 
 
-def _range(size: int, dims: tuple[int, ...], mesh_shape: tuple[int, ...],
-           coord: dict[int, int]) -> tuple[int, int]:
-    """The balanced block along one tensor dim at these mesh coordinates (as ``blocks``)."""
-    idx, parts = 0, 1
-    for m in dims:
-        idx = idx * mesh_shape[m] + coord[m]
-        parts *= mesh_shape[m]
-    q, r = divmod(size, parts)
-    lo = q * idx + min(idx, r)
-    return lo, lo + q + (1 if idx < r else 0)
-
-
-def _group_overlap(order: list[int], dims: set[int], shape: tuple[int, ...], sm: MultiDims,
-                   dm: MultiDims, mesh_shape: tuple[int, ...]) -> int:
-    """``_overlap_total`` of one group, over the grid of its mesh dims' coordinates at once."""
-    grid = np.indices([mesh_shape[m] for m in order], dtype=np.int64)
+def _group_overlap(order: list[int], dims: list[int], shape: tuple[int, ...], sm: MultiDims,
+                   dm: MultiDims, mesh_shape: tuple[int, ...], exact: type) -> int:
+    """``_overlap_total`` of one group, over the grid of its mesh dims' coordinates at once
+    (``exact``: int64, or ``object`` for Python ints when a product could overflow int64)."""
+    grid: Any = np.indices([mesh_shape[m] for m in order], dtype=np.int64).astype(exact)
     at = {m: grid[k] for k, m in enumerate(order)}
 
     def bounds(size: int, ms: tuple[int, ...]) -> tuple[Any, Any]:
-        idx: Any = np.zeros(grid.shape[1:], dtype=np.int64)
+        # balanced_range over the whole grid (as ``blocks`` does process by process)
+        idx: Any = np.zeros(grid.shape[1:], dtype=exact)
         parts = 1
         for m in ms:
             idx = idx * mesh_shape[m] + at[m]
@@ -220,12 +210,12 @@ def _group_overlap(order: list[int], dims: set[int], shape: tuple[int, ...], sm:
         lo = q * idx + np.minimum(idx, r)
         return lo, lo + q + (idx < r)
 
-    prod: Any = np.ones(grid.shape[1:], dtype=np.int64)
+    prod: Any = np.ones(grid.shape[1:], dtype=exact)
     for d in dims:
         slo, shi = bounds(shape[d], sm[d])
         dlo, dhi = bounds(shape[d], dm[d])
         prod = prod * np.maximum(0, np.minimum(shi, dhi) - np.maximum(slo, dlo))
-    return int(prod.sum(dtype=np.int64)) if prod.size else 0
+    return int(prod.sum(dtype=exact))
 
 
 def _held_total(attr: DistAttr, shape: tuple[int, ...]) -> int:
@@ -246,40 +236,21 @@ def _overlap_total(src: DistAttr, dst: DistAttr, shape: tuple[int, ...]) -> int:
     of dims linked by their mesh dims, over those mesh dims' coordinates only."""
     mesh_shape = src.mesh.shape
     sm, dm = src.multi_dims_mapping, dst.multi_dims_mapping
-    groups: list[tuple[set[int], set[int]]] = []  # (tensor dims, mesh dims)
-    for d in range(len(shape)):
-        ms = set(sm[d]) | set(dm[d])
-        linked = [g for g in groups if g[1] & ms]
-        dims, mdims = {d}, set(ms)
-        for g in linked:
-            groups.remove(g)
-            dims |= g[0]
-            mdims |= g[1]
-        groups.append((dims, mdims))
-    total = 1
-    for m, size in enumerate(mesh_shape):
-        if not any(m in g[1] for g in groups):
-            total *= size
+    links = nx.Graph()  # tensor dims ("d", i) linked through the mesh dims ("m", j) they use
+    links.add_nodes_from(("d", d) for d in range(len(shape)))
+    links.add_edges_from((("d", d), ("m", m)) for d in range(len(shape)) for m in {*sm[d], *dm[d]})
     numel = 1
     for n in shape:
         numel *= n
-    for dims, mdims in groups:
-        order = sorted(mdims)
-        if numel < (1 << 62):  # every product of overlaps fits int64: one vectorised pass
-            total *= _group_overlap(order, dims, shape, sm, dm, mesh_shape)
-            continue
-        part = 0
-        for values in itertools.product(*(range(mesh_shape[m]) for m in order)):
-            coord = dict(zip(order, values, strict=True))
-            ov = 1
-            for d in dims:
-                slo, shi = _range(shape[d], sm[d], mesh_shape, coord)
-                dlo, dhi = _range(shape[d], dm[d], mesh_shape, coord)
-                ov *= max(0, min(shi, dhi) - max(slo, dlo))
-                if not ov:
-                    break
-            part += ov
-        total *= part
+    exact: type = np.int64 if numel < (1 << 62) else object
+    total = 1
+    for m, size in enumerate(mesh_shape):
+        if ("m", m) not in links:
+            total *= size
+    for group in nx.connected_components(links):
+        dims = [i for kind, i in group if kind == "d"]
+        order = sorted(i for kind, i in group if kind == "m")
+        total *= _group_overlap(order, dims, shape, sm, dm, mesh_shape, exact)
     return total
 
 

@@ -327,7 +327,7 @@ def register_described(
         except TypeError:  # an unhashable attribute value (a list): describe every time
             k = None
         shapes = tuple(map(_shape_of, args))
-        kw = {k: v for k, v in zip(attr_names, values, strict=True) if k in wanted}
+        kw = {a: v for a, v in zip(attr_names, values, strict=True) if a in wanted}
         d = describe(*shapes, **kw)
         d = Description(
             d.inputs, d.outputs, d.whole, d.pending, d.on_axis_conflict, d.priority, d.merge,
