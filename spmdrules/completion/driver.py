@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Iterable
-from typing import Any, Literal, TypeVar
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.completion.planning import Plan, ReshardError, divisible, fmt_bytes
@@ -29,6 +28,7 @@ from spmdrules.completion.state import (
 )
 from spmdrules.completion.sweeps import Sweeps
 from spmdrules.core.attr import DistAttr
+from spmdrules.core.bulk import without_gc
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Tensor
 
@@ -212,6 +212,9 @@ class Completion:
 
     def summary(self) -> str:
         """Totals, then one line per reshard with its steps and bytes."""
+        return without_gc(self._summary)
+
+    def _summary(self) -> str:
         g = self.graph
         lines = [
             f"completion of {g.name!r}: {g.num_ops} ops, {g.num_tensors} tensors",
@@ -446,22 +449,3 @@ def complete(graph: Graph, cost: CostModel = DEFAULT_COST_MODEL) -> Completion:
         raise CompletionError(f"complete: expected a Graph, got {type(graph).__name__}")
     graph.validate()
     return without_gc(lambda: Run(graph, cost).run())
-
-
-T_ = TypeVar("T_")
-
-
-def without_gc(fn: Callable[[], T_]) -> T_:
-    """``fn()`` with the cyclic collector off: it makes a bulk of small objects without reference
-    cycles (a few per op or tensor), and the collector would rescan the whole graph many times
-    over on large models. The objects are scanned once, at the first collection after.
-
-    A plain function, not a generator-based context manager: leaving one allocates once the
-    collector is back on, which would run that young-generation collection here already."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return fn()
-    finally:
-        if was_enabled:
-            gc.enable()

@@ -32,9 +32,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictStr,
+    ValidationError,
+)
+from pydantic.dataclasses import dataclass
 
 from spmdrules.core.attr import DistAttr
+from spmdrules.core.bulk import without_gc
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.graph.annotate import shard
@@ -50,11 +60,13 @@ MAX_PROCESSES: Final = 1 << 20
 MAX_DIM: Final = (1 << 62) - 1
 
 #: a name: no control characters, which would reach the terminal raw
-Name = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")]
-Dims = list[Annotated[int, Field(ge=0, le=64)]]
+Name = Annotated[str, Field(strict=True, min_length=1, max_length=512,
+                            pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")]
+Dims = list[Annotated[int, Field(strict=True, ge=0, le=64)]]
 ReduceType = Literal["sum", "avg", "max", "min", "product", "any", "all"]
-Int64 = Annotated[int, Field(ge=-(1 << 63), le=(1 << 63) - 1)]
-AttrValue = bool | Int64 | float | str | list[Int64] | list[float] | list[bool] | None
+Int64 = Annotated[int, Field(strict=True, ge=-(1 << 63), le=(1 << 63) - 1)]
+AttrValue = (StrictBool | Int64 | StrictFloat | StrictStr | list[Int64] | list[StrictFloat]
+             | list[StrictBool] | None)
 
 
 class ExchangeError(SpmdError, ValueError):
@@ -65,36 +77,46 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+#: the per-tensor and per-op records: slotted dataclasses, a quarter of a model's memory (200k
+#: ops: 490 MB as models). A strict dataclass takes only ready-made instances, not the dicts that
+#: the diagnosing path validates, so these are strict by their fields' types (``Strict*``).
+_RECORD: Final = ConfigDict(extra="forbid")
+
+
 class MeshModel(_Model):
     shape: list[Annotated[int, Field(ge=1, le=MAX_PROCESSES)]]
     process_ids: list[Annotated[int, Field(ge=0, lt=MAX_PROCESSES)]]
     dim_names: list[Name]
 
 
-class AnnotationModel(_Model):
+@dataclass(frozen=True, slots=True, config=_RECORD)
+class AnnotationModel:
     mesh: Name
-    dims: list[Dims | None] = Field(description="mesh dims per tensor dim; null = open")
-    closed: list[bool]
+    dims: Annotated[list[Dims | None], Field(description="mesh dims per tensor dim; null = open")]
+    closed: list[StrictBool]
     partial: dict[str, ReduceType] = Field(default_factory=dict)
-    priority: int = 0
+    priority: Annotated[int, Field(strict=True)] = 0
 
 
-class AttrModel(_Model):
+@dataclass(frozen=True, slots=True, config=_RECORD)
+class AttrModel:
     mesh: Name
     dims: list[Dims]
     partial: dict[str, ReduceType] = Field(default_factory=dict)
 
 
-class TensorModel(_Model):
+@dataclass(frozen=True, slots=True, config=_RECORD)
+class TensorModel:
     name: Name
-    shape: list[Annotated[int, Field(ge=0, le=MAX_DIM)]]
+    shape: list[Annotated[int, Field(strict=True, ge=0, le=MAX_DIM)]]
     dtype: Name
     role: Literal["input", "param", "value"]
     annotation: AnnotationModel | None = None
     attr: AttrModel | None = None
 
 
-class OpModel(_Model):
+@dataclass(frozen=True, slots=True, config=_RECORD)
+class OpModel:
     name: Name
     type: Name
     operands: list[Name | list[Name] | None]
@@ -102,8 +124,12 @@ class OpModel(_Model):
     attrs: dict[str, AttrValue] = Field(default_factory=dict)
 
 
-class ModelFile(_Model):
+class ModelFile(BaseModel):
     """A whole model: meshes, tensors (with annotations and attributes) and ops."""
+
+    # strict by its fields' types: a strict model takes only ready-made record instances, not
+    # the dicts that the diagnosing path validates
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     format: Literal["spmdrules.model/1"] = FORMAT
     name: Name
@@ -190,11 +216,19 @@ def dump(graph: Graph, path: str | Path) -> None:
 
 
 # ---- load ------------------------------------------------------------------------------------
+#: the records (dataclasses) word these as a call's arguments; say them as for the other objects
+_RECORD_MESSAGES: Final = {
+    "unexpected_keyword_argument": "Extra inputs are not permitted",
+    "missing_argument": "Field required",
+}
+
+
 def _validation_message(source: str, e: ValidationError) -> str:
     parts = []
     for err in e.errors()[:10]:
         loc = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in err["loc"])
-        parts.append(f"{loc.lstrip('.') or '(top)'}: {err['msg']}")
+        msg = _RECORD_MESSAGES.get(err["type"], err["msg"])
+        parts.append(f"{loc.lstrip('.') or '(top)'}: {msg}")
     more = f" (and {e.error_count() - 10} more)" if e.error_count() > 10 else ""
     return f"{source}: does not match the {FORMAT} schema: " + "; ".join(parts) + more
 
@@ -204,7 +238,7 @@ def parse(text: str | bytes, source: str = "<model>") -> ModelFile:
     if len(text) > MAX_BYTES:
         raise ExchangeError(f"{source}: {len(text)} bytes is more than the {MAX_BYTES} allowed")
     try:  # the common case in one pass, JSON parsed by pydantic-core (no dict of the whole file)
-        return ModelFile.model_validate_json(text)
+        return without_gc(lambda: ModelFile.model_validate_json(text))
     except ValidationError:
         pass  # diagnose it step by step below, for a message that names the problem
     try:
@@ -230,6 +264,10 @@ def parse(text: str | bytes, source: str = "<model>") -> ModelFile:
 
 def from_model(m: ModelFile, source: str = "<model>") -> Graph:
     """Build (and validate) the graph a ``ModelFile`` describes."""
+    return without_gc(lambda: _build(m, source))
+
+
+def _build(m: ModelFile, source: str) -> Graph:
     meshes: dict[str, ProcessMesh] = {}
     for mid, mm in m.meshes.items():
         try:
