@@ -140,6 +140,20 @@ CASES: dict[str, Build] = {
         accumulate=False),
     "index_put-accumulate": lambda g: ops.index_put(_f(g, "x", [3, 4]), [
         g.input("index", [6], "int64")], _f(g, "value", [6, 1]), accumulate=True),
+    "flash_attention": lambda g: ops.flash_attention(
+        _f(g, "q", [2, 3, 4, 3]), _f(g, "k", [2, 5, 2, 3]), _f(g, "v", [2, 5, 2, 2]), None,
+        _f(g, "attn_mask", [1, 4, 3, 5]), is_test=True),
+    "flash_attention-causal": lambda g: ops.flash_attention(
+        _f(g, "q", [1, 3, 2, 2]), _f(g, "k", [1, 4, 2, 2]), _f(g, "v", [1, 4, 2, 3]), None,
+        _f(g, "attn_mask", [1, 1, 3, 4]), causal=True),
+    "fused_rope": lambda g: ops.fused_rotary_position_embedding(
+        _f(g, "q", [2, 3, 2, 4]), _f(g, "k", [2, 3, 2, 4]), None, _f(g, "sin", [1, 3, 1, 4]),
+        _f(g, "cos", [1, 3, 1, 4]), None, use_neox_rotary_style=False),
+    "fused_rope-ids": lambda g: ops.fused_rotary_position_embedding(
+        _f(g, "q", [3, 2, 2, 4]), None, _f(g, "v", [3, 2, 2, 4]), _f(g, "sin", [8, 4]),
+        _f(g, "cos", [8, 4]), g.input("position_ids", [2, 3], "int64"), time_major=True),
+    "fused_rope-computed": lambda g: ops.fused_rotary_position_embedding(
+        _f(g, "q", [2, 3, 2, 6]), None, None, None, None, None),
     **{f"unary-{name}": _unary(name) for name in sorted(DERIVATIVES)},
 }
 #: ops without operands: nothing to differentiate (their VJP answers no cotangent at all)

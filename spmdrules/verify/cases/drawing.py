@@ -13,6 +13,7 @@ from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import TensorSpec
 from spmdrules.engine.registry import Rule, get_rule
 from spmdrules.graph.shapes.shape_rule import TensorMeta, infer_meta
+from spmdrules.verify.cases.attention import attention
 from spmdrules.verify.cases.case import (
     Arg,
     Case,
@@ -45,6 +46,7 @@ from spmdrules.verify.cases.pad import pad
 from spmdrules.verify.cases.reduction import reduction
 from spmdrules.verify.cases.reshape import reshape
 from spmdrules.verify.cases.roll import roll
+from spmdrules.verify.cases.rotary import rotary
 from spmdrules.verify.cases.scatter import scatter_family
 from spmdrules.verify.cases.selection import selection
 from spmdrules.verify.cases.slice import slice_family
@@ -66,6 +68,8 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "transpose": transpose,
     "softmax": softmax,
     "norm": norm,
+    "attention": attention,
+    "rotary": rotary,
     "embedding": embedding,
     "cross_entropy": cross_entropy,
     "constant": constant,
