@@ -154,6 +154,8 @@ CASES: dict[str, Build] = {
         _f(g, "cos", [8, 4]), g.input("position_ids", [2, 3], "int64"), time_major=True),
     "fused_rope-computed": lambda g: ops.fused_rotary_position_embedding(
         _f(g, "q", [2, 3, 2, 6]), None, None, None, None, None),
+    "moe_combine": lambda g: ops.moe_combine(_f(g, "x", [4, 3]), _f(g, "w", [5, 2]),
+                                             g.input("index", [5, 2], "int64")),
     **{f"unary-{name}": _unary(name) for name in sorted(DERIVATIVES)},
 }
 #: ops without operands: nothing to differentiate (their VJP answers no cotangent at all)
