@@ -5,8 +5,8 @@ rows (``r``), combine_weights and scatter_index one row per token (``s``) and on
 expert (``k``), y one row per token. A row of y reads x rows anywhere, so x's rows are their own
 letter: split, a rank gathers only the rows it holds (the others count 0) and y is a pending sum
 over their mesh dims, as a vocab-parallel embedding; a split ``k`` leaves y a pending sum too
-(and, as Paddle, the hidden dim whole). Written by hand on the einsum merge: which letters stay depends on whether
-``k`` is split, which a Description (a function of the shapes) cannot say.
+(and, as Paddle, the hidden dim whole). Written by hand on the einsum merge: which letters stay
+depends on whether ``k`` is split, which a Description (a function of the shapes) cannot say.
 
 Paddle's MoECombineInferSpmd gives x's rows y's letter ``s`` (deviation
 ``moe-combine-x-rows-follow-tokens``), marks a split ``k``'s sum on mesh dim 1 whatever mesh dim

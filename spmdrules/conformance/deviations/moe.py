@@ -21,7 +21,7 @@ def _x_rows_follow_tokens(case: dict[str, Any], got: Any) -> bool:
     if "error" in exp:
         return bool(x_given and "Axis[s]" in exp["error"])
     theirs = _norm(exp["inputs"][0], False)[0][0]
-    return x_given or theirs != got.inputs[0].multi_dims_mapping[0]
+    return bool(x_given or theirs != got.inputs[0].multi_dims_mapping[0])
 
 
 def _partial_on_mesh_dim_1(case: dict[str, Any], got: Any) -> bool:
