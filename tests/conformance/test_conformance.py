@@ -158,9 +158,9 @@ PART1_GRADS = ["argsort_grad", "cummax_grad", "cummin_grad", "expand_as_grad", "
                "index_put_grad", "index_select_grad", "pad_grad", "put_along_axis_grad",
                "roll_grad", "strided_slice_grad", "take_along_axis_grad", "topk_grad"]
 #: issue 12 (this branch's part): attention, rotary embedding, mixture-of-experts combine, roi_align
-PART2 = ["flash_attention", "fused_rotary_position_embedding", "moe_combine"]
+PART2 = ["flash_attention", "fused_rotary_position_embedding", "moe_combine", "roi_align"]
 #: ops models need for which Paddle 3.3.1 records no rule (proven by execution in verify)
-PART2_GRADS = ["moe_combine_grad"]
+PART2_GRADS = ["moe_combine_grad", "roi_align_grad"]
 BEYOND_PADDLE = ["mean", "cast", "expand", "full", "full_like", "arange"]
 Results = tuple[dict[str, conformance.OpTally], list[conformance.CaseResult]]
 

@@ -46,6 +46,7 @@ from spmdrules.verify.cases.one_hot import one_hot
 from spmdrules.verify.cases.pad import pad
 from spmdrules.verify.cases.reduction import reduction
 from spmdrules.verify.cases.reshape import reshape
+from spmdrules.verify.cases.roi_align import roi_align
 from spmdrules.verify.cases.roll import roll
 from spmdrules.verify.cases.rotary import rotary
 from spmdrules.verify.cases.scatter import scatter_family
@@ -72,6 +73,7 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "attention": attention,
     "rotary": rotary,
     "moe": moe,
+    "roi_align": roi_align,
     "embedding": embedding,
     "cross_entropy": cross_entropy,
     "constant": constant,
