@@ -231,6 +231,7 @@ def llama_decoder(
     epsilon: float = 1e-6,
     annotate: bool = True,
     fused: bool = False,
+    sequence_parallel: bool = False,
 ) -> Graph:
     """A LLaMA decoder training step: RMSNorm, grouped-query attention with rotary embeddings and
     a causal mask, a SwiGLU MLP; embedding before the layers, final norm, LM head and loss after.
@@ -256,6 +257,12 @@ def llama_decoder(
     op's own); there is no mask. The
     rules split the heads over mp (and keep each q head group beside its KV head); the sequence
     stays whole inside attention, as flash_attention's rule requires.
+
+    With ``sequence_parallel`` (and ``annotate``) the embedding's output is annotated (dp, mp,
+    None) as well: completion then keeps the sequence split over mp wherever the rules allow it
+    (the norms, the residual adds; Megatron's sequence parallelism), gathers it before each
+    column-parallel projection (an all-gather) and splits the row-parallel results back by
+    sequence (a reduce-scatter) instead of all-reducing them.
 
     Tensor names: ``input_ids``, ``labels``, ``embed.weight``, ``layers.<i>.<part>.weight`` (parts
     attn_norm, q, k, v, o, mlp_norm, gate, up, down), ``final_norm.weight``, ``lm_head.weight``;
@@ -303,6 +310,8 @@ def llama_decoder(
                           name="rope.sin")
         allowed, blocked = (None, None) if fused else _causal_mask(seq)
         h = _one(ops.embedding(ids, emb, name="embed"))
+        if sequence_parallel:
+            sh(h, dp, mp, None)
         for i in range(num_layers):
             n = f"layers.{i}"
             w = {part: g.param(f"{n}.{part}.weight", shape) for part, shape in (
