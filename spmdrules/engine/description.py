@@ -13,6 +13,11 @@ letter (the Einsum notation, one string per tensor) and states the op's policy i
   all, in argument order; an index operand whose layout the op ignores is left out);
 * ``linear``: inputs the op is linear in, whose pending sums pass to the outputs unchanged;
 * ``divisible``: replicate a letter whose size its mesh dims do not divide;
+* ``claimed``: letters that merge (claim mesh dims, conflict) but are whole in every answer;
+* ``grouped``: letters of different sizes in different tensors (grouped-query heads), kept
+  only where their mesh dims divide every size;
+* ``reverse_merge``: the tensors (inputs, then outputs) whose letters decide in reverse;
+* ``replicated_dims``: dims of given tensors that merge but are replicated (a broadcast mask);
 * ``claim_broadcast``: a ``'1'`` dim's shard still claims its mesh dim (Paddle's shared ``'1'``
   letter: it is never sharded itself, but it keeps its mesh dim from the other letters, and two
   ``'1'`` dims on different mesh dims conflict); by default a ``'1'`` dim takes no part.
@@ -28,6 +33,7 @@ then its notation plus its policy, never two hand-written directions::
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import sys
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -67,6 +73,19 @@ class Description:
     linear: tuple[int, ...] = ()
     divisible: bool = False
     claim_broadcast: bool = False
+    #: letters that take part in the merge (they claim mesh dims, and a letter sharded two ways
+    #: is the op's conflict) but are whole in every answer (Paddle unshards them after merging)
+    claimed: frozenset[str] = frozenset()
+    #: letters whose size differs between tensors (grouped-query heads: q has h of them, k and v
+    #: h/g): a block of one pairs with the other's only when the letter's mesh dims divide every
+    #: size it has, else the letter is whole
+    grouped: frozenset[str] = frozenset()
+    #: the tensors whose letters decide in reverse, as indices into inputs + outputs (default:
+    #: every output, in order)
+    reverse_merge: tuple[int, ...] | None = None
+    #: (argument, dim) pairs, arguments indexed over inputs + outputs, that merge but are
+    #: replicated in the answer (a mask's size-1 heads dim, which broadcasts)
+    replicated_dims: frozenset[tuple[int, int]] = frozenset()
     #: names of the tensor arguments and outputs, for errors (filled by register_described)
     names: tuple[str, ...] = field(default=(), compare=False)
 
@@ -131,24 +150,60 @@ def _blank(ls: str, m: MultiDims, whole: frozenset[str], claim: bool = False) ->
 
 
 def _letter_map(
-    desc: Description, flat: Sequence[tuple[int, str, TensorSpec, str]], sources: Iterable[int] | None
+    desc: Description, flat: Sequence[tuple[int, str, TensorSpec, str]], sources: Iterable[int] | None,
+    every: Sequence[tuple[int, str, TensorSpec, str]] = (),
 ) -> LetterMap:
     # in the order ``merge`` gives them: the first to claim a mesh dim keeps it
     chosen = list(flat) if sources is None else [f for i in sources for f in flat if f[0] == i]
+    sizes_of = _grouped_sizes(desc.grouped, every or flat) if desc.grouped else None
     lm = einsum.merge(
-        [(ls, _blank(ls, t.attr.multi_dims_mapping, desc.whole, desc.claim_broadcast))
+        [(ls, _ungrouped(ls, _blank(ls, t.attr.multi_dims_mapping, desc.whole,
+                                    desc.claim_broadcast), sizes_of, t.attr.mesh.shape))
          for _, ls, t, _ in chosen],
         on_axis_conflict=desc.on_axis_conflict, names=[nm for *_, nm in chosen],
     )
     lm = einsum.resolve_mesh_conflicts(lm, desc.priority)
+    if desc.claimed:
+        lm = {ch: dims for ch, dims in lm.items() if ch not in desc.claimed}
     if desc.divisible:
         sizes = einsum.letter_sizes((ls, t.shape) for _, ls, t, _ in flat)
         lm = einsum.drop_indivisible(lm, sizes, flat[0][2].attr.mesh.shape if flat else ())
     return lm
 
 
-def _attr(t: TensorSpec, ls: str, lm: LetterMap, partial: PartialItems = ()) -> DistAttr:
+def _grouped_sizes(grouped: frozenset[str], tensors: Sequence[tuple[int, str, TensorSpec, str]]
+                   ) -> dict[str, set[int]]:
+    """Every size each grouped letter has over the tensors."""
+    sizes: dict[str, set[int]] = {ch: set() for ch in grouped}
+    for _, ls, t, _ in tensors:
+        for ch, n in zip(ls, t.shape, strict=True):
+            if ch in sizes:
+                sizes[ch].add(n)
+    return sizes
+
+
+def _ungrouped(ls: str, m: MultiDims, sizes_of: dict[str, set[int]] | None,
+               mesh_shape: tuple[int, ...]) -> MultiDims:
+    """The mapping without a grouped letter's claim that does not divide every size it has (a
+    block of q's heads must meet the k head its group shares), before any merge."""
+    if not sizes_of:
+        return m
+    out = list(m)
+    for p, ch in enumerate(ls):
+        if out[p] and ch in sizes_of:
+            count = 1
+            for d in out[p]:
+                count *= mesh_shape[d]
+            if any(n % count for n in sizes_of[ch]):
+                out[p] = ()
+    return tuple(out)
+
+
+def _attr(t: TensorSpec, ls: str, lm: LetterMap, partial: PartialItems = (),
+          i: int = -1, replicated: frozenset[tuple[int, int]] = frozenset()) -> DistAttr:
     m = einsum.mapping_for(ls, lm)
+    if replicated:
+        m = tuple(() if (i, p) in replicated else dims for p, dims in enumerate(m))
     a = t.attr
     if a._mdm == m and a._partial == partial:
         return a
@@ -215,7 +270,9 @@ def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
                 for d, rt in items:
                     partial.setdefault(d, rt)
     out_partial: PartialItems = tuple(sorted(partial.items())) if partial else ()
-    ins = _rebuild(desc.inputs, args, lambda i, ls, t: _attr(t, ls, lm, linear_partial.get(i, ())))
+    rep = desc.replicated_dims
+    ins = _rebuild(desc.inputs, args,
+                   lambda i, ls, t: _attr(t, ls, lm, linear_partial.get(i, ()), i, rep))
     return SpmdInfo(ins, _out_attrs(desc, flat[0][2].attr.mesh, lm, out_partial))
 
 
@@ -223,10 +280,16 @@ def infer_reverse(desc: Description, args: Sequence[Arg], outputs: Sequence[Arg]
     """The outputs' letters merged; every input read off them; outputs lose their partials."""
     out_names = desc.names[len(desc.inputs):]
     flat_out = _flat(desc.outputs, outputs, out_names, "outputs")
-    _flat(desc.inputs, args, desc.names, "inputs")  # ranks checked
-    lm = _letter_map(desc, flat_out, None)
-    ins = _rebuild(desc.inputs, args, lambda _i, ls, t: _attr(t, ls, lm))
-    outs = _rebuild(desc.outputs, outputs, lambda _i, ls, t: _attr(t, ls, lm))
+    flat_in = _flat(desc.inputs, args, desc.names, "inputs")  # ranks checked
+    n = len(desc.inputs)
+    every = [*flat_in, *((i + n, ls, t, nm) for i, ls, t, nm in flat_out)]
+    if desc.reverse_merge is None:
+        lm = _letter_map(desc, flat_out, None, every)
+    else:
+        lm = _letter_map(desc, every, desc.reverse_merge)
+    rep = desc.replicated_dims
+    ins = _rebuild(desc.inputs, args, lambda i, ls, t: _attr(t, ls, lm, (), i, rep))
+    outs = _rebuild(desc.outputs, outputs, lambda i, ls, t: _attr(t, ls, lm, (), i + n, rep))
     return SpmdInfo(ins, outs)
 
 
@@ -329,10 +392,7 @@ def register_described(
         shapes = tuple(map(_shape_of, args))
         kw = {a: v for a, v in zip(attr_names, values, strict=True) if a in wanted}
         d = describe(*shapes, **kw)
-        d = Description(
-            d.inputs, d.outputs, d.whole, d.pending, d.on_axis_conflict, d.priority, d.merge,
-            d.linear, d.divisible, d.claim_broadcast, names,
-        )
+        d = dataclasses.replace(d, names=names)
         entry = (d, compile_plan(d))
         if k is not None:
             if len(cache) >= DESCRIBE_CACHE:

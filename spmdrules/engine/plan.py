@@ -42,6 +42,14 @@ class Description(Protocol):
     def divisible(self) -> bool: ...
     @property
     def claim_broadcast(self) -> bool: ...
+    @property
+    def claimed(self) -> frozenset[str]: ...
+    @property
+    def grouped(self) -> frozenset[str]: ...
+    @property
+    def reverse_merge(self) -> tuple[int, ...] | None: ...
+    @property
+    def replicated_dims(self) -> frozenset[tuple[int, int]]: ...
 
 #: per merged tensor: (argument index, its letters, the dims that take part in the merge)
 Merged = tuple[tuple[int, str, tuple[int, ...]], ...]
@@ -138,7 +146,8 @@ class Plan:
 
 def compile_plan(desc: Description) -> Plan:
     single = all(ls is None or isinstance(ls, str) for ls in (*desc.inputs, *desc.outputs))
-    fast = single and not desc.linear and not desc.divisible
+    fast = (single and not desc.linear and not desc.divisible and not desc.grouped
+            and desc.reverse_merge is None and not desc.replicated_dims and not desc.claimed)
     kept = frozenset("".join(ls for ls in desc.outputs if isinstance(ls, str)))
 
     def merged(letters: Sequence[str | None], order: Sequence[int]) -> Merged:

@@ -230,6 +230,8 @@ def llama_decoder(
     rope_base: float = 10000.0,
     epsilon: float = 1e-6,
     annotate: bool = True,
+    fused: bool = False,
+    sequence_parallel: bool = False,
 ) -> Graph:
     """A LLaMA decoder training step: RMSNorm, grouped-query attention with rotary embeddings and
     a causal mask, a SwiGLU MLP; embedding before the layers, final norm, LM head and loss after.
@@ -247,6 +249,20 @@ def llama_decoder(
     and up weights column-parallel on mp, the o and down weights row-parallel on mp (so each layer
     ends its attention and its MLP with one all-reduce); the embedding vocab-parallel; the LM head
     (None, mp). Everything else is left to completion, which puts the heads on mp.
+
+    With ``fused``, each layer's RoPE is a ``fused_rotary_position_embedding`` of q and one of k
+    (``layers.<i>.q.rope``, ``layers.<i>.k.rope``: rotate-half style, the same tables) and its
+    attention core one ``flash_attention`` of q, k and the KV heads as they are
+    (``layers.<i>.attention``, causal, ``is_test``: no dropout; the grouped-query heads are the
+    op's own); there is no mask. The
+    rules split the heads over mp (and keep each q head group beside its KV head); the sequence
+    stays whole inside attention, as flash_attention's rule requires.
+
+    With ``sequence_parallel`` (and ``annotate``) the embedding's output is annotated (dp, mp,
+    None) as well: completion then keeps the sequence split over mp wherever the rules allow it
+    (the norms, the residual adds; Megatron's sequence parallelism), gathers it before each
+    column-parallel projection (an all-gather) and splits the row-parallel results back by
+    sequence (a reduce-scatter) instead of all-reducing them.
 
     Tensor names: ``input_ids``, ``labels``, ``embed.weight``, ``layers.<i>.<part>.weight`` (parts
     attn_norm, q, k, v, o, mlp_norm, gate, up, down), ``final_norm.weight``, ``lm_head.weight``;
@@ -292,15 +308,10 @@ def llama_decoder(
                           name="rope.cos")
         sin = ops.reshape(ops.sin(ang, name="rope.sin_table"), shape=[1, seq, 1, hd],
                           name="rope.sin")
-        # causal mask [1, 1, seq, seq]: True on and below the diagonal, where a query may look
-        ones = ops.full(shape=[seq, seq], value=1.0, dtype="float64", name="mask.ones")
-        future = ops.cast(ops.triu(ones, diagonal=1, name="mask.triu"), "bool", name="mask.future")
-        allowed = ops.reshape(ops.logical_not(future, name="mask.allowed"),
-                              shape=[1, 1, seq, seq], name="mask")
-        blocked = ops.full(shape=[1, 1, seq, seq], value=-1e9, dtype="float64",
-                           name="mask.fill")
-
+        allowed, blocked = (None, None) if fused else _causal_mask(seq)
         h = _one(ops.embedding(ids, emb, name="embed"))
+        if sequence_parallel:
+            sh(h, dp, mp, None)
         for i in range(num_layers):
             n = f"layers.{i}"
             w = {part: g.param(f"{n}.{part}.weight", shape) for part, shape in (
@@ -321,17 +332,17 @@ def llama_decoder(
                             name=f"{n}.k_heads")
             v = ops.reshape(ops.matmul(x, w["v"], name=f"{n}.v"), shape=[0, 0, kv_heads, hd],
                             name=f"{n}.v_heads")
-            q = _rope(q, cos, sin, half, f"{n}.q")
-            k = _rope(k, cos, sin, half, f"{n}.k")
-            k, v = (_repeat_kv(t, groups, heads, hd, f"{n}.{t_n}") for t, t_n in ((k, "k"), (v, "v")))
-            q, k, v = (ops.transpose(t, perm=[0, 2, 1, 3], name=f"{n}.{t_n}_t")
-                       for t, t_n in ((q, "q"), (k, "k"), (v, "v")))
-            s = ops.matmul(q, k, trans_y=True, name=f"{n}.scores")
-            s = ops.scale(s, scale=1.0 / math.sqrt(hd), name=f"{n}.scaled")
-            s = ops.where(allowed, s, blocked, name=f"{n}.masked")
-            p = ops.softmax(s, axis=-1, name=f"{n}.probs")
-            c = ops.transpose(ops.matmul(p, v, name=f"{n}.context"), perm=[0, 2, 1, 3],
-                              name=f"{n}.context_t")
+            if fused:
+                # one call each: the op rotates tensors of q's shape, and k has fewer heads
+                q, k = (ops.fused_rotary_position_embedding(
+                    t, None, None, sin, cos, None, use_neox_rotary_style=False,
+                    rotary_emb_base=rope_base, name=f"{n}.{t_n}.rope")[0]
+                    for t, t_n in ((q, "q"), (k, "k")))
+                c = ops.flash_attention(q, k, v, None, None, causal=True, is_test=True,
+                                        name=f"{n}.attention")[0]
+            else:
+                assert allowed is not None and blocked is not None
+                c = _attention(q, k, v, cos, sin, allowed, blocked, half, groups, heads, hd, n)
             c = ops.reshape(c, shape=[0, 0, hidden], name=f"{n}.merge")
             h = _one(ops.add(h, ops.matmul(c, w["o"], name=f"{n}.o"), name=f"{n}.residual1"))
 
@@ -349,6 +360,33 @@ def llama_decoder(
         _, loss = ops.cross_entropy_with_softmax(logits, labels, axis=-1, name="loss.cross_entropy")
         ops.mean_all(loss, name="loss")
     return g
+
+
+def _causal_mask(seq: int) -> tuple[Tensor, Tensor]:
+    """The causal mask [1, 1, seq, seq] (True on and below the diagonal, where a query may look)
+    and the score that replaces a blocked one."""
+    ones = ops.full(shape=[seq, seq], value=1.0, dtype="float64", name="mask.ones")
+    future = ops.cast(ops.triu(ones, diagonal=1, name="mask.triu"), "bool", name="mask.future")
+    allowed = ops.reshape(ops.logical_not(future, name="mask.allowed"),
+                          shape=[1, 1, seq, seq], name="mask")
+    blocked = ops.full(shape=[1, 1, seq, seq], value=-1e9, dtype="float64", name="mask.fill")
+    return _one(allowed), _one(blocked)
+
+
+def _attention(q: Tensor, k: Tensor, v: Tensor, cos: Tensor, sin: Tensor, allowed: Tensor,
+               blocked: Tensor, half: int, groups: int, heads: int, hd: int, n: str) -> Tensor:
+    """RoPE on q and k, the KV heads repeated, masked softmax attention: [b, s, heads, hd]."""
+    q = _rope(q, cos, sin, half, f"{n}.q")
+    k = _rope(k, cos, sin, half, f"{n}.k")
+    k, v = (_repeat_kv(t, groups, heads, hd, f"{n}.{t_n}") for t, t_n in ((k, "k"), (v, "v")))
+    q, k, v = (ops.transpose(t, perm=[0, 2, 1, 3], name=f"{n}.{t_n}_t")
+               for t, t_n in ((q, "q"), (k, "k"), (v, "v")))
+    s = ops.matmul(q, k, trans_y=True, name=f"{n}.scores")
+    s = ops.scale(s, scale=1.0 / math.sqrt(hd), name=f"{n}.scaled")
+    s = ops.where(allowed, s, blocked, name=f"{n}.masked")
+    p = ops.softmax(s, axis=-1, name=f"{n}.probs")
+    return _one(ops.transpose(ops.matmul(p, v, name=f"{n}.context"), perm=[0, 2, 1, 3],
+                              name=f"{n}.context_t"))
 
 
 def _repeat_kv(t: Tensor, groups: int, heads: int, hd: int, n: str) -> Tensor:

@@ -88,3 +88,88 @@ def test_forward_and_reverse_on_4_mpi_ranks_equal_serial_numpy_with_the_plans_by
     sim = run_simulated(gp, feeds)
     for b in gp.grads.values():
         np.testing.assert_allclose(run.values[b], sim.fetch(b), rtol=1e-12, atol=1e-12)
+
+
+# ---- fused=True: fused_rotary_position_embedding and flash_attention (issue 12) ----------------
+def test_fused_block_completes_with_the_heads_on_mp_and_the_same_all_reduces() -> None:
+    layers = 2
+    g = examples.llama_decoder(layers, MESH, fused=True, **SIZES)
+    types = {op.type for op in g.ops}
+    assert {"flash_attention", "fused_rotary_position_embedding"} <= types
+    assert not {"where", "triu", "tile", "softmax", "slice"} & types
+    attn = g.op("layers.0.attention")
+    assert attn.attr("causal") is True and attn.attr("is_test") is True
+    assert g.op("layers.0.q.rope").attr("use_neox_rotary_style") is False
+    r = complete(g)
+    assert r.converged
+    for i in range(layers):
+        n = f"layers.{i}"
+        for t in ("q_heads", "k_heads", "v_heads", "q.rope.out_q", "k.rope.out_q",
+                  "attention.out"):
+            assert r.attr(f"{n}.{t}") == A([0, -1, 1, -1]), t  # [b, s, heads, d]: heads on mp
+        assert r.attr(f"{n}.attention.softmax_lse") == A([0, 1, -1])
+        assert r.attr(f"{n}.o") == r.attr(f"{n}.down") == A([0, -1, -1], {1: "sum"})
+    assert [(e.tensor, e.op) for e in r.reshards] == [("embed", "embed")] + [
+        (f"layers.{i}.{m}", f"layers.{i}.residual{k}") for i in range(layers)
+        for m, k in (("o", 1), ("down", 2))]
+
+
+def test_fused_block_computes_the_unfused_one() -> None:
+    fused = examples.llama_decoder(1, MESH, fused=True, **SIZES)
+    plain = examples.llama_decoder(1, MESH, **SIZES)
+    feeds = random_feeds(lower(complete(plain)), seed=3, vocab_limits=LIMITS)
+    a, b = run_serial(fused, feeds), run_serial(plain, feeds)
+    np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-12)
+    np.testing.assert_allclose(a["layers.0.merge"], b["layers.0.merge"], atol=1e-12)
+
+
+@pytest.mark.timeout(240)
+def test_fused_forward_and_reverse_on_4_mpi_ranks_equal_serial_numpy_with_the_plans_bytes(
+) -> None:
+    g = examples.llama_decoder(2, MESH, fused=True, **SIZES)
+    prog = lower(complete(g))
+    loss = prog.tensors[-1]
+    gp = gradient_program(prog, [loss])
+    feeds = random_feeds(prog, seed=2, vocab_limits=LIMITS)
+    seeds = {loss: np.asarray(1.0)}
+    feeds[gp.seeds[loss]] = seeds[loss]
+    run = run_mpi(gp, feeds, nprocs=4, fetch=[*prog.tensors, *gp.grads.values()], timeout=200)
+    err, worst = max_error({n: run.values[n] for n in prog.tensors}, run_serial(g, feeds))
+    assert err <= 1e-12, (worst, err)
+    grads = {t: run.values[b] for t, b in gp.grads.items()}
+    checks = check_gradients(g, feeds, seeds, grads, directions=1, entries=1)
+    assert max(c.error for c in checks) <= 1e-7
+    assert run.traffic.mismatches(gp) == []  # bytes sent equal the plans', forward and reverse
+    sim = run_simulated(gp, feeds)
+    for b in gp.grads.values():
+        np.testing.assert_allclose(run.values[b], sim.fetch(b), rtol=1e-12, atol=1e-12)
+
+
+def test_fused_sequence_parallel_splits_norms_and_residuals_by_sequence() -> None:
+    r = complete(examples.llama_decoder(2, MESH, fused=True, sequence_parallel=True, **SIZES))
+    assert r.converged
+    for i in range(2):
+        n = f"layers.{i}"
+        assert r.attr(f"{n}.residual1") == r.attr(f"{n}.residual2") == A([0, 1, -1])  # [b, s, h]
+        assert r.attr(f"{n}.attention.out") == A([0, -1, 1, -1])  # whole sequence, heads on mp
+    kinds = sorted(s.kind for p in r.plans() for s in p.steps)
+    # the embedding's and each row-parallel result's sum reduce-scattered by sequence; each
+    # column-parallel projection (and the LM head) reads an all-gathered input
+    assert kinds == ["all_gather"] * 5 + ["reduce_scatter"] * 5
+
+
+@pytest.mark.timeout(240)
+def test_fused_sequence_parallel_on_4_mpi_ranks_equals_serial_with_the_plans_bytes() -> None:
+    g = examples.llama_decoder(1, MESH, fused=True, sequence_parallel=True, **SIZES)
+    prog = lower(complete(g))
+    loss = prog.tensors[-1]
+    gp = gradient_program(prog, [loss])
+    feeds = random_feeds(prog, seed=4, vocab_limits=LIMITS)
+    feeds[gp.seeds[loss]] = np.asarray(1.0)
+    run = run_mpi(gp, feeds, nprocs=4, fetch=[*prog.tensors, *gp.grads.values()], timeout=200)
+    err, worst = max_error({n: run.values[n] for n in prog.tensors}, run_serial(g, feeds))
+    assert err <= 1e-12, (worst, err)
+    grads = {t: run.values[b] for t, b in gp.grads.items()}
+    checks = check_gradients(g, feeds, {loss: np.asarray(1.0)}, grads, directions=1, entries=1)
+    assert max(c.error for c in checks) <= 1e-7
+    assert run.traffic.mismatches(gp) == []

@@ -140,8 +140,30 @@ CASES: dict[str, Build] = {
         accumulate=False),
     "index_put-accumulate": lambda g: ops.index_put(_f(g, "x", [3, 4]), [
         g.input("index", [6], "int64")], _f(g, "value", [6, 1]), accumulate=True),
+    "flash_attention": lambda g: ops.flash_attention(
+        _f(g, "q", [2, 3, 4, 3]), _f(g, "k", [2, 5, 2, 3]), _f(g, "v", [2, 5, 2, 2]), None,
+        _f(g, "attn_mask", [1, 4, 3, 5]), is_test=True),
+    "flash_attention-causal": lambda g: ops.flash_attention(
+        _f(g, "q", [1, 3, 2, 2]), _f(g, "k", [1, 4, 2, 2]), _f(g, "v", [1, 4, 2, 3]), None,
+        _f(g, "attn_mask", [1, 1, 3, 4]), causal=True),
+    "fused_rope": lambda g: ops.fused_rotary_position_embedding(
+        _f(g, "q", [2, 3, 2, 4]), _f(g, "k", [2, 3, 2, 4]), None, _f(g, "sin", [1, 3, 1, 4]),
+        _f(g, "cos", [1, 3, 1, 4]), None, use_neox_rotary_style=False),
+    "fused_rope-ids": lambda g: ops.fused_rotary_position_embedding(
+        _f(g, "q", [3, 2, 2, 4]), None, _f(g, "v", [3, 2, 2, 4]), _f(g, "sin", [8, 4]),
+        _f(g, "cos", [8, 4]), g.input("position_ids", [2, 3], "int64"), time_major=True),
+    "fused_rope-computed": lambda g: ops.fused_rotary_position_embedding(
+        _f(g, "q", [2, 3, 2, 6]), None, None, None, None, None),
+    "moe_combine": lambda g: ops.moe_combine(_f(g, "x", [4, 3]), _f(g, "w", [5, 2]),
+                                             g.input("index", [5, 2], "int64")),
+    "roi_align": lambda g: ops.roi_align(_f(g, "x", [2, 3, 5, 4]), _f(g, "boxes", [3, 4]),
+                                         g.input("boxes_num", [2], "int64"), pooled_height=2,
+                                         pooled_width=2, spatial_scale=0.5, sampling_ratio=2,
+                                         aligned=True),
     **{f"unary-{name}": _unary(name) for name in sorted(DERIVATIVES)},
 }
+#: float inputs that are constants of their op (Paddle's backward gives them no gradient)
+CONSTANT_INPUTS = {("roi_align", "boxes")}
 #: ops without operands: nothing to differentiate (their VJP answers no cotangent at all)
 SOURCES = {"full", "arange"}
 #: ops whose every input is integer: no float input to check (their VJP answers None for it)
@@ -152,7 +174,15 @@ def _values(op: Op, rng: np.random.Generator) -> dict[str, Any]:
     vals: dict[str, Any] = {}
     for v in op.operands:
         for t in (() if v is None else (v,) if isinstance(v, Tensor) else v):
-            if t.dtype == "bool":
+            if op.type == "roi_align" and t.name in ("boxes", "boxes_num"):
+                n = op.operands[0].shape[0]  # type: ignore[union-attr]
+                rois = op.operands[1].shape[0]  # type: ignore[union-attr]
+                vals[t.name] = (np.asarray([rois - rois // n * (n - 1)] + [rois // n] * (n - 1))
+                                if t.name == "boxes_num"
+                                # x1, y1 below x2, y2
+                                else np.sort(rng.uniform(0.0, 8.0, (rois, 2, 2)), axis=1)
+                                .reshape(rois, 4))
+            elif t.dtype == "bool":
                 vals[t.name] = rng.random(t.shape) > 0.5
             elif t.dtype == "int64":
                 hi = 3 if t.name.startswith("index") else (6 if t.name == "label" else 7)
@@ -193,6 +223,9 @@ def test_vjp_matches_numerical_derivative(case: str) -> None:
 
     checked = 0
     for t in _flat(op.operands):
+        if (op.type, t.name) in CONSTANT_INPUTS:
+            assert grads.get(t.name) is None, f"{case}: constant {t.name!r} got a cotangent"
+            continue
         if np.asarray(values[t.name]).dtype.kind != "f":
             assert t.name not in grads, f"{case}: integer {t.name!r} got a cotangent"
             continue

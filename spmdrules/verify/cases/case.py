@@ -49,7 +49,9 @@ _DOMAIN_DTYPES: Final[Mapping[str, str]] = {
 
 
 def domain_dtype(domain: str) -> str:
-    return "int64" if domain.startswith("index:") else _DOMAIN_DTYPES[domain]
+    if domain.startswith(("index:", "counts:")):
+        return "int64"
+    return "float64" if domain.startswith("boxes:") else _DOMAIN_DTYPES[domain]
 
 
 def draw_values(domain: str, shape: Shape, rng: Rng) -> Array:
@@ -77,6 +79,15 @@ def _values(domain: str, shape: Shape, rng: Rng) -> Any:
         return rng.integers(-8, 8, shape).astype(np.int64)
     if domain.startswith("index:"):
         return rng.integers(0, int(domain[6:]), shape).astype(np.int64)
+    if domain.startswith("boxes:"):  # "boxes:H:W": boxes x1, y1, x2, y2 about an H x W image
+        h, w = (int(v) for v in domain.split(":")[1:])
+        lo = rng.uniform(-0.5, 1.0, (shape[0], 2)) * np.array([w, h]) * 0.8
+        size = rng.uniform(0.3, 1.2, (shape[0], 2)) * np.array([w, h])
+        return np.concatenate([lo, lo + size], axis=1)
+    if domain.startswith("counts:"):  # "counts:N:R": N counts that sum to R (boxes per image)
+        n, total = (int(v) for v in domain.split(":")[1:])
+        cuts = np.sort(rng.integers(0, total + 1, n - 1))
+        return np.diff(np.concatenate([[0], cuts, [total]])).astype(np.int64)
     raise ValueError(f"unknown value domain {domain!r}")
 
 

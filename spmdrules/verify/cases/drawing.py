@@ -13,6 +13,7 @@ from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import TensorSpec
 from spmdrules.engine.registry import Rule, get_rule
 from spmdrules.graph.shapes.shape_rule import TensorMeta, infer_meta
+from spmdrules.verify.cases.attention import attention
 from spmdrules.verify.cases.case import (
     Arg,
     Case,
@@ -39,12 +40,15 @@ from spmdrules.verify.cases.embedding import embedding
 from spmdrules.verify.cases.gather import gather
 from spmdrules.verify.cases.generic import REPLICATED_STAND_INS, data_parallel_draft
 from spmdrules.verify.cases.matmul import matmul
+from spmdrules.verify.cases.moe import moe
 from spmdrules.verify.cases.norm import norm
 from spmdrules.verify.cases.one_hot import one_hot
 from spmdrules.verify.cases.pad import pad
 from spmdrules.verify.cases.reduction import reduction
 from spmdrules.verify.cases.reshape import reshape
+from spmdrules.verify.cases.roi_align import roi_align
 from spmdrules.verify.cases.roll import roll
+from spmdrules.verify.cases.rotary import rotary
 from spmdrules.verify.cases.scatter import scatter_family
 from spmdrules.verify.cases.selection import selection
 from spmdrules.verify.cases.slice import slice_family
@@ -66,6 +70,10 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "transpose": transpose,
     "softmax": softmax,
     "norm": norm,
+    "attention": attention,
+    "rotary": rotary,
+    "moe": moe,
+    "roi_align": roi_align,
     "embedding": embedding,
     "cross_entropy": cross_entropy,
     "constant": constant,
