@@ -41,10 +41,14 @@ def aten(*names: str) -> Callable[[Converter], Converter]:
 
 
 def nearest(op: str) -> list[str]:
-    """The mapped ATen ops closest to ``op`` (by name, then by op family)."""
+    """The mapped ATen ops closest to ``op``: its other overloads, then by name."""
     base = op.split(".")[0]
-    close = difflib.get_close_matches(op, list(ATEN), n=3, cutoff=0.5)
-    same = [k for k in ATEN if k.split(".")[0] == base and k not in close]
+    first: dict[str, str] = {}
+    for k in ATEN:
+        first.setdefault(k.split(".")[0], k)
+    same = [k for k in ATEN if k.split(".")[0] == base]
+    close = [first[b] for b in difflib.get_close_matches(base, list(first), n=3, cutoff=0.4)
+             if b != base]
     return [f"aten.{k}" for k in (same + close)[:3]]
 
 
@@ -413,10 +417,10 @@ def _mean(c: Ctx, a: dict[str, Any]) -> Tensor:
     return c.call("mean", x, axis=_dims(x, a["dim"]), keepdim=bool(a["keepdim"]))
 
 
-@aten("sum.dim_IntList")
+@aten("sum.dim_IntList", "sum.default")
 def _sum(c: Ctx, a: dict[str, Any]) -> Tensor:
     x = c.cast(a["self"], c.dtype)
-    return c.call("sum", x, axis=_dims(x, a["dim"]), keepdim=bool(a["keepdim"]))
+    return c.call("sum", x, axis=_dims(x, a.get("dim")), keep_dim=bool(a.get("keepdim")))
 
 
 @aten("cumsum.default")

@@ -41,7 +41,6 @@ from spmdrules.importers.errors import (
 
 Array = NDArray[Any]
 TORCH_VERSION = "2.13.0"
-_CONTROL_FLOW = ("cond", "while_loop", "map_impl", "scan", "associative_scan")
 
 
 def _torch() -> Any:
@@ -131,6 +130,7 @@ class _Importer:
         ep, g = self.ep, self.graph
         sig = ep.graph_signature
         self._check_mutations(sig)
+        self._check_control_flow(ep.graph)
         kinds = {s.arg.name: s for s in sig.input_specs}
         state = {**ep.state_dict, **getattr(ep, "constants", {})}
         with g:
@@ -146,12 +146,6 @@ class _Importer:
                         self.env[node.name] = v
                         continue
                     tname = getattr(target, "__name__", str(target))
-                    if tname in _CONTROL_FLOW or "higher_order" in str(getattr(
-                            target, "__module__", "")):
-                        raise ControlFlowError(
-                            f"node {node.name!r}: {tname} is control flow; spmdrules plans "
-                            "straight-line programs. Export a branch-free model (fix the "
-                            "branch by the example inputs) instead")
                     if tname.startswith("_assert") or tname in ("sym_constrain_range_for_size",):
                         continue  # a runtime check on metadata export already proved
                     if tname.split(".")[0].endswith("_") and not tname.startswith("_"):
@@ -208,6 +202,16 @@ class _Importer:
                 raise DynamicShapeError(
                     f"node {node.name!r}: shape {list(v.shape)} is symbolic; export with static "
                     "shapes (no dynamic_shapes), one graph per shape")
+
+    def _check_control_flow(self, graph: Any) -> None:
+        """Before anything is mapped: a higher-order op (cond, while_loop, map, scan) anywhere."""
+        hop = self.torch._ops.HigherOrderOperator
+        for node in graph.nodes:
+            if node.op == "call_function" and isinstance(node.target, hop):
+                raise ControlFlowError(
+                    f"node {node.name!r}: {node.target.__name__} is control flow; spmdrules plans "
+                    "straight-line programs. Export a branch-free model (fix the branch by the "
+                    "example inputs) instead")
 
     def _check_mutations(self, sig: Any) -> None:
         for s in sig.output_specs:
