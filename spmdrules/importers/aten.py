@@ -259,11 +259,6 @@ def _dropout(c: Ctx, a: dict[str, Any]) -> Tensor:
     return x
 
 
-@aten("native_dropout.default")
-def _native_dropout(c: Ctx, a: dict[str, Any]) -> tuple[Tensor, ...]:
-    raise c.fail("train-mode dropout is random; export the model in eval mode")
-
-
 # ---- creation: constant sources -----------------------------------------------------------------
 @aten("full.default", "zeros.default", "ones.default", "new_ones.default", "new_zeros.default",
       "new_full.default", "full_like.default", "zeros_like.default", "ones_like.default",

@@ -136,3 +136,33 @@ def test_spmdrules_imports_without_torch_and_the_importer_says_how_to_get_it() -
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "pip install 'spmdrules[torch]' (torch==2.13.0" in run.stdout
+
+
+def test_the_docs_list_every_mapped_op() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "importers.md").read_text()
+    assert [k for k in sorted(ATEN) if f"`{k}`" not in text] == []
+
+
+class Elementwise(nn.Module):
+    """The elementwise, comparison and shape ops the decoders do not use, against torch."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        a = torch.maximum(x, y) - torch.minimum(x, y) / (y.abs() + 1.0)
+        b = torch.exp(-x.abs()) + torch.log(y.abs() + 1) + torch.erf(x) + torch.sqrt(y.abs())
+        c = torch.relu(x) * torch.sigmoid(y) + torch.floor(x) - torch.ceil(y) + torch.sign(x)
+        m = ((x > 0) & (y <= 0)) | ~(x == y) | (x >= 1.5) | (y < -1.5)
+        d = torch.where(m, a, b) + (1.0 - c) + torch.ones_like(x) * 2 + torch.zeros_like(y)
+        e = torch.div(d, 3.0, rounding_mode="floor") + d.transpose(0, 1).t()
+        f = e.unsqueeze(0).squeeze(0).sum(dim=-1, keepdim=True) + e.sum() / 7
+        return torch.log_softmax(f * e, dim=0) + 1.0 / (e.abs() + 1.0)
+
+
+def test_elementwise_comparison_and_shape_ops_equal_torch() -> None:
+    torch.manual_seed(1)
+    x, y = torch.randn(5, 5), torch.randn(5, 5)
+    m = Elementwise()
+    imp = torch_import.export(m, (x, y))
+    got = run_serial(imp.graph, imp.feeds(x, y))[imp.outputs[0]]
+    np.testing.assert_allclose(got, m(x, y).numpy(), rtol=1e-5, atol=1e-5)
