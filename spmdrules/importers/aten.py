@@ -23,6 +23,7 @@ from spmdrules.graph.nodes import Op, Tensor
 from spmdrules.importers.errors import UnmappedOpError
 
 Converter = Callable[["Ctx", dict[str, Any]], Any]
+TensorConverter = Callable[["Ctx", dict[str, Any]], Tensor]
 #: ATen "name.overload" (``mm.default``, ``add.Tensor``) -> converter
 ATEN: dict[str, Converter] = {}
 
@@ -283,7 +284,7 @@ def _arange(c: Ctx, a: dict[str, Any]) -> Tensor:
 
 
 # ---- elementwise --------------------------------------------------------------------------------
-def _binary(op_type: str) -> Converter:
+def _binary(op_type: str) -> TensorConverter:
     def convert(c: Ctx, a: dict[str, Any]) -> Tensor:
         x, y = a["self"], a["other"]
         dt = c.common(x, y)
@@ -319,7 +320,7 @@ def _div_mode(c: Ctx, a: dict[str, Any]) -> Tensor:
     return _binary("trunc_divide")(c, a)
 
 
-def _compare(op_type: str, negate: bool) -> Converter:
+def _compare(op_type: str, negate: bool) -> TensorConverter:
     def convert(c: Ctx, a: dict[str, Any]) -> Tensor:
         x, y = a["self"], a["other"]
         dt = c.common(x, y)
@@ -329,13 +330,13 @@ def _compare(op_type: str, negate: bool) -> Converter:
     return convert
 
 
-for _names2, _op2, _neg in ((("ne.Tensor", "ne.Scalar"), "not_equal", False),
+for _names2, _op2, _negate in ((("ne.Tensor", "ne.Scalar"), "not_equal", False),
                             (("eq.Tensor", "eq.Scalar"), "not_equal", True),
                             (("lt.Tensor", "lt.Scalar"), "less_than", False),
                             (("gt.Tensor", "gt.Scalar"), "greater_than", False),
                             (("le.Tensor", "le.Scalar"), "greater_than", True),
                             (("ge.Tensor", "ge.Scalar"), "less_than", True)):
-    aten(*_names2)(_compare(_op2, _neg))
+    aten(*_names2)(_compare(_op2, _negate))
 
 
 @aten("bitwise_and.Tensor", "logical_and.default", "__and__.Tensor")
@@ -372,7 +373,7 @@ _UNARY = {"rsqrt": "rsqrt", "sqrt": "sqrt", "exp": "exp", "log": "log", "cos": "
           "ceil": "ceil"}
 
 
-def _unary(op_type: str) -> Converter:
+def _unary(op_type: str) -> TensorConverter:
     def convert(c: Ctx, a: dict[str, Any]) -> Tensor:
         return c.call(op_type, c.cast(a["self"], c.dtype))
     return convert

@@ -164,7 +164,8 @@ def _annotation(t: Tensor, mesh: ProcessMesh, spec: Any, style: Style, priority:
     probe = Graph("probe")
     p = probe.input("probe", t.shape, t.dtype)
     partial, closed = (style.partial, style.closed) if isinstance(style, Spec) else (None, True)
-    kwargs = {"partial": partial, "priority": priority, "closed": closed, "source": source}
+    kwargs: dict[str, Any] = {"partial": partial, "priority": priority, "closed": closed,
+                              "source": source}
     try:
         shard(p, mesh, spec, **kwargs)
     except PlanError:

@@ -94,7 +94,7 @@ def test_dynamic_shapes_are_refused_naming_the_node() -> None:
     m = nn.Linear(4, 4)
     batch = torch.export.Dim("batch", min=2)
     ep = torch.export.export(m, (torch.randn(3, 4),), dynamic_shapes=({0: batch},))
-    with pytest.raises(DynamicShapeError, match="node 'input': shape .* is symbolic"):
+    with pytest.raises(DynamicShapeError, match=r"node 'input': shape .* is symbolic"):
         torch_import.from_exported(ep)
 
 

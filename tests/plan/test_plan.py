@@ -113,13 +113,13 @@ def test_a_pattern_matching_nothing_is_an_error_with_suggestions() -> None:
 
 def test_conflicts_and_misfits_are_typed_errors() -> None:
     g = examples.mlp(MESH, batch=4, seq=8, hidden=16, ffn=32, annotate=False)
-    with pytest.raises(plan.PlanConflictError, match="tensor 'fc1.weight': plan entry 'fc1'"):
+    with pytest.raises(plan.PlanConflictError, match=r"tensor 'fc1\.weight': plan entry 'fc1'"):
         plan.apply(g, MESH, {"fc1": plan.ColwiseParallel(), "fc*": plan.RowwiseParallel()})
     with Graph("norm") as h:
         ops.multiply(h.input("x", [4, 8]), h.param("norm.weight", [8]))
-    with pytest.raises(plan.PlanTargetError, match="no matmul or embedding uses 'norm.weight'"):
+    with pytest.raises(plan.PlanTargetError, match=r"no matmul or embedding uses 'norm\.weight'"):
         plan.apply(h, MESH, {"norm": plan.ColwiseParallel()})
-    with pytest.raises(plan.PlanError, match="ColwiseParallel is a class; write ColwiseParallel()"):
+    with pytest.raises(plan.PlanError, match=r"ColwiseParallel is a class; write ColwiseParallel\(\)"):
         plan.apply(g, MESH, {"fc1": plan.ColwiseParallel})
     with pytest.raises(plan.PlanTargetError, match="names mesh dim 'tp'"):
         plan.apply(g, MESH, {"fc1": plan.ColwiseParallel(dim="tp")})
