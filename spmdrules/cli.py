@@ -17,6 +17,7 @@ from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.graph import examples
 from spmdrules.graph.exchange import dump, load
+from spmdrules.importers import sources
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -41,6 +42,12 @@ def _parser() -> argparse.ArgumentParser:
                                    "the reshards it causes.")
     e.add_argument("model", metavar="MODEL.json")
     e.add_argument("tensor", metavar="TENSOR", help="a tensor name, e.g. layers.0.attn.softmax")
+    i = sub.add_parser("import", help="import a model file into the JSON exchange format",
+                       description="Read SOURCE with the importer of its suffix ("
+                                   + ", ".join(sorted(sources.READERS)) + ") and write it as "
+                                   "a model file (docs/model.schema.json), unannotated.")
+    i.add_argument("source", metavar="SOURCE", help="e.g. model.pt2 (torch.export.save)")
+    i.add_argument("-o", "--output", metavar="OUT.json", required=True)
     x = sub.add_parser("example", help="write an example model (annotated, not completed)",
                        description="Write the GPT decoder or the Megatron MLP as a model file.")
     x.add_argument("which", choices=["gpt", "mlp"])
@@ -61,6 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.output:
                 dump(g, args.output)
                 print(f"wrote {args.output}")
+        elif args.command == "import":
+            g = sources.read(args.source)
+            dump(g, Path(args.output))
+            print(f"wrote {args.output}: {g!r}")
         elif args.command == "explain":
             g = load(args.model)
             print(explain(complete(g), g.tensor(args.tensor)))

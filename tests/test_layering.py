@@ -6,7 +6,8 @@ The import graph is read with ``ast`` from the installed package's files (the ``
 ``__init__`` running before its modules is not an edge (Python does that for every import).
 
 The layers, lowest first (``docs/architecture.md``): core, runtime (which may import only core),
-engine, rules, graph, completion, execution, then verify and conformance (which do not import each
+engine, rules, graph, then plan, importers and completion (which do not import each other),
+execution, then verify and conformance (which do not import each
 other), then the top package's own modules (the public face, cli, demo). A module may import its
 own layer and the layers below it.
 
@@ -46,6 +47,9 @@ RANKS: dict[str, int] = {
     "engine": 2,
     "rules": 3,
     "graph": 4,
+    # plans annotate graphs, importers build them: beside completion, and none imports another
+    "plan": 5,
+    "importers": 5,
     "completion": 5,
     "execution": 6,
     "verify": 7,

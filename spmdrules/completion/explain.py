@@ -70,6 +70,8 @@ def explain(result: Completion, tensor: Tensor | str) -> str:
             "open dims " + ", ".join(map(str, ann.open_dims)))
         lines.append(f"  annotated {ann.spec_str()} with priority {ann.priority} ({closed})"
                      + (f"; {o.note}" if o.note else ""))
+        if ann.source:
+            lines.append(f"  by {ann.source}")
     elif o.kind == "default":
         lines.append("  no annotation reaches it: replicated by default")
     else:

@@ -46,11 +46,13 @@ def shard(
     partial: Any = None,
     priority: int = 0,
     closed: bool | Iterable[int] = True,
+    source: str = "",
 ) -> Tensor:
     """Annotate ``tensor`` with how it is split over ``mesh``; returns the tensor.
 
     ``spec=None`` leaves every dim open (it only places the tensor on the mesh). Calling
-    ``shard`` again on the same tensor replaces its annotation.
+    ``shard`` again on the same tensor replaces its annotation. ``source`` says who asked for
+    it (``spmdrules.plan`` names its plan entry); ``explain`` repeats it.
 
     >>> from spmdrules.graph.graph import Graph
     >>> mesh = ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
@@ -73,7 +75,9 @@ def shard(
     part = _merge_partial(where, mesh, spec_partial, _parse_partial(where, mesh, partial))
     _check_reuse(where, tensor, mesh, dims, part)
     closed_flags = _closed_flags(where, tensor, dims, explicit, closed)
-    ann = Annotation(mesh, dims, closed_flags, tuple(part.items()), priority)
+    if not isinstance(source, str):
+        raise InvalidSpecError(f"{where}: source must be a str, got {source!r}")
+    ann = Annotation(mesh, dims, closed_flags, tuple(part.items()), priority, source)
     tensor.annotation = ann
     tensor.attr = ann.attr
     return tensor

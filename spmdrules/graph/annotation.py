@@ -44,13 +44,18 @@ class Annotation:
     ``attr`` is the DistAttr the annotation seeds (open dims replicated).
     """
 
-    __slots__ = ("_hash", "_key", "attr", "closed", "dims", "mesh", "partial", "priority")
+    __slots__ = (
+        "_hash", "_key", "attr", "closed", "dims", "mesh", "partial", "priority", "source",
+    )
 
     mesh: ProcessMesh
     dims: tuple[DimSpec, ...]
     closed: tuple[bool, ...]
     partial: PartialItems
     priority: int
+    #: who made it (a plan entry such as ``'*.q_proj': ColwiseParallel()``); "" for a direct
+    #: ``shard`` call. Provenance only: not part of the key, so it never changes completion.
+    source: str
     attr: DistAttr
     _key: tuple[Any, ...]
     _hash: int
@@ -62,6 +67,7 @@ class Annotation:
         closed: Sequence[bool],
         partial: PartialItems = (),
         priority: int = 0,
+        source: str = "",
     ) -> None:
         d = tuple(dims)
         c = tuple(closed)
@@ -72,6 +78,7 @@ class Annotation:
         object.__setattr__(self, "closed", c)
         object.__setattr__(self, "partial", tuple(sorted(partial)))
         object.__setattr__(self, "priority", priority)
+        object.__setattr__(self, "source", source)
         mdm = tuple(() if x is None else x for x in d)
         object.__setattr__(self, "attr", DistAttr._make(mesh, mdm, self.partial))
         # kept: completion compares and interns the annotations of every layer on every run
@@ -83,7 +90,8 @@ class Annotation:
         raise AttributeError("Annotation is immutable; call shard(...) again to replace it")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Annotation, (self.mesh, self.dims, self.closed, self.partial, self.priority))
+        return (Annotation,
+                (self.mesh, self.dims, self.closed, self.partial, self.priority, self.source))
 
     @property
     def ndim(self) -> int:

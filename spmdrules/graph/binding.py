@@ -23,14 +23,14 @@ from spmdrules.graph.nodes import OwnerGraph, Tensor
 from spmdrules.graph.opschema import OpSchema
 from spmdrules.graph.shapes.shape_rule import DTYPES, Arg, OutMeta, TensorMeta, infer_meta
 
-NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/:\[\]]*")
+NAME: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/:\[\]]*")
 
 
 def check_name(name: Any, what: str) -> None:
     if not isinstance(name, str) or not NAME.fullmatch(name):  # "x\n" is not a name
         raise InvalidNameError(
             f"{what} name {name!r} is not a valid name; use letters, digits and _ . - / : [ ] "
-            "starting with a letter or _"
+            "(a module path such as 0.weight is fine)"
         )
 
 

@@ -1,0 +1,495 @@
+"""ATen ops onto registered ops: one small converter per ATen op, registered by decorator.
+
+A converter gets the importer's context and the node's arguments bound to the ATen schema's
+names (defaults filled), and returns the node's value: a graph Tensor, a tuple of them (for
+``getitem``), or a Python constant. Converters only call registered ops; Python scalars become
+rank-0 ``full`` constants of the dtype torch's type promotion gives; views and copies (``clone``,
+``alias``) are the same tensor. Any attribute a mapping cannot honour (``addmm`` with beta != 1,
+an embedding ``padding_idx``, a train-mode dropout) raises ``UnmappedOpError`` naming the node.
+
+This module reads torch objects handed to it (``Ctx.torch``) and never imports torch itself, so
+the package imports without the extra.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from spmdrules.graph import ops
+from spmdrules.graph.graph import Graph
+from spmdrules.graph.nodes import Op, Tensor
+from spmdrules.importers.errors import UnmappedOpError
+
+Converter = Callable[["Ctx", dict[str, Any]], Any]
+TensorConverter = Callable[["Ctx", dict[str, Any]], Tensor]
+#: ATen "name.overload" (``mm.default``, ``add.Tensor``) -> converter
+ATEN: dict[str, Converter] = {}
+
+#: torch dtype name -> graph dtype
+DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16",
+          "bfloat16": "bfloat16", "int64": "int64", "int32": "int32", "int16": "int16",
+          "int8": "int8", "uint8": "uint8", "bool": "bool"}
+
+
+def aten(*names: str) -> Callable[[Converter], Converter]:
+    def reg(fn: Converter) -> Converter:
+        for n in names:
+            ATEN[n] = fn
+        return fn
+    return reg
+
+
+def nearest(op: str) -> list[str]:
+    """The mapped ATen ops closest to ``op``: its other overloads, then by name."""
+    base = op.split(".")[0]
+    first: dict[str, str] = {}
+    for k in ATEN:
+        first.setdefault(k.split(".")[0], k)
+    same = [k for k in ATEN if k.split(".")[0] == base]
+    close = [first[b] for b in difflib.get_close_matches(base, list(first), n=3, cutoff=0.4)
+             if b != base]
+    return [f"aten.{k}" for k in (same + close)[:3]]
+
+
+class Ctx:
+    """One node's conversion: names its ops after the node, reads torch's metadata."""
+
+    def __init__(self, graph: Graph, torch: Any, node: Any, name: str) -> None:
+        self.graph = graph
+        self.torch = torch
+        self.node = node
+        self.name = name
+        self.count = 0
+
+    @property
+    def op(self) -> str:
+        return f"aten.{self.node.target.__name__}"
+
+    def fail(self, why: str) -> UnmappedOpError:
+        return UnmappedOpError(self.node.name, self.op, nearest(self.node.target.__name__), why)
+
+    def next_name(self, part: str = "") -> str:
+        self.count += 1
+        return self.name if self.count == 1 and not part else f"{self.name}.{part or self.count}"
+
+    def call(self, op_type: str, *args: Any, part: str = "", **attrs: Any) -> Tensor:
+        op: Op = ops.call(op_type, *args, name=self.next_name(part), **attrs)
+        out = op.results[0]
+        assert isinstance(out, Tensor)
+        return out
+
+    def call_op(self, op_type: str, *args: Any, part: str = "", **attrs: Any) -> Op:
+        return ops.call(op_type, *args, name=self.next_name(part), **attrs)
+
+    # ---- metadata ---------------------------------------------------------------------------
+    @property
+    def val(self) -> Any:
+        return self.node.meta["val"]
+
+    @property
+    def shape(self) -> list[int]:
+        return [int(d) for d in self.val.shape]
+
+    @property
+    def dtype(self) -> str:
+        return dtype_name(self.val.dtype)
+
+    def const(self, value: Any, dtype: str, part: str = "const") -> Tensor:
+        """A rank-0 constant source (``full``)."""
+        return self.call("full", shape=[], value=float(value), dtype=dtype, part=part)
+
+    def cast(self, t: Tensor, dtype: str) -> Tensor:
+        return t if t.dtype == dtype else self.call("cast", t, dtype=dtype, part="cast")
+
+    def common(self, *xs: Any) -> str:
+        """torch's promoted dtype of the operands (tensors and Python scalars)."""
+        torch = self.torch
+        vals = [torch.empty((), dtype=torch_dtype(torch, x.dtype)) if isinstance(x, Tensor)
+                else x for x in xs]
+        out = vals[0]
+        for v in vals[1:]:
+            out = torch.empty((), dtype=torch.result_type(out, v))
+        return dtype_name(out.dtype) if not isinstance(out, bool | int | float) else self.dtype
+
+    def operand(self, x: Any, dtype: str) -> Tensor:
+        return self.cast(x, dtype) if isinstance(x, Tensor) else self.const(x, dtype)
+
+
+def dtype_name(dt: Any) -> str:
+    name = str(dt).removeprefix("torch.")
+    if name not in DTYPES:
+        raise UnmappedOpError("<dtype>", f"dtype {name}", [], "spmdrules has no such dtype")
+    return DTYPES[name]
+
+
+def torch_dtype(torch: Any, name: str) -> Any:
+    return getattr(torch, name)
+
+
+def axis(d: int, nd: int) -> int:
+    return d + nd if d < 0 else d
+
+
+# ---- matmuls ------------------------------------------------------------------------------------
+@aten("mm.default", "matmul.default")
+def _mm(c: Ctx, a: dict[str, Any]) -> Tensor:
+    return c.call("matmul", a["self"], a["mat2" if "mat2" in a else "other"])
+
+
+@aten("bmm.default")
+def _bmm(c: Ctx, a: dict[str, Any]) -> Tensor:
+    return c.call("bmm", a["self"], a["mat2"])
+
+
+@aten("addmm.default")
+def _addmm(c: Ctx, a: dict[str, Any]) -> Tensor:
+    if a["beta"] != 1 or a["alpha"] != 1:
+        raise c.fail(f"beta={a['beta']}, alpha={a['alpha']}: only beta = alpha = 1 is mapped")
+    y = c.call("matmul", a["mat1"], a["mat2"], part="mm")
+    return c.call("add", y, a["self"], part="bias")
+
+
+@aten("linear.default")
+def _linear(c: Ctx, a: dict[str, Any]) -> Tensor:
+    y = c.call("matmul", a["input"], a["weight"], trans_y=True, part="mm")
+    return y if a["bias"] is None else c.call("add", y, a["bias"], part="bias")
+
+
+@aten("embedding.default")
+def _embedding(c: Ctx, a: dict[str, Any]) -> Tensor:
+    if a["padding_idx"] is not None and a["padding_idx"] >= 0:
+        raise c.fail(f"padding_idx={a['padding_idx']}: torch keeps that row in the forward and "
+                     "zeroes its gradient, which the registered embedding does not")
+    return c.call("embedding", a["indices"], a["weight"])
+
+
+# ---- shapes -------------------------------------------------------------------------------------
+@aten("view.default", "_unsafe_view.default", "reshape.default")
+def _view(c: Ctx, a: dict[str, Any]) -> Tensor:
+    return c.call("reshape", a["self"], shape=c.shape)
+
+
+@aten("permute.default")
+def _permute(c: Ctx, a: dict[str, Any]) -> Tensor:
+    x: Tensor = a["self"]
+    return c.call("transpose", x, perm=[axis(d, x.ndim) for d in a["dims"]])
+
+
+@aten("t.default", "transpose.int")
+def _transpose(c: Ctx, a: dict[str, Any]) -> Tensor:
+    x: Tensor = a["self"]
+    perm = list(range(x.ndim))
+    d0, d1 = (axis(a["dim0"], x.ndim), axis(a["dim1"], x.ndim)) if "dim0" in a else (0, 1)
+    if x.ndim < 2:
+        return x
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return c.call("transpose", x, perm=perm)
+
+
+@aten("unsqueeze.default")
+def _unsqueeze(c: Ctx, a: dict[str, Any]) -> Tensor:
+    x: Tensor = a["self"]
+    return c.call("unsqueeze", x, axis=[axis(a["dim"], x.ndim + 1)])
+
+
+@aten("squeeze.dim", "squeeze.dims")
+def _squeeze(c: Ctx, a: dict[str, Any]) -> Tensor:
+    x: Tensor = a["self"]
+    dims = a["dim"] if isinstance(a["dim"], list | tuple) else [a["dim"]]
+    keep = [axis(d, x.ndim) for d in dims if x.shape[axis(d, x.ndim)] == 1]
+    return c.call("squeeze", x, axis=keep) if keep else x
+
+
+@aten("expand.default")
+def _expand(c: Ctx, a: dict[str, Any]) -> Tensor:
+    x: Tensor = a["self"]
+    return x if list(x.shape) == c.shape else c.call("expand", x, shape=c.shape)
+
+
+@aten("slice.Tensor")
+def _slice(c: Ctx, a: dict[str, Any]) -> Tensor:
+    x: Tensor = a["self"]
+    d = axis(a["dim"], x.ndim)
+    n = x.shape[d]
+    start, end, step = a["start"], a["end"], a["step"]
+    start = 0 if start is None else (start + n if start < 0 else start)
+    end = n if end is None else (end + n if end < 0 else end)
+    start, end = max(0, min(start, n)), max(0, min(end, n))
+    if (start, end, step) == (0, n, 1):
+        return x
+    if step == 1:
+        return c.call("slice", x, axes=[d], starts=[start], ends=[end])
+    return c.call("strided_slice", x, axes=[d], starts=[start], ends=[end], strides=[step])
+
+
+@aten("cat.default")
+def _cat(c: Ctx, a: dict[str, Any]) -> Tensor:
+    xs: list[Tensor] = list(a["tensors"])
+    dt = c.dtype
+    return c.call("concat", [c.cast(x, dt) for x in xs], axis=axis(a["dim"], xs[0].ndim))
+
+
+@aten("split_with_sizes.default", "split.Tensor")
+def _split(c: Ctx, a: dict[str, Any]) -> tuple[Tensor, ...]:
+    x: Tensor = a["self"]
+    d = axis(a["dim"], x.ndim)
+    sizes = [int(s.shape[d]) for s in c.val]
+    op = c.call_op("split", x, sections=sizes, axis=d)
+    return tuple(op.outputs)
+
+
+@aten("clone.default", "alias.default", "contiguous.default", "detach.default",
+      "lift_fresh_copy.default")
+def _same(c: Ctx, a: dict[str, Any]) -> Tensor:
+    x: Tensor = a["self"]
+    return x
+
+
+@aten("_to_copy.default", "to.dtype")
+def _to(c: Ctx, a: dict[str, Any]) -> Tensor:
+    return c.cast(a["self"], c.dtype)
+
+
+@aten("dropout.default")
+def _dropout(c: Ctx, a: dict[str, Any]) -> Tensor:
+    if a["train"] and a["p"] > 0:
+        raise c.fail("train-mode dropout is random; export the model in eval mode")
+    x: Tensor = a["input"]
+    return x
+
+
+# ---- creation: constant sources -----------------------------------------------------------------
+@aten("full.default", "zeros.default", "ones.default", "new_ones.default", "new_zeros.default",
+      "new_full.default", "full_like.default", "zeros_like.default", "ones_like.default",
+      "scalar_tensor.default")
+def _full(c: Ctx, a: dict[str, Any]) -> Tensor:
+    name = c.node.target.__name__.split(".")[0]
+    value = a.get("fill_value", a.get("s", 1 if "ones" in name else 0))
+    return c.call("full", shape=c.shape, value=_py(value, c.dtype), dtype=c.dtype)
+
+
+def _py(value: Any, dtype: str) -> float:
+    """An attribute value: the registered creation ops take floats and cast to ``dtype``."""
+    return float(value)
+
+
+@aten("arange.start_step", "arange.default", "arange.start")
+def _arange(c: Ctx, a: dict[str, Any]) -> Tensor:
+    start = a.get("start", 0) if "start" in a else 0
+    step = a.get("step", 1) if "step" in a else 1
+    return c.call("arange", start=_py(start, c.dtype), end=_py(a["end"], c.dtype),
+                  step=_py(step, c.dtype), dtype=c.dtype)
+
+
+# ---- elementwise --------------------------------------------------------------------------------
+def _binary(op_type: str) -> TensorConverter:
+    def convert(c: Ctx, a: dict[str, Any]) -> Tensor:
+        x, y = a["self"], a["other"]
+        dt = c.common(x, y)
+        alpha = a.get("alpha", 1)
+        yt = c.operand(y, dt)
+        if alpha != 1:
+            yt = c.call("multiply", yt, c.const(alpha, dt), part="alpha")
+        return c.call(op_type, c.operand(x, dt), yt)
+    return convert
+
+
+for _op, _names in (("add", ("add.Tensor", "add.Scalar")),
+                    ("subtract", ("sub.Tensor", "sub.Scalar")),
+                    ("multiply", ("mul.Tensor", "mul.Scalar")),
+                    ("divide", ("div.Tensor", "div.Scalar")),
+                    ("maximum", ("maximum.default",)), ("minimum", ("minimum.default",))):
+    aten(*_names)(_binary(_op))
+
+
+@aten("rsub.Scalar", "rsub.Tensor")
+def _rsub(c: Ctx, a: dict[str, Any]) -> Tensor:
+    if a.get("alpha", 1) != 1:
+        raise c.fail(f"alpha={a['alpha']}: only alpha = 1 is mapped")
+    return _binary("subtract")(c, {"self": a["other"], "other": a["self"]})
+
+
+@aten("div.Tensor_mode")
+def _div_mode(c: Ctx, a: dict[str, Any]) -> Tensor:
+    if a["rounding_mode"] is None:
+        return _binary("divide")(c, a)
+    if a["rounding_mode"] == "floor":
+        return _binary("floor_divide")(c, a)
+    return _binary("trunc_divide")(c, a)
+
+
+def _compare(op_type: str, negate: bool) -> TensorConverter:
+    def convert(c: Ctx, a: dict[str, Any]) -> Tensor:
+        x, y = a["self"], a["other"]
+        dt = c.common(x, y)
+        out = c.call(op_type, c.operand(x, dt), c.operand(y, dt),
+                     part=op_type if negate else "")
+        return c.call("logical_not", out, part="not") if negate else out
+    return convert
+
+
+for _names2, _op2, _negate in ((("ne.Tensor", "ne.Scalar"), "not_equal", False),
+                            (("eq.Tensor", "eq.Scalar"), "not_equal", True),
+                            (("lt.Tensor", "lt.Scalar"), "less_than", False),
+                            (("gt.Tensor", "gt.Scalar"), "greater_than", False),
+                            (("le.Tensor", "le.Scalar"), "greater_than", True),
+                            (("ge.Tensor", "ge.Scalar"), "less_than", True)):
+    aten(*_names2)(_compare(_op2, _negate))
+
+
+@aten("bitwise_and.Tensor", "logical_and.default", "__and__.Tensor")
+def _and(c: Ctx, a: dict[str, Any]) -> Tensor:
+    x, y = a["self"], a["other"]
+    if x.dtype == "bool" and y.dtype == "bool":
+        return c.call("logical_and", x, y)
+    return c.call("bitwise_and", x, y)
+
+
+@aten("bitwise_or.Tensor", "logical_or.default", "__or__.Tensor")
+def _or(c: Ctx, a: dict[str, Any]) -> Tensor:
+    x, y = a["self"], a["other"]
+    if x.dtype == "bool" and y.dtype == "bool":
+        return c.call("logical_or", x, y)
+    return c.call("bitwise_or", x, y)
+
+
+@aten("bitwise_not.default", "logical_not.default")
+def _not(c: Ctx, a: dict[str, Any]) -> Tensor:
+    x: Tensor = a["self"]
+    return c.call("logical_not" if x.dtype == "bool" else "bitwise_not", x)
+
+
+@aten("neg.default")
+def _neg(c: Ctx, a: dict[str, Any]) -> Tensor:
+    x: Tensor = a["self"]
+    return c.call("multiply", x, c.const(-1, x.dtype, "minus_one"))
+
+
+_UNARY = {"rsqrt": "rsqrt", "sqrt": "sqrt", "exp": "exp", "log": "log", "cos": "cos", "sin": "sin",
+          "tanh": "tanh", "sigmoid": "sigmoid", "silu": "silu", "relu": "relu", "abs": "abs",
+          "erf": "erf", "reciprocal": "reciprocal", "sign": "sign", "floor": "floor",
+          "ceil": "ceil"}
+
+
+def _unary(op_type: str) -> TensorConverter:
+    def convert(c: Ctx, a: dict[str, Any]) -> Tensor:
+        return c.call(op_type, c.cast(a["self"], c.dtype))
+    return convert
+
+
+for _aten_name, _op3 in _UNARY.items():
+    aten(f"{_aten_name}.default")(_unary(_op3))
+
+
+@aten("gelu.default")
+def _gelu(c: Ctx, a: dict[str, Any]) -> Tensor:
+    return c.call("gelu", a["self"], approximate=a["approximate"] == "tanh")
+
+
+@aten("pow.Tensor_Scalar")
+def _pow(c: Ctx, a: dict[str, Any]) -> Tensor:
+    return c.call("pow", c.cast(a["self"], c.dtype), y=float(a["exponent"]))
+
+
+@aten("where.self")
+def _where(c: Ctx, a: dict[str, Any]) -> Tensor:
+    dt = c.dtype
+    return c.call("where", c.cast(a["condition"], "bool"), c.operand(a["self"], dt),
+                  c.operand(a["other"], dt))
+
+
+# ---- reductions, softmax, norms -----------------------------------------------------------------
+def _dims(x: Tensor, dim: Any) -> list[int]:
+    if dim is None or (isinstance(dim, list | tuple) and not dim):
+        return list(range(x.ndim))
+    return [axis(d, x.ndim) for d in (dim if isinstance(dim, list | tuple) else [dim])]
+
+
+@aten("mean.dim")
+def _mean(c: Ctx, a: dict[str, Any]) -> Tensor:
+    x = c.cast(a["self"], c.dtype)
+    return c.call("mean", x, axis=_dims(x, a["dim"]), keepdim=bool(a["keepdim"]))
+
+
+@aten("sum.dim_IntList", "sum.default")
+def _sum(c: Ctx, a: dict[str, Any]) -> Tensor:
+    x = c.cast(a["self"], c.dtype)
+    return c.call("sum", x, axis=_dims(x, a.get("dim")), keep_dim=bool(a.get("keepdim")))
+
+
+@aten("cumsum.default")
+def _cumsum(c: Ctx, a: dict[str, Any]) -> Tensor:
+    x = c.cast(a["self"], c.dtype)
+    return c.call("cumsum", x, axis=axis(a["dim"], x.ndim))
+
+
+@aten("_softmax.default", "softmax.int")
+def _softmax(c: Ctx, a: dict[str, Any]) -> Tensor:
+    x = c.cast(a["self"], c.dtype)
+    return c.call("softmax", x, axis=axis(a["dim"], x.ndim))
+
+
+@aten("_log_softmax.default", "log_softmax.int")
+def _log_softmax(c: Ctx, a: dict[str, Any]) -> Tensor:
+    x = c.cast(a["self"], c.dtype)
+    return c.call("log_softmax", x, axis=axis(a["dim"], x.ndim))
+
+
+@aten("native_layer_norm.default")
+def _native_layer_norm(c: Ctx, a: dict[str, Any]) -> tuple[Any, ...]:
+    out = _layer_norm(c, a)
+    return (out, _Unmapped(c, "mean"), _Unmapped(c, "rstd"))
+
+
+@aten("layer_norm.default")
+def _layer_norm(c: Ctx, a: dict[str, Any]) -> Tensor:
+    x: Tensor = a["input"]
+    begin = x.ndim - len(a["normalized_shape"])
+    op = c.call_op("layer_norm", x, a["weight"], a["bias"], epsilon=float(a["eps"]),
+                   begin_norm_axis=begin)
+    out = op.results[0]
+    assert isinstance(out, Tensor)
+    return out
+
+
+class _Unmapped:
+    """A result the mapping does not give (native_layer_norm's mean and rstd): an error when
+    something reads it."""
+
+    def __init__(self, c: Ctx, what: str) -> None:
+        self.node = c.node.name
+        self.op = c.op
+        self.what = what
+
+    def use(self, by: str) -> UnmappedOpError:
+        return UnmappedOpError(by, f"{self.op} result {self.what!r} of node {self.node!r}", [],
+                               "the registered op does not give it")
+
+
+# ---- indexing -----------------------------------------------------------------------------------
+@aten("index.Tensor")
+def _index(c: Ctx, a: dict[str, Any]) -> Tensor:
+    x: Tensor = a["self"]
+    idx: Sequence[Tensor | None] = a["indices"]
+    if any(i is None for i in idx) or any(i.dtype == "bool" for i in idx if i is not None):
+        if len(idx) == 2 and idx[0] is None and idx[1] is not None and idx[1].ndim == 1 and (
+                idx[1].dtype != "bool"):
+            return c.call("index_select", x, idx[1], axis=1)
+        raise c.fail("only integer index tensors on the leading dims (x[i, j, ...]) are mapped")
+    tensors = [i for i in idx if i is not None]
+    if len(tensors) == 1 and tensors[0].ndim == 1:
+        return c.call("index_select", x, tensors[0], axis=0)
+    shape = c.shape[: len(c.shape) - (x.ndim - len(tensors))]
+    cols = []
+    for k, t in enumerate(tensors):
+        t = c.cast(t, "int64")
+        if list(t.shape) != shape:
+            t = c.call("expand", t, shape=shape, part=f"index{k}")
+        cols.append(c.call("unsqueeze", t, axis=[len(shape)], part=f"index{k}.col"))
+    where = c.call("concat", cols, axis=len(shape), part="index") if len(cols) > 1 else cols[0]
+    return c.call("gather_nd", x, where)
+
+
+__all__ = ["ATEN", "Converter", "Ctx", "UnmappedOpError", "aten", "dtype_name", "nearest"]

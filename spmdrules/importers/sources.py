@@ -1,0 +1,50 @@
+"""Model files by suffix: what ``spmdrules import SOURCE -o MODEL.json`` reads.
+
+A reader turns a file into a Graph; each importer registers one per suffix it reads (torch's
+``.pt2``, an ExportedProgram saved by ``torch.export.save``). A reader imports its framework
+only when called. ONNX plugs in the same way: ``@reader(".onnx")``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from spmdrules.graph.graph import Graph
+from spmdrules.importers.errors import ImporterError
+
+Reader = Callable[[Path], Graph]
+READERS: dict[str, Reader] = {}
+
+
+def reader(suffix: str) -> Callable[[Reader], Reader]:
+    def reg(fn: Reader) -> Reader:
+        READERS[suffix] = fn
+        return fn
+    return reg
+
+
+def read(path: str | Path) -> Graph:
+    """The Graph of the model file ``path``, read by the reader of its suffix."""
+    p = Path(path)
+    fn = READERS.get(p.suffix.lower())
+    if fn is None:
+        known = ", ".join(sorted(READERS))
+        raise ImporterError(f"{p.name}: no importer reads {p.suffix or 'files without a suffix'!r}"
+                            f" files; the readable suffixes are {known}")
+    if not p.exists():
+        raise ImporterError(f"{p}: no such file")
+    return fn(p)
+
+
+@reader(".pt2")
+def _pt2(path: Path) -> Graph:
+    from spmdrules.importers import torch as torch_import
+
+    torch = torch_import._torch()
+    try:
+        ep = torch.export.load(str(path))
+    except Exception as e:
+        raise ImporterError(f"{path.name}: torch.export.load failed: {type(e).__name__}: "
+                            f"{str(e)[:1000]}") from e
+    return torch_import.from_exported(ep.run_decompositions(), name=path.stem).graph

@@ -1,0 +1,296 @@
+"""``load(module, example_args)``: a torch ``nn.Module`` as a Graph, through ``torch.export``.
+
+The module is exported with the example arguments (static shapes), its decompositions run to
+core ATen (``decompose=False`` keeps the training IR, whose ``linear``, ``matmul`` and
+``softmax`` are mapped too), and every node becomes registered ops (``spmdrules.importers.aten``):
+
+* parameters and buffers are sources named by their dotted module paths
+  (``model.layers.0.self_attn.q_proj.weight``); lifted constant tensors are sources named
+  ``constant.<name>``; creation ops (``full``, ``arange``, ``scalar_tensor``) are constant ops;
+* ops are named ``<module path>.<node>`` (``model.layers.0.mlp.down_proj.mm``), and each user
+  output gets an ``assign`` named by its output key (``logits``);
+* refused with a typed error naming the node: symbolic shapes, control flow (``cond``,
+  ``while_loop``, ``map``), writes into an input, parameter or buffer, in-place ops, and any
+  op with no mapping (with the nearest mapped ops).
+
+``export`` gives the graph with the values the module holds (``Imported.feeds``); ``load`` only
+the graph. torch is imported when called, so spmdrules imports without the ``torch`` extra.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from spmdrules.graph.graph import Graph
+from spmdrules.graph.nodes import Tensor
+from spmdrules.importers.errors import (
+    ControlFlowError,
+    DynamicShapeError,
+    ImporterError,
+    InPlaceMutationError,
+    MissingExtraError,
+    UnmappedOpError,
+)
+
+Array = NDArray[Any]
+TORCH_VERSION = "2.13.0"
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as e:
+        raise MissingExtraError(
+            "spmdrules.importers.torch needs torch; install the extra: pip install "
+            f"'spmdrules[torch]' (torch=={TORCH_VERSION}, the CPU build)") from e
+    return torch
+
+
+@dataclass
+class Imported:
+    """An imported model: its graph, the values of its sources, and the names of its ends."""
+
+    graph: Graph
+    #: parameter, buffer and constant source name -> value
+    values: dict[str, Array] = field(default_factory=dict)
+    #: the user inputs' tensor names, in the module's argument order
+    inputs: list[str] = field(default_factory=list)
+    #: the user outputs' tensor names, in order
+    outputs: list[str] = field(default_factory=list)
+
+    def feeds(self, *args: Any) -> dict[str, Array]:
+        """Every source's value: the module's own, and ``args`` for the user inputs."""
+        if len(args) != len(self.inputs):
+            raise ImporterError(f"feeds: {len(args)} arguments for the {len(self.inputs)} inputs "
+                                f"{self.inputs}; give one per input")
+        out = dict(self.values)
+        for name, v in zip(self.inputs, args, strict=True):
+            out[name] = _numpy(v)
+        return out
+
+
+def _numpy(v: Any) -> Array:
+    if hasattr(v, "detach"):
+        v = v.detach().cpu().numpy()
+    return np.asarray(v)
+
+
+def load(module: Any, example_args: Sequence[Any], example_kwargs: Mapping[str, Any] | None = None,
+         *, decompose: bool = True, name: str | None = None) -> Graph:
+    """The Graph of ``module`` called on ``example_args`` (see the module docs)."""
+    return export(module, example_args, example_kwargs, decompose=decompose, name=name).graph
+
+
+def export(module: Any, example_args: Sequence[Any],
+           example_kwargs: Mapping[str, Any] | None = None, *, decompose: bool = True,
+           name: str | None = None) -> Imported:
+    """Export ``module`` with torch.export and import it, with the values it holds."""
+    torch = _torch()
+    if not isinstance(module, torch.nn.Module):
+        raise ImporterError(f"torch importer: expected a torch.nn.Module, got "
+                            f"{type(module).__name__}")
+    args = tuple(example_args) if isinstance(example_args, list | tuple) else (example_args,)
+    try:
+        ep = torch.export.export(module, args, kwargs=dict(example_kwargs or {}))
+    except Exception as e:
+        raise ImporterError(f"torch.export could not export {type(module).__name__}: "
+                            f"{type(e).__name__}: {str(e)[:2000]}") from e
+    if decompose:
+        ep = ep.run_decompositions()
+    return from_exported(ep, name=name or type(module).__name__)
+
+
+def from_exported(ep: Any, *, name: str = "exported") -> Imported:
+    """Import a ``torch.export.ExportedProgram`` (as ``torch.export.load`` gives a .pt2)."""
+    torch = _torch()
+    return _Importer(torch, ep, name).run()
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.\-/:\[\]]")
+
+
+class _Importer:
+    def __init__(self, torch: Any, ep: Any, name: str) -> None:
+        self.torch = torch
+        self.ep = ep
+        self.graph = Graph(_SAFE.sub("_", name) or "exported")
+        self.env: dict[str, Any] = {}
+        self.imported = Imported(self.graph)
+
+    def run(self) -> Imported:
+        from spmdrules.importers.aten import ATEN, Ctx, _Unmapped, dtype_name, nearest
+
+        ep, g = self.ep, self.graph
+        sig = ep.graph_signature
+        self._check_mutations(sig)
+        self._check_control_flow(ep.graph)
+        kinds = {s.arg.name: s for s in sig.input_specs}
+        state = {**ep.state_dict, **getattr(ep, "constants", {})}
+        with g:
+            for node in ep.graph.nodes:
+                if node.op == "placeholder":
+                    self._source(node, kinds.get(node.name), state, dtype_name)
+                elif node.op == "call_function":
+                    self._check_static(node)
+                    target = node.target
+                    if target is operator.getitem:
+                        seq, i = node.args
+                        v = self.env[seq.name][i]
+                        self.env[node.name] = v
+                        continue
+                    tname = getattr(target, "__name__", str(target))
+                    if tname.startswith("_assert") or tname in ("sym_constrain_range_for_size",):
+                        continue  # a runtime check on metadata export already proved
+                    if tname.split(".")[0].endswith("_") and not tname.startswith("_"):
+                        raise InPlaceMutationError(
+                            f"node {node.name!r}: aten.{tname} writes in place; export the "
+                            "functional form (torch.export does, unless the model mutates "
+                            "an input)")
+                    conv = ATEN.get(tname)
+                    if conv is None:
+                        raise UnmappedOpError(node.name, f"aten.{tname}", nearest(tname))
+                    bound = self._bind(node, _Unmapped)
+                    ctx = Ctx(g, self.torch, node, self._op_name(node))
+                    try:
+                        out = conv(ctx, bound)
+                    except (UnmappedOpError, ImporterError):
+                        raise
+                    except Exception as e:
+                        raise UnmappedOpError(node.name, f"aten.{tname}", nearest(tname),
+                                              f"mapping failed: {e}") from e
+                    self._check_result(node, out, dtype_name)
+                    self.env[node.name] = out
+                elif node.op == "output":
+                    self._outputs(node, sig)
+                else:
+                    raise ImporterError(f"node {node.name!r}: {node.op} nodes are not "
+                                        "supported; export a flat program")
+        g.validate()
+        return self.imported
+
+    # ---- sources ------------------------------------------------------------------------------
+    def _source(self, node: Any, spec: Any, state: Mapping[str, Any], dtype_name: Any) -> None:
+        val = node.meta.get("val")
+        if val is None or not hasattr(val, "shape"):
+            raise ImporterError(f"input {node.name!r} is not a tensor ({val!r}); pass tensors, "
+                                "or fix other arguments when exporting")
+        self._check_static(node)
+        kind = spec.kind.name if spec is not None else "USER_INPUT"
+        shape, dt = [int(d) for d in val.shape], dtype_name(val.dtype)
+        if kind == "USER_INPUT":
+            t = self.graph.input(node.name, shape, dt)
+            self.imported.inputs.append(t.name)
+        else:
+            target = spec.target
+            src = target if kind in ("PARAMETER", "BUFFER") else f"constant.{target}"
+            t = self.graph.param(_SAFE.sub("_", src), shape, dt)
+            self.imported.values[t.name] = _numpy(state[target])
+        self.env[node.name] = t
+
+    def _check_static(self, node: Any) -> None:
+        val = node.meta.get("val")
+        vals = val if isinstance(val, list | tuple) else [val]
+        for v in vals:
+            if hasattr(v, "shape") and not all(isinstance(d, int) for d in v.shape):
+                raise DynamicShapeError(
+                    f"node {node.name!r}: shape {list(v.shape)} is symbolic; export with static "
+                    "shapes (no dynamic_shapes), one graph per shape")
+
+    def _check_control_flow(self, graph: Any) -> None:
+        """Before anything is mapped: a higher-order op (cond, while_loop, map, scan) anywhere."""
+        hop = self.torch._ops.HigherOrderOperator
+        for node in graph.nodes:
+            if node.op == "call_function" and isinstance(node.target, hop):
+                raise ControlFlowError(
+                    f"node {node.name!r}: {node.target.__name__} is control flow; spmdrules plans "
+                    "straight-line programs. Export a branch-free model (fix the branch by the "
+                    "example inputs) instead")
+
+    def _check_mutations(self, sig: Any) -> None:
+        for s in sig.output_specs:
+            kind = s.kind.name
+            if kind in ("BUFFER_MUTATION", "USER_INPUT_MUTATION", "PARAMETER_MUTATION"):
+                raise InPlaceMutationError(
+                    f"node {s.arg.name!r} writes into {kind.split('_')[0].lower()} "
+                    f"{s.target!r} in place; spmdrules imports functional programs, so return "
+                    "the new value instead of mutating it")
+
+    def _bind(self, node: Any, unmapped: type) -> dict[str, Any]:
+        schema = node.target._schema
+        out: dict[str, Any] = {}
+        for i, arg in enumerate(schema.arguments):
+            if i < len(node.args):
+                v = node.args[i]
+            elif arg.name in node.kwargs:
+                v = node.kwargs[arg.name]
+            else:
+                v = arg.default_value if arg.has_default_value() else None
+            out[arg.name] = self._value(v, node, unmapped)
+        return out
+
+    def _value(self, v: Any, node: Any, unmapped: type) -> Any:
+        if isinstance(v, list | tuple):
+            return type(v)(self._value(x, node, unmapped) for x in v)
+        if hasattr(v, "op") and hasattr(v, "name") and v.__class__.__name__ == "Node":
+            got = self.env[v.name]
+            if isinstance(got, unmapped):
+                raise got.use(node.name)  # type: ignore[attr-defined]
+            return got
+        return v
+
+    def _op_name(self, node: Any) -> str:
+        stack = node.meta.get("nn_module_stack") or {}
+        path = ""
+        if stack:
+            path = list(stack.values())[-1][0]
+        base = f"{path}.{node.name}" if path else node.name
+        return _SAFE.sub("_", base)
+
+    def _check_result(self, node: Any, out: Any, dtype_name: Any) -> None:
+        """The mapped result has torch's shape and dtype: a mapping never changes either."""
+        val = node.meta.get("val")
+        pairs = list(zip(out, val, strict=False)) if isinstance(out, tuple) else [(out, val)]
+        for t, v in pairs:
+            if not isinstance(t, Tensor) or not hasattr(v, "shape"):
+                continue
+            shape, dt = tuple(int(d) for d in v.shape), dtype_name(v.dtype)
+            if t.shape != shape or t.dtype != dt:
+                raise ImporterError(
+                    f"node {node.name!r} ({node.target}): mapped to {t.name!r} "
+                    f"{list(t.shape)} {t.dtype} but torch gives {list(shape)} {dt}; this is a "
+                    "bug of the mapping: please report it")
+
+    def _outputs(self, node: Any, sig: Any) -> None:
+        from spmdrules.graph import ops
+
+        user = [s for s in sig.output_specs if s.kind.name == "USER_OUTPUT"]
+        keys = _output_keys(self.ep, len(user))
+        results = node.args[0]
+        by_name = {getattr(r, "name", None): r for r in results}
+        for s, key in zip(user, keys, strict=True):
+            got = self.env.get(s.arg.name) if s.arg.name in by_name else None
+            if not isinstance(got, Tensor):
+                raise ImporterError(f"output {s.arg.name!r} is not a tensor of the graph")
+            out = ops.call("assign", got, name=_SAFE.sub("_", key))
+            self.imported.outputs.append(out.outputs[0].name)
+
+
+def _output_keys(ep: Any, n: int) -> list[str]:
+    try:
+        spec = ep.call_spec.out_spec
+        ctx = spec.context
+        if isinstance(ctx, list) and len(ctx) == n and all(isinstance(k, str) for k in ctx):
+            return ctx
+    except AttributeError:
+        pass
+    return ["output"] if n == 1 else [f"output.{i}" for i in range(n)]
+
+
+__all__ = ["Imported", "export", "from_exported", "load"]

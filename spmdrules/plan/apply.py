@@ -1,0 +1,307 @@
+"""``apply(graph, mesh, plan)``: annotate a graph by name patterns, one style per pattern.
+
+Patterns are ``fnmatch`` globs (``*`` crosses dots) over the graph's names. A pattern matches a
+name when it matches the whole name or a dotted tail of it, as DTensor's plans are written
+relative to the module they are given: ``"layers.*.mlp.down_proj"`` matches
+``model.layers.0.mlp.down_proj``. The names are the graph's tensors and its *modules*: every
+dotted prefix of a parameter's name (``model.layers.0.self_attn.q_proj`` for
+``...q_proj.weight``).
+
+What a style reaches: ColwiseParallel, RowwiseParallel and VocabParallel act on modules (their
+``weight`` and ``bias``); Spatial and raw specs on tensors; DataParallel and SequenceParallel on
+the tensors a pattern matches, or, when it matches no tensor, on its modules.
+
+Every annotation records its plan entry (``Annotation.source``), which ``explain`` prints. A
+pattern that matches nothing, a style that does not fit what it matched, and two entries that
+ask different layouts of one tensor are typed errors; nothing is skipped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from spmdrules.core.attr import DistAttr
+from spmdrules.core.errors import did_you_mean
+from spmdrules.core.mesh import ProcessMesh
+from spmdrules.graph.annotate import shard
+from spmdrules.graph.annotation import Annotation
+from spmdrules.graph.graph import Graph
+from spmdrules.graph.nodes import Op, Tensor
+from spmdrules.plan.errors import (
+    PlanConflictError,
+    PlanError,
+    PlanTargetError,
+    UnmatchedPatternError,
+)
+from spmdrules.plan.styles import (
+    STYLES,
+    WEIGHT_STYLES,
+    ColwiseParallel,
+    DataParallel,
+    RowwiseParallel,
+    SequenceParallel,
+    Spatial,
+    Spec,
+    Style,
+    VocabParallel,
+    describe,
+)
+
+#: ops that only permute a weight's dims on its way to the matmul that uses it
+_TRANSPOSES = frozenset({"transpose", "transpose2"})
+_MATMULS = frozenset({"matmul", "matmul_v2", "bmm"})
+_EMBEDDINGS = frozenset({"embedding", "lookup_table_v2"})
+
+
+@dataclass(frozen=True)
+class AppliedPlan:
+    """What ``apply`` did: for each plan entry, the tensors it annotated, in graph order."""
+
+    annotated: dict[str, tuple[str, ...]]
+
+    def tensors(self) -> tuple[str, ...]:
+        return tuple(t for names in self.annotated.values() for t in names)
+
+
+def matches(name: str, pattern: str) -> bool:
+    """``pattern`` matches ``name`` or one of its dotted tails (``b.c`` of ``a.b.c``)."""
+    if fnmatchcase(name, pattern):
+        return True
+    i = name.find(".")
+    while i >= 0:
+        if fnmatchcase(name[i + 1:], pattern):
+            return True
+        i = name.find(".", i + 1)
+    return False
+
+
+def _modules(graph: Graph) -> dict[str, list[Tensor]]:
+    """Module name -> the parameters under it (direct and nested), in graph order."""
+    out: dict[str, list[Tensor]] = {}
+    for t in graph.params:
+        parts = t.name.split(".")
+        for k in range(1, len(parts)):
+            out.setdefault(".".join(parts[:k]), []).append(t)
+    return out
+
+
+def _style_of(pattern: Any, value: Any) -> Style:
+    if not isinstance(pattern, str) or not pattern:
+        raise PlanError(f"plan: pattern {pattern!r} is not a non-empty str; write a glob over the "
+                        "graph's names, e.g. '*.q_proj'")
+    if isinstance(value, STYLES):
+        return value
+    if isinstance(value, DistAttr | list | tuple):
+        return Spec(value)
+    if isinstance(value, type) and issubclass(value, STYLES):
+        raise PlanError(f"plan entry {pattern!r}: {value.__name__} is a class; write "
+                        f"{value.__name__}() (an instance)")
+    raise PlanError(
+        f"plan entry {pattern!r}: {value!r} is not a style; use ColwiseParallel(), "
+        "RowwiseParallel(), VocabParallel(), SequenceParallel(), DataParallel(dim='dp'), "
+        "Spatial(dims={'H': 'mp'}) or a raw spec (placements, dims_mapping, PartitionSpec)")
+
+
+def apply(graph: Graph, mesh: ProcessMesh, plan: Mapping[str, Any], *,
+          priority: int = 0) -> AppliedPlan:
+    """Annotate ``graph`` on ``mesh`` by ``plan`` ({pattern: style}); see the module docs.
+
+    >>> import spmdrules as sr
+    >>> from spmdrules import examples, plan
+    >>> mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["dp", "mp"])
+    >>> g = examples.mlp(mesh, batch=4, seq=8, hidden=16, ffn=32, annotate=False)
+    >>> done = plan.apply(g, mesh, {"x": plan.DataParallel(), "fc1": plan.ColwiseParallel(),
+    ...                             "fc2": plan.RowwiseParallel()})
+    >>> done.annotated["fc1"], g.tensor("fc2.weight").annotation
+    (('fc1.bias', 'fc1.weight'), Annotation(('mp', None), priority=0))
+    """
+    if not isinstance(graph, Graph):
+        raise PlanError(f"plan.apply: the first argument must be a Graph, got "
+                        f"{type(graph).__name__}")
+    if not isinstance(mesh, ProcessMesh):
+        raise PlanError(f"plan.apply: mesh must be a ProcessMesh, got {type(mesh).__name__}")
+    if not isinstance(plan, Mapping):
+        raise PlanError(f"plan.apply: plan must be a dict {{pattern: style}}, got {plan!r}")
+    modules = _modules(graph)
+    tensors = {t.name: t for t in graph.tensors}
+    asked: dict[str, tuple[Annotation, str, Any]] = {}
+    done: dict[str, tuple[str, ...]] = {}
+    for pattern, value in plan.items():
+        style = _style_of(pattern, value)
+        source = describe(pattern, style)
+        specs = _entry(graph, mesh, pattern, style, modules, tensors)
+        names = []
+        for t, spec in specs:
+            ann, args = _annotation(t, mesh, spec, style, priority, source)
+            before = asked.get(t.name)
+            if before is not None and before[0] != ann:
+                raise PlanConflictError(
+                    f"tensor {t.name!r}: {before[1]} asks {before[0].spec_str()} but {source} "
+                    f"asks {ann.spec_str()}; narrow one of the two patterns")
+            asked[t.name] = (ann, source, args)
+            names.append(t.name)
+        done[pattern] = tuple(sorted(set(names), key=lambda n: tensors[n].order))
+    for name, (ann, _, _) in asked.items():
+        t = tensors[name]
+        old = t.annotation
+        if old is not None and old != ann and old.source != ann.source:
+            raise PlanConflictError(
+                f"tensor {name!r} is already annotated {old.spec_str()}"
+                + (f" by {old.source}" if old.source else "")
+                + f", but {ann.source} asks {ann.spec_str()}; drop one of them")
+    for name, (_, _, (spec, kwargs)) in asked.items():
+        shard(tensors[name], mesh, spec, **kwargs)
+    return AppliedPlan(done)
+
+
+def _annotation(t: Tensor, mesh: ProcessMesh, spec: Any, style: Style, priority: int,
+                source: str) -> tuple[Annotation, tuple[Any, dict[str, Any]]]:
+    """The annotation ``shard`` would make, and shard's arguments (checked on a stand-in
+    tensor first, so a bad entry leaves the graph unchanged)."""
+    probe = Graph("probe")
+    p = probe.input("probe", t.shape, t.dtype)
+    partial, closed = (style.partial, style.closed) if isinstance(style, Spec) else (None, True)
+    kwargs: dict[str, Any] = {"partial": partial, "priority": priority, "closed": closed,
+                              "source": source}
+    try:
+        shard(p, mesh, spec, **kwargs)
+    except PlanError:
+        raise
+    except Exception as e:
+        raise PlanTargetError(f"{source} on tensor {t.name!r} {list(t.shape)}: {e}") from e
+    assert p.annotation is not None
+    return p.annotation, (spec, kwargs)
+
+
+def _entry(graph: Graph, mesh: ProcessMesh, pattern: str, style: Style,
+           modules: Mapping[str, list[Tensor]], tensors: Mapping[str, Tensor]
+           ) -> list[tuple[Tensor, Any]]:
+    """(tensor, spec) for every tensor the entry annotates."""
+    source = describe(pattern, style)
+    on_tensors = isinstance(style, Spec | Spatial | DataParallel | SequenceParallel)
+    hit_t = [t for n, t in tensors.items() if on_tensors and matches(n, pattern)]
+    hit_m = [] if hit_t and not isinstance(style, WEIGHT_STYLES) else (
+        [m for m in modules if matches(m, pattern)] if not isinstance(style, Spec | Spatial) else [])
+    if not hit_t and not hit_m:
+        pool = list(modules) if isinstance(style, WEIGHT_STYLES) else [*tensors, *modules]
+        what = "module" if isinstance(style, WEIGHT_STYLES) else "tensor or module"
+        raise UnmatchedPatternError(
+            f"{source} matches no {what} of graph {graph.name!r}{did_you_mean(pattern, pool, 3)}"
+            f" (a pattern matches a whole dotted name or its tail; {len(modules)} modules, "
+            f"{len(tensors)} tensors)")
+    out: list[tuple[Tensor, Any]] = []
+    for t in hit_t:
+        out.append((t, _tensor_spec(t, mesh, style, source)))
+    for m in hit_m:
+        out.extend(_module_specs(m, modules[m], style, source))
+    return out
+
+
+def _dims(nd: int, at: Mapping[int, Any]) -> list[Any]:
+    spec: list[Any] = [None] * nd
+    for d, md in at.items():
+        spec[d] = md
+    return spec
+
+
+def _axis(t: Tensor, d: int, what: str, source: str) -> int:
+    if not -t.ndim <= d < t.ndim:
+        raise PlanTargetError(f"{source}: tensor {t.name!r} {list(t.shape)} has no {what} dim "
+                              f"{d}; it has dims 0..{t.ndim - 1}")
+    return d % t.ndim
+
+
+def _tensor_spec(t: Tensor, mesh: ProcessMesh, style: Style, source: str) -> Any:
+    if isinstance(style, Spec):
+        return style.spec
+    if isinstance(style, DataParallel):
+        return _dims(t.ndim, {_axis(t, style.batch_dim, "batch", source): style.dim})
+    if isinstance(style, SequenceParallel):
+        return _dims(t.ndim, {_axis(t, style.sequence_dim, "sequence", source): style.dim})
+    assert isinstance(style, Spatial)
+    if len(style.layout) != t.ndim:
+        raise PlanTargetError(f"{source}: layout {style.layout!r} has {len(style.layout)} dims "
+                              f"but tensor {t.name!r} {list(t.shape)} has {t.ndim}; give "
+                              "Spatial(layout=...) one letter per dim")
+    at = {}
+    for letter, md in style.dims.items():
+        if letter not in style.layout:
+            raise PlanTargetError(f"{source}: dim {letter!r} is not in layout {style.layout!r}; "
+                                  f"name dims by the letters of the layout")
+        at[style.layout.index(letter)] = md
+    return _dims(t.ndim, at)
+
+
+def _module_specs(module: str, params: Sequence[Tensor], style: Style, source: str
+                  ) -> list[tuple[Tensor, Any]]:
+    if isinstance(style, DataParallel):
+        return [(p, [None] * p.ndim) for p in params]
+    own = {p.name[len(module) + 1:]: p for p in params}
+    weight = own.get("weight")
+    if weight is None:
+        raise PlanTargetError(
+            f"{source}: module {module!r} has no parameter {module + '.weight'!r} (it holds "
+            f"{sorted(own)}); a {type(style).__name__} acts on a module's weight and bias")
+    bias = own.get("bias")
+    if isinstance(style, SequenceParallel):
+        out: list[tuple[Tensor, Any]] = [(p, [None] * p.ndim) for p in own.values()
+                                         if "." not in p.name[len(module) + 1:]]
+        for op in weight.consumers:
+            y = op.outputs[0]
+            out.append((y, _dims(y.ndim, {_axis(y, style.sequence_dim, "sequence", source):
+                                          style.dim})))
+        return out
+    kind, out_dim, in_dim = weight_use(weight, source)
+    md = style.dim  # type: ignore[union-attr]
+    if isinstance(style, ColwiseParallel):
+        w_dim, b_split = out_dim, True
+    elif isinstance(style, RowwiseParallel):
+        w_dim, b_split = in_dim, False
+    else:
+        assert isinstance(style, VocabParallel)
+        w_dim, b_split = (in_dim if kind == "embedding" else out_dim), kind != "embedding"
+    specs: list[tuple[Tensor, Any]] = [(weight, _dims(weight.ndim, {w_dim: md}))]
+    if bias is not None:
+        specs.append((bias, _dims(bias.ndim, {bias.ndim - 1: md} if b_split else {})))
+    return specs
+
+
+def weight_use(weight: Tensor, source: str = "weight_use") -> tuple[str, int, int]:
+    """(``"linear"`` or ``"embedding"``, output-feature dim, input-feature dim) of ``weight``,
+    read from the ops that use it (through transposes). For an embedding table the "input" dim
+    is the vocabulary."""
+    found: set[tuple[str, int, int]] = set()
+    for op, perm, read in _uses(weight, tuple(range(weight.ndim))):
+        if op.inputs.index(read) != 1:
+            raise PlanTargetError(
+                f"{source}: {weight.name!r} is not the weight operand of {op.type} op "
+                f"{op.name!r}; annotate it with a raw spec instead")
+        if op.type in _EMBEDDINGS:
+            found.add(("embedding", perm[1], perm[0]))
+            continue
+        nd = read.ndim
+        trans = op.type != "bmm" and bool(op.attr("trans_y"))
+        n, k = (nd - 2, nd - 1) if trans else (nd - 1, nd - 2)
+        found.add(("linear", perm[n], perm[k]))
+    if not found:
+        raise PlanTargetError(
+            f"{source}: no matmul or embedding uses {weight.name!r} {list(weight.shape)} as its "
+            "weight, so it has no output or input features; use a raw spec for it")
+    if len(found) > 1:
+        raise PlanTargetError(f"{source}: the ops using {weight.name!r} disagree on its feature "
+                              f"dims ({sorted(found)}); use a raw spec for it")
+    return found.pop()
+
+
+def _uses(t: Tensor, perm: tuple[int, ...]) -> Iterable[tuple[Op, tuple[int, ...], Tensor]]:
+    """(op, perm, tensor read) for each matmul or embedding reached from ``t`` through
+    transposes; ``perm[i]`` is the weight's dim at dim i of the tensor the op reads."""
+    for op in t.consumers:
+        if op.type in _TRANSPOSES:
+            p = op.attr("perm")
+            yield from _uses(op.outputs[0], tuple(perm[j] for j in p))
+        elif op.type in _MATMULS or op.type in _EMBEDDINGS:
+            yield op, perm, t
