@@ -29,6 +29,7 @@ from spmdrules.verify.cases.case import (
     pick,
 )
 from spmdrules.verify.cases.cast import cast
+from spmdrules.verify.cases.channel_norm import channel_norm
 from spmdrules.verify.cases.concat_split import concat_split
 from spmdrules.verify.cases.constant import constant
 from spmdrules.verify.cases.cross_entropy import cross_entropy
@@ -66,6 +67,7 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "transpose": transpose,
     "softmax": softmax,
     "norm": norm,
+    "channel_norm": channel_norm,
     "embedding": embedding,
     "cross_entropy": cross_entropy,
     "constant": constant,
