@@ -159,6 +159,17 @@ CASES: dict[str, Build] = {
                                                           groups=2, data_format="NHWC"),
     "instance_norm": lambda g: ops.instance_norm(_f(g, "x", [2, 3, 4, 3]), _f(g, "scale", [3]),
                                                  _f(g, "bias", [3])),
+    "linear_v2": lambda g: ops.linear_v2(_f(g, "input", [2, 3, 4]), _f(g, "weight", [4, 5]),
+                                         _f(g, "bias", [5])),
+    "linear_v2-no-bias": lambda g: ops.linear_v2(_f(g, "input", [4]), _f(g, "weight", [4, 3]),
+                                                 None),
+    "fused_gemm_epilogue": lambda g: ops.fused_gemm_epilogue(
+        _f(g, "x", [3, 4]), _f(g, "y", [4, 5]), _f(g, "bias", [5])),
+    "fused_gemm_epilogue-trans-gelu": lambda g: ops.fused_gemm_epilogue(
+        _f(g, "x", [2, 4, 3]), _f(g, "y", [5, 4]), _f(g, "bias", [5]), trans_x=True,
+        trans_y=True, activation="gelu"),
+    "fused_gemm_epilogue-relu": lambda g: ops.fused_gemm_epilogue(
+        _f(g, "x", [3, 4]), _f(g, "y", [4, 5]), _f(g, "bias", [5]), activation="relu"),
     "instance_norm-no-scale": lambda g: ops.instance_norm(_f(g, "x", [3, 2, 5]), None,
                                                           _f(g, "bias", [2])),
 }

@@ -37,6 +37,7 @@ from spmdrules.verify.cases.cumulative import cumulative
 from spmdrules.verify.cases.einsum_op import einsum
 from spmdrules.verify.cases.elementwise import elementwise
 from spmdrules.verify.cases.embedding import embedding
+from spmdrules.verify.cases.fused_linear import fused_linear
 from spmdrules.verify.cases.gather import gather
 from spmdrules.verify.cases.generic import REPLICATED_STAND_INS, data_parallel_draft
 from spmdrules.verify.cases.matmul import matmul
@@ -68,6 +69,7 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "softmax": softmax,
     "norm": norm,
     "channel_norm": channel_norm,
+    "fused_linear": fused_linear,
     "embedding": embedding,
     "cross_entropy": cross_entropy,
     "constant": constant,
