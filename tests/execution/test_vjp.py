@@ -170,6 +170,12 @@ CASES: dict[str, Build] = {
         trans_y=True, activation="gelu"),
     "fused_gemm_epilogue-relu": lambda g: ops.fused_gemm_epilogue(
         _f(g, "x", [3, 4]), _f(g, "y", [4, 5]), _f(g, "bias", [5]), activation="relu"),
+    "label_smooth": lambda g: ops.label_smooth(_f(g, "label", [3, 5]), None, epsilon=0.1),
+    "label_smooth-prior": lambda g: ops.label_smooth(_f(g, "label", [2, 3, 5]),
+                                                     _f(g, "prior_dist", [1, 5]), epsilon=0.2),
+    "label_smooth-prior-rank": lambda g: ops.label_smooth(_f(g, "label", [5]),
+                                                          _f(g, "prior_dist", [1, 5]),
+                                                          epsilon=0.3),
     "instance_norm-no-scale": lambda g: ops.instance_norm(_f(g, "x", [3, 2, 5]), None,
                                                           _f(g, "bias", [2])),
 }

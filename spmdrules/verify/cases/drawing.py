@@ -40,6 +40,7 @@ from spmdrules.verify.cases.embedding import embedding
 from spmdrules.verify.cases.fused_linear import fused_linear
 from spmdrules.verify.cases.gather import gather
 from spmdrules.verify.cases.generic import REPLICATED_STAND_INS, data_parallel_draft
+from spmdrules.verify.cases.label_smooth import label_smooth
 from spmdrules.verify.cases.matmul import matmul
 from spmdrules.verify.cases.norm import norm
 from spmdrules.verify.cases.one_hot import one_hot
@@ -70,6 +71,7 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "norm": norm,
     "channel_norm": channel_norm,
     "fused_linear": fused_linear,
+    "label_smooth": label_smooth,
     "embedding": embedding,
     "cross_entropy": cross_entropy,
     "constant": constant,
