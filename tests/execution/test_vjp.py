@@ -176,6 +176,10 @@ CASES: dict[str, Build] = {
     "label_smooth-prior-rank": lambda g: ops.label_smooth(_f(g, "label", [5]),
                                                           _f(g, "prior_dist", [1, 5]),
                                                           epsilon=0.3),
+    "fused_dropout_add": lambda g: ops.fused_dropout_add(_f(g, "x", [4, 5]), _f(g, "y", [4, 5]),
+                                                         p=0.3, seed=7),
+    "fused_dropout_add-downgrade-test": lambda g: ops.fused_dropout_add(
+        _f(g, "x", [3, 2]), _f(g, "y", [3, 2]), p=0.4, is_test=True, mode="downgrade_in_infer"),
     "instance_norm-no-scale": lambda g: ops.instance_norm(_f(g, "x", [3, 2, 5]), None,
                                                           _f(g, "bias", [2])),
 }

@@ -37,6 +37,7 @@ from spmdrules.verify.cases.cumulative import cumulative
 from spmdrules.verify.cases.einsum_op import einsum
 from spmdrules.verify.cases.elementwise import elementwise
 from spmdrules.verify.cases.embedding import embedding
+from spmdrules.verify.cases.fused_dropout import fused_dropout
 from spmdrules.verify.cases.fused_linear import fused_linear
 from spmdrules.verify.cases.gather import gather
 from spmdrules.verify.cases.generic import REPLICATED_STAND_INS, data_parallel_draft
@@ -71,6 +72,7 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "norm": norm,
     "channel_norm": channel_norm,
     "fused_linear": fused_linear,
+    "fused_dropout": fused_dropout,
     "label_smooth": label_smooth,
     "embedding": embedding,
     "cross_entropy": cross_entropy,
