@@ -26,6 +26,9 @@ rank-0 attribute).
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
@@ -35,6 +38,8 @@ from spmdrules.engine.registry import A, Opt, T, register_rule
 from spmdrules.engine.rulekit import attr
 
 ACTIVATIONS = ("none", "relu", "gelu")
+#: the matmul family's rule module (typed as a package of its own, so read as Any)
+_MATMUL: Any = importlib.import_module("spmdrules.rules.matmul")
 
 
 def _swap(t: tuple[object, ...], flag: bool) -> tuple[object, ...]:
@@ -147,4 +152,58 @@ register_rule(
            A("activation", "str", "none")],
     doc="FusedGemmEpilogueInferSpmd: a matmul merge; a sharded k leaves out and bias pending sums "
     "(gathered when an activation follows).",
+)
+
+
+# ---- fused_linear_param_grad_add(x, dout, dweight?, dbias?) -> dweight_out, dbias_out ------------
+def _reduce_leading(a: DistAttr, keep: int) -> DistAttr:
+    """``a`` summed over all but its last ``keep`` dims: their shards become pending sums."""
+    m = a.multi_dims_mapping
+    lead = [d for dims in m[: len(m) - keep] for d in dims]
+    partial = dict(a.partial_items) | {d: "sum" for d in lead}
+    return DistAttr._make(a.mesh, m[len(m) - keep:], tuple(sorted(partial.items())))
+
+
+def _present(t: TensorSpec | None) -> TensorSpec | None:
+    """None for an absent accumulator (None, or Paddle's empty 0-d / size-0 placeholder)."""
+    return None if t is None or not t.shape or 0 in t.shape else t
+
+
+def fused_linear_param_grad_add_forward(
+    x: TensorSpec, dout: TensorSpec, dweight: TensorSpec | None, dbias: TensorSpec | None,
+    multi_precision: bool, has_bias: bool, even: bool = False, given_dout: bool = False,
+) -> SpmdInfo:
+    """The weight gradient ``x^T @ dout`` (over every leading dim, laid out as matmul with
+    trans_x lays it out, its leading dims summed into pending sums) plus ``dweight``; the bias
+    gradient (dout summed over its leading dims) plus ``dbias``. A given accumulator must already
+    be in the gradient's layout (its pending sums included), as Paddle requires. ``even`` is
+    matmul's Paddle policy (uneven letters replicated) and ``given_dout`` Paddle's bias gradient
+    (read off the given dout, not the one the kernel sums), both kept to recognise Paddle's
+    answers."""
+    if x.ndim < 2 or dout.ndim != x.ndim or x.shape[:-1] != dout.shape[:-1]:
+        raise RuleArgumentError(
+            f"'x' {list(x.shape)} and 'dout' {list(dout.shape)} must have one rank >= 2 and the "
+            "same leading dims (the rows of the linear layer)")
+    mm = _MATMUL.matmul_forward(x, dout, True, False, even)
+    wgrad = _reduce_leading(mm.outputs[0], 2)
+    # from dout as laid out for the product (Paddle reads the given one, pending sums included)
+    bgrad = (_reduce_leading(dout.attr if given_dout else mm.inputs[1], 1) if has_bias
+             else DistAttr._make(x.attr.mesh, (), ()))  # no bias: a 0-d placeholder
+    for name, given, want in (("dweight", _present(dweight), wgrad),
+                              ("dbias", _present(dbias), bgrad)):
+        if given is not None and given.attr != want:
+            raise RuleArgumentError(
+                f"{name!r} is laid out {given.attr.mapping_str()} but the gradient it accumulates "
+                f"is {want.mapping_str()}; give {name} that layout (none without has_bias)")
+    return SpmdInfo((mm.inputs[0], mm.inputs[1], None if dweight is None else dweight.attr,
+                     None if dbias is None else dbias.attr), (wgrad, bgrad))
+
+
+register_rule(
+    "fused_linear_param_grad_add", forward=fused_linear_param_grad_add_forward,
+    inputs=[T("x"), T("dout"), Opt("dweight"), Opt("dbias")],
+    outputs=[T("dweight_out"), T("dbias_out")],
+    attrs=[A("multi_precision", "bool", False), A("has_bias", "bool", True)],
+    doc="FusedLinearParamGradAddInferSpmd: x^T @ dout laid out as matmul, leading dims summed; "
+    "the accumulators must be in the gradients' layouts.",
 )

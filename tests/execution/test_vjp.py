@@ -180,6 +180,11 @@ CASES: dict[str, Build] = {
                                                          p=0.3, seed=7),
     "fused_dropout_add-downgrade-test": lambda g: ops.fused_dropout_add(
         _f(g, "x", [3, 2]), _f(g, "y", [3, 2]), p=0.4, is_test=True, mode="downgrade_in_infer"),
+    "fused_linear_param_grad_add": lambda g: ops.fused_linear_param_grad_add(
+        _f(g, "x", [2, 3, 4]), _f(g, "dout", [2, 3, 5]), _f(g, "dweight", [4, 5]),
+        _f(g, "dbias", [5])),
+    "fused_linear_param_grad_add-no-bias": lambda g: ops.fused_linear_param_grad_add(
+        _f(g, "x", [3, 4]), _f(g, "dout", [3, 2]), None, None, has_bias=False),
     "instance_norm-no-scale": lambda g: ops.instance_norm(_f(g, "x", [3, 2, 5]), None,
                                                           _f(g, "bias", [2])),
 }

@@ -101,6 +101,31 @@ def test_a_size_one_n_shared_with_the_bias_keeps_its_shard_as_paddle() -> None:
     assert execute("fused_gemm_epilogue", args, ours, attrs) == "ok"
 
 
+def test_param_grad_add_sums_rows_into_pending_sums() -> None:
+    m1 = ProcessMesh([0, 1])
+    info = get_rule("fused_linear_param_grad_add").infer_forward(
+        spec([32, 2], [0, -1], mesh=m1), spec([32, 24], [-1, -1], mesh=m1), None, None,
+        False, True)
+    assert dms(info.inputs)[:2] == [[0, -1], [0, -1]]
+    assert [a.partial_items for a in info.outputs] == [((0, "sum"),), ((0, "sum"),)]  # type: ignore[union-attr]
+    with pytest.raises(RuleArgumentError, match="'dbias' is laid out"):
+        get_rule("fused_linear_param_grad_add").infer_forward(
+            spec([32, 2], [0, -1], mesh=m1), spec([32, 24], [-1, -1], mesh=m1), None,
+            spec([24], [-1], mesh=m1), False, True)
+
+
+def test_deviation_bias_grad_of_given_dout_paddle_wrong_ours_right() -> None:
+    # fused_linear_param_grad_add/forward/26 (mesh [2]): x [32,2] dm [0,-1], dout [32,24]
+    # replicated, dbias [24] replicated: Paddle answers dout [0,-1] but a complete bias gradient
+    m1 = ProcessMesh([0, 1])
+    args = (spec([32, 2], [0, -1], mesh=m1), spec([32, 24], [-1, -1], mesh=m1), None, None)
+    attrs = {"multi_precision": False, "has_bias": True}
+    ours = get_rule("fused_linear_param_grad_add").infer_forward(*args, **attrs)
+    assert execute("fused_linear_param_grad_add", args, ours, attrs) == "ok"
+    paddle = sr.SpmdInfo(ours.inputs, (ours.outputs[0], DistAttr(m1, [-1])))
+    assert execute("fused_linear_param_grad_add", args, paddle, attrs) == "wrong"
+
+
 def _model() -> Graph:
     with Graph("fused-linear") as g:
         x = g.input("x", [6, 8], "float64")

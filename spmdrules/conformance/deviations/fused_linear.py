@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from spmdrules.conformance.deviation import register_deviation
+from spmdrules.conformance.calls import agrees, build_call
+from spmdrules.conformance.deviation import register_deviation, rule_module
 from spmdrules.core.attr import DistAttr
+from spmdrules.core.errors import SpmdError
 from spmdrules.core.spec import SpmdInfo
 
 
@@ -61,4 +63,50 @@ register_deviation(
     "operands; Paddle keeps the letter's mesh dim there, which the local products (computed from "
     "replicated operands) do not produce: the blocks do not tile.",
     _size_one_shards,
+)
+
+
+_rules = rule_module("fused_linear")
+
+
+def _keeps_uneven(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    """Paddle's answer is ours under matmul's even policy (uneven letters replicated)."""
+    if case["direction"] != "forward" or "error" in case["expected"]:
+        return False
+    return _paddle_variant(case, even=True) and not agrees(case, got)
+
+
+def _paddle_variant(case: dict[str, Any], **variant: bool) -> bool:
+    """Does our rule, with Paddle's choices ``variant``, give Paddle's answer (or error)?"""
+    _, _, args, attrs = build_call(case)
+    try:
+        paddle: SpmdInfo | BaseException = _rules.fused_linear_param_grad_add_forward(
+            *args, **attrs, **variant)
+    except SpmdError as e:
+        paddle = e
+    return agrees(case, paddle)
+
+
+register_deviation(
+    "flpga-keeps-uneven-shard", {"fused_linear_param_grad_add"},
+    "The weight gradient is laid out as matmul lays out x^T @ dout, with matmul's policy of "
+    "keeping a letter its mesh dims do not divide evenly (matmul-keeps-uneven-shard); Paddle "
+    "replicates it, so its gradient (and the accumulator it checks) differs.",
+    _keeps_uneven,
+)
+
+
+def _given_dout(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    if case["direction"] != "forward" or agrees(case, got):
+        return False
+    return any(_paddle_variant(case, even=even, given_dout=True) for even in (False, True))
+
+
+register_deviation(
+    "flpga-bias-grad-of-given-dout", {"fused_linear_param_grad_add"},
+    "Paddle lays the bias gradient out from the dout it is given, while the kernel sums the dout "
+    "the product's layout reshards it to: where the two differ (rows sharded or a pending sum "
+    "dropped) Paddle's bias gradient claims the wrong pending sums, and it accepts or refuses the "
+    "dbias accumulator by that claim. Ours reads the resharded dout.",
+    _given_dout,
 )

@@ -69,3 +69,25 @@ def fused_gemm_epilogue(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Blo
     _, _, pre = gemm_pre(ctx, blocks)
     out = activate(str(ctx.attrs.get("activation", "none")), pre)
     return (out, np.zeros((), dtype=out.dtype))
+
+
+def rows(a: Array) -> Array:
+    """``a`` as a matrix of rows: every leading dim flattened."""
+    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
+
+
+@register_kernel("fused_linear_param_grad_add")
+def fused_linear_param_grad_add(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+    """dweight_out = dweight + x^T @ dout over every row, dbias_out = dbias + the rows' sum of
+    dout (a 0-d zero without has_bias). Rows cut across ranks give pieces of the pending sums the
+    rule marks, and the accumulators arrive in that layout."""
+    x, dout = array(ctx, blocks, 0, "x"), array(ctx, blocks, 1, "dout")
+    w = np.matmul(rows(x).T, rows(dout))
+    if blocks[2] is not None:
+        w = w + array(ctx, blocks, 2, "dweight")
+    if not bool(ctx.attrs.get("has_bias", True)):
+        return (np.asarray(w), np.zeros((), dtype=w.dtype))
+    b = rows(dout).sum(axis=0)
+    if blocks[3] is not None:
+        b = b + array(ctx, blocks, 3, "dbias")
+    return (np.asarray(w), np.asarray(b))

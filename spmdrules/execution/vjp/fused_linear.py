@@ -7,7 +7,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spmdrules.execution.kernels.fused_linear import activation_derivative, gemm_pre, swap_last2
+from spmdrules.execution.kernels.fused_linear import (
+    activation_derivative,
+    gemm_pre,
+    rows,
+    swap_last2,
+)
 from spmdrules.execution.local import Array, Block, LocalContext, array, cotangent, register_vjp
 
 
@@ -38,3 +43,19 @@ def fused_gemm_epilogue_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Seque
     dx, dy, db = _product_grads(x, y, g)
     return (swap_last2(dx, bool(ctx.attrs.get("trans_x", False))),
             swap_last2(dy, bool(ctx.attrs.get("trans_y", False))), db)
+
+
+@register_vjp("fused_linear_param_grad_add")
+def fused_linear_param_grad_add_vjp(ctx: LocalContext, ins: Sequence[Block],
+                                    outs: Sequence[Block], cts: Sequence[Block]
+                                    ) -> tuple[Block, ...]:
+    x, dout = array(ctx, ins, 0, "x"), array(ctx, ins, 1, "dout")
+    gw = cotangent(cts, 0, array(ctx, outs, 0, "dweight_out"))
+    has_bias = bool(ctx.attrs.get("has_bias", True))
+    gb = cotangent(cts, 1, array(ctx, outs, 1, "dbias_out")) if has_bias else None
+    dx = np.matmul(rows(dout), gw.T).reshape(x.shape)
+    dd = np.matmul(rows(x), gw)
+    if gb is not None:
+        dd = dd + gb
+    return (dx, dd.reshape(dout.shape), None if ins[2] is None else gw,
+            None if ins[3] is None or gb is None else gb)

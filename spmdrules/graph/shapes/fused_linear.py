@@ -54,5 +54,30 @@ def _dtype(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> 
     return (d, d)
 
 
+def _param_grad(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]
+                ) -> Sequence[OutShape]:
+    x, dout = tensor_arg(args, 0), tensor_arg(args, 1)
+    if len(x.shape) < 2 or len(dout.shape) != len(x.shape) or x.shape[:-1] != dout.shape[:-1]:
+        raise ctx.fail("dout", f"has shape {list(dout.shape)} but x has {list(x.shape)}",
+                       "give x and dout rank >= 2 and the same leading dims")
+    w, b = (x.shape[-1], dout.shape[-1]), (dout.shape[-1],)
+    has_bias = bool(attrs.get("has_bias", True))
+    for k, name, want in ((2, "dweight", w), (3, "dbias", b if has_bias else None)):
+        p = shape_rule.optional_arg(args, k)
+        if p is not None and p.shape != want:
+            raise ctx.fail(name, f"has shape {list(p.shape)}",
+                           f"give {name} shape {list(want)}" if want else f"drop {name}")
+    return (w, b if has_bias else ())
+
+
+def _param_grad_dtype(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]
+                      ) -> Sequence[str]:
+    d = tensor_arg(args, 0).dtype
+    if attrs.get("multi_precision") and d in ("float16", "bfloat16"):
+        d = "float32"
+    return (d, d)
+
+
 shape_rule.register(("linear_v2",), _linear_v2, _dtype)
+shape_rule.register(("fused_linear_param_grad_add",), _param_grad, _param_grad_dtype)
 shape_rule.register(("fused_gemm_epilogue",), _gemm, _dtype)
