@@ -185,6 +185,9 @@ CASES: dict[str, Build] = {
         _f(g, "dbias", [5])),
     "fused_linear_param_grad_add-no-bias": lambda g: ops.fused_linear_param_grad_add(
         _f(g, "x", [3, 4]), _f(g, "dout", [3, 2]), None, None, has_bias=False),
+    "c_embedding": lambda g: ops.c_embedding(_f(g, "weight", [4, 3]),
+                                             g.input("index_ids", [2, 5], "int64"),
+                                             start_index=1, vocab_size=6),
     "instance_norm-no-scale": lambda g: ops.instance_norm(_f(g, "x", [3, 2, 5]), None,
                                                           _f(g, "bias", [2])),
 }
