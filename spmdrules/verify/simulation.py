@@ -17,7 +17,7 @@ from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import AttrSlot, SpmdInfo, TensorSpec
 from spmdrules.engine.registry import TensorParam, get_rule
-from spmdrules.execution.kernels.cross_entropy import cross_entropy
+from spmdrules.execution.kernels.cross_entropy import c_softmax_cross_entropy, cross_entropy
 from spmdrules.execution.local import Block, Kernel, LocalContext
 from spmdrules.verify.cases.case import Arg, Case, DomainArg, draw_values
 
@@ -175,7 +175,7 @@ class Collective:
 
 def _class_dims(ctx: LocalContext) -> tuple[int, ...]:
     a = ctx.input_attrs[0]
-    axis = int(ctx.attrs["axis"]) % a.ndim
+    axis = int(ctx.attrs.get("axis", -1)) % a.ndim
     return tuple(a.multi_dims_mapping[axis])
 
 
@@ -183,6 +183,8 @@ def collective_for(op: str) -> Collective | None:
     """The in-op communication of ``op``'s kernel, where it has one."""
     if op in ("cross_entropy_with_softmax", "softmax_with_cross_entropy"):
         return Collective(cross_entropy, _class_dims)
+    if op == "c_softmax_with_cross_entropy":
+        return Collective(c_softmax_cross_entropy, _class_dims)
     return None
 
 

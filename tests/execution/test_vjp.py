@@ -188,6 +188,8 @@ CASES: dict[str, Build] = {
     "c_embedding": lambda g: ops.c_embedding(_f(g, "weight", [4, 3]),
                                              g.input("index_ids", [2, 5], "int64"),
                                              start_index=1, vocab_size=6),
+    "c_softmax_with_cross_entropy": lambda g: ops.c_softmax_with_cross_entropy(
+        _f(g, "x", [2, 3, 5]), g.input("label", [2, 3, 1], "int64"), ignore_index=2),
     "instance_norm-no-scale": lambda g: ops.instance_norm(_f(g, "x", [3, 2, 5]), None,
                                                           _f(g, "bias", [2])),
 }
