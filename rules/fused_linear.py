@@ -78,6 +78,8 @@ def _check(x: tuple[int, ...], y: tuple[int, ...], bias: tuple[int, ...] | None,
            names: tuple[str, str]) -> None:
     if len(y) != 2:
         raise RuleArgumentError(f"{names[1]!r} has rank {len(y)}; give a 2-D [in, out] matrix")
+    if not x:
+        raise RuleArgumentError(f"{names[0]!r} is 0-d; a linear layer needs rank >= 1")
     if x[-1] != y[0]:
         raise RuleArgumentError(
             f"{names[0]!r} has {x[-1]} columns but {names[1]!r} has {y[0]} rows; the contracted "
