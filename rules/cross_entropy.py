@@ -13,6 +13,7 @@ from spmdrules.core.attr import MultiDims
 from spmdrules.core.errors import RuleArgumentError, UnsupportedError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine import einsum
+from spmdrules.engine.description import Description, letters, register_described
 from spmdrules.engine.registry import A, T, register_rule
 from spmdrules.engine.rulekit import attr, normalise_axis
 
@@ -132,3 +133,27 @@ for _name in CE_OPS:
         doc="CrossEntropyWithSoftmaxInferSpmdStatic: the class axis may be sharded only for the "
         "vocab-parallel kernel (softmax on, hard labels, last axis).",
     )
+
+
+# ---- c_softmax_with_cross_entropy(x, label) -> softmax, loss: the vocab-parallel kernel itself ---
+def describe_c_softmax_ce(x: tuple[int, ...], label: tuple[int, ...], **_: object) -> Description:
+    """Classes on x's last dim, hard labels with size 1 there: x's class shards stay (the kernel
+    reduces the row max, sum and target logit over them), the other dims merge with label's."""
+    if not x:
+        raise RuleArgumentError("'x' is 0-d; cross entropy needs a class axis")
+    if label != (*x[:-1], 1):
+        raise RuleArgumentError(
+            f"'label' has shape {list(label)} but must be {[*x[:-1], 1]} (hard labels, size 1 on "
+            "the class axis, the last)")
+    xl = letters(len(x))
+    ll = xl[:-1] + einsum.BROADCAST
+    return Description((xl, ll), (xl, ll), pending=None)
+
+
+register_described(
+    "c_softmax_with_cross_entropy", describe_c_softmax_ce, inputs=[T("x"), T("label")],
+    outputs=[T("softmax"), T("loss")],
+    attrs=[A("ignore_index", "int", -100), A("rank", "int", 0), A("nranks", "int", 1)],
+    doc="CSoftmaxWithCrossEntropyInferSpmd: the class dim keeps its shard (vocab parallel); "
+    "x and label merged on the other dims.",
+)

@@ -91,3 +91,84 @@ for _name in EMBEDDING_OPS:
         attrs=[A("padding_idx", "int", -1), A("sparse", "bool", False)],
         doc="EmbeddingInferSpmd: x dims and the hidden dim pass through; vocab rows -> P(sum).",
     )
+
+
+# ---- c_embedding(weight, x) -> out: the vocab-parallel lookup, rows offset by start_index ------
+def c_embedding_forward(weight: TensorSpec, x: TensorSpec, start_index: int,
+                        vocab_size: int) -> SpmdInfo:
+    """embedding's rule with the table first: ids ``start_index + r`` read row ``r``, others
+    zeros, so row-sharded tables leave a pending sum over the rows' mesh dims."""
+    info = embedding_forward(x, weight, -1, False)
+    return SpmdInfo((info.inputs[1], info.inputs[0]), info.outputs)
+
+
+def c_embedding_grad(weight: TensorSpec, x: TensorSpec, out_grad: TensorSpec,
+                     start_index: int, echo: bool = False) -> SpmdInfo:
+    """CEmbeddingGradInferSpmd: ``w_grad[j, k] = sum over ids == start_index + j of out_grad``.
+
+    x and out_grad share x's letters (out_grad adds the hidden k); one mesh dim may shard only
+    one letter. w_grad keeps the table's row shards (each rank adds only its rows' ids), takes the
+    merged k, and is a pending sum over the mesh dims of x's letters (each rank adds its ids).
+    The table is handed back as given; only its shape matters. ``echo`` is Paddle's answer (w_grad
+    the table's given attribute plus the pending sums, x's partial handed back), kept to recognise
+    it."""
+    _check_weight(weight, -1)
+    if out_grad.shape != (*x.shape, weight.shape[1]):
+        raise RuleArgumentError(
+            f"'out_grad' has shape {list(out_grad.shape)} but must be x's shape plus the hidden "
+            f"size: {[*x.shape, weight.shape[1]]}")
+    gm = out_grad.attr.multi_dims_mapping
+    owner: dict[int, str] = {}
+    merged: list[tuple[int, ...]] = []
+    for i, (a, b) in enumerate(zip(x.attr.multi_dims_mapping, gm[:-1], strict=True)):
+        if a and b and a != b:
+            raise ShardingConflictError(
+                f"x dim {i} is sharded on mesh dims {list(a)} but out_grad dim {i} on {list(b)}; "
+                "shard them alike")
+        dims = a or b
+        _claim(owner, dims, f"'x' dim {i}")
+        merged.append(dims)
+    hidden = gm[-1]
+    _claim(owner, hidden, "the hidden dim")
+    rows = weight.attr.multi_dims_mapping[0]
+    summed = sorted(d for dims in merged for d in dims)
+    if echo:
+        return _c_embedding_grad_echo(weight, x, out_grad, tuple(merged), hidden, summed)
+    clash = set(rows) & (set(summed) | set(hidden))
+    if clash:
+        raise ShardingConflictError(
+            f"mesh dims {sorted(clash)} shard the table's rows and also x or the hidden dim, so "
+            "w_grad would be both split and pending there; replicate the table's rows")
+    xm: MultiDims = tuple(merged)
+    return SpmdInfo(
+        (weight.attr, attr(x, xm), attr(out_grad, (*xm, hidden))),
+        (attr(weight, (rows, hidden), tuple((d, "sum") for d in summed)),))
+
+
+register_rule(
+    "c_embedding", forward=c_embedding_forward,
+    inputs=[T("weight"), T("x")], outputs=[T("out")],
+    attrs=[A("start_index", "int", 0), A("vocab_size", "int", -1)],
+    doc="CEmbeddingInferSpmd: embedding's rule, the table first; row shards -> P(sum).",
+)
+register_rule(
+    "c_embedding_grad", forward=c_embedding_grad,
+    inputs=[T("weight"), T("x"), T("out_grad")], outputs=[T("weight_grad")],
+    attrs=[A("start_index", "int", 0)],
+    doc="CEmbeddingGradInferSpmd: w_grad keeps the table's rows, the merged hidden dim, and is "
+    "a pending sum over x's mesh dims.",
+)
+
+
+def _c_embedding_grad_echo(weight: TensorSpec, x: TensorSpec, out_grad: TensorSpec, xm: MultiDims,
+                           hidden: tuple[int, ...], summed: list[int]) -> SpmdInfo:
+    wa = weight.attr
+    used = {d for dims in wa.multi_dims_mapping for d in dims}
+    pending = dict(wa.partial_items)
+    for d in summed:
+        if d in used or d in pending:
+            raise ShardingConflictError(f"mesh dim {d} is set partial but shards the table")
+        pending[d] = "sum"
+    return SpmdInfo(
+        (wa, attr(x, xm, x.attr.partial_items), attr(out_grad, (*xm, hidden))),
+        (attr(weight, wa.multi_dims_mapping, tuple(sorted(pending.items()))),))

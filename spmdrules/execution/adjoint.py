@@ -339,7 +339,8 @@ class _Reverse:
 
     def own_lowering(self, call: KernelCall) -> None:
         """Ops the lowering ran without their kernel: the vocab-parallel cross entropy."""
-        if call.op_type not in ("cross_entropy_with_softmax", "softmax_with_cross_entropy"):
+        if call.op_type not in ("cross_entropy_with_softmax", "softmax_with_cross_entropy",
+                                "c_softmax_with_cross_entropy"):
             raise UnsupportedError(f"op {call.op!r} ({call.op_type}): no reverse mode for its "
                                    "lowering")
         x_name, label_name = call.inputs[0], call.inputs[1]

@@ -307,6 +307,7 @@ def _lower_vocab_parallel_ce(lw: _Lowering, call: KernelCall) -> bool:
 _SPECIAL: Final[dict[str, Callable[[_Lowering, KernelCall], bool]]] = {
     "cross_entropy_with_softmax": _lower_vocab_parallel_ce,
     "softmax_with_cross_entropy": _lower_vocab_parallel_ce,
+    "c_softmax_with_cross_entropy": _lower_vocab_parallel_ce,
 }
 
 

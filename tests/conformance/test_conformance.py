@@ -157,8 +157,12 @@ PART1 = ["slice", "strided_slice", "gather", "gather_nd", "index_select", "take_
 PART1_GRADS = ["argsort_grad", "cummax_grad", "cummin_grad", "expand_as_grad", "expand_as_v2_grad",
                "index_put_grad", "index_select_grad", "pad_grad", "put_along_axis_grad",
                "roll_grad", "strided_slice_grad", "take_along_axis_grad", "topk_grad"]
-#: issue 12 (this branch's part): attention, rotary embedding, mixture-of-experts combine, roi_align
-PART2 = ["flash_attention", "fused_rotary_position_embedding", "moe_combine", "roi_align"]
+#: issue 12: attention, rotary embedding, mixture-of-experts combine, roi_align, the channel
+#: norms, the fused and vocab-parallel ops
+PART2 = ["flash_attention", "fused_rotary_position_embedding", "moe_combine", "roi_align",
+         "batch_norm", "group_norm", "instance_norm", "linear_v2", "fused_gemm_epilogue",
+         "label_smooth", "fused_dropout_add", "fused_linear_param_grad_add", "c_embedding",
+         "c_softmax_with_cross_entropy"]
 #: ops models need for which Paddle 3.3.1 records no rule (proven by execution in verify)
 PART2_GRADS = ["moe_combine_grad", "roi_align_grad"]
 BEYOND_PADDLE = ["mean", "cast", "expand", "full", "full_like", "arange"]

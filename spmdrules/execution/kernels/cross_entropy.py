@@ -10,6 +10,7 @@ use_softmax=False) are a ``ShardMismatch``, with or without an allreduce.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -112,3 +113,22 @@ def _picked(
 @register_kernel("cross_entropy_with_softmax", "softmax_with_cross_entropy")
 def cross_entropy_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     return cross_entropy(ctx, blocks)
+
+
+# ---- c_softmax_with_cross_entropy: the vocab-parallel kernel as an op of its own ----------------
+def as_cross_entropy(ctx: LocalContext) -> LocalContext:
+    """c_softmax_with_cross_entropy's context read as cross entropy's: softmax on, hard labels,
+    classes last (``rank`` and ``nranks`` name the shard, which the layout already says)."""
+    attrs = {"soft_label": False, "use_softmax": True, "numeric_stable_mode": True, "axis": -1,
+             "ignore_index": int(ctx.attrs.get("ignore_index", -100))}
+    return dataclasses.replace(ctx, attrs=attrs)
+
+
+def c_softmax_cross_entropy(ctx: LocalContext, blocks: Sequence[Block],
+                            allreduce: AllReduce | None = None) -> tuple[Block, ...]:
+    return cross_entropy(as_cross_entropy(ctx), blocks, allreduce)
+
+
+@register_kernel("c_softmax_with_cross_entropy")
+def c_softmax_cross_entropy_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+    return c_softmax_cross_entropy(ctx, blocks)

@@ -14,7 +14,7 @@ import numpy as np
 
 from spmdrules.core.blocks import ShardMismatch
 from spmdrules.execution import local
-from spmdrules.execution.local import Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
 
 
 # ---- embedding ---------------------------------------------------------------------------------------
@@ -53,4 +53,51 @@ def embedding(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
         mine &= ids != pad
     out = np.zeros((*ids.shape, weight.shape[1]), dtype=weight.dtype)
     out[mine] = weight[ids[mine] - rows.start]
+    return (out,)
+
+
+# ---- c_embedding: the vocab-parallel lookup, ids offset by start_index ------------------------
+def c_rows(ctx: LocalContext, ids: Array, w_index: int) -> tuple[Array, Array, range]:
+    """(mask of ids this rank's table rows hold, their row in the block, the rows) for the
+    table ``weight`` (input ``w_index``) whose row ``r`` holds id ``start_index + r``."""
+    (rows_n, hidden), w_attr = local.input_spec(ctx, w_index, "weight")
+    rows = local.block_range(ctx, (rows_n, hidden), w_attr, 0)
+    if ids.dtype.kind not in "iu":
+        raise local.KernelInputError(f"{ctx.op}: 'x' holds {ids.dtype} values; ids are integers")
+    r = ids.astype(np.int64) - int(ctx.attrs.get("start_index", 0))
+    mine = (r >= rows.start) & (r < rows.stop)
+    return mine, r - rows.start, rows
+
+
+@register_kernel("c_embedding")
+def c_embedding(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+    """Row ``id - start_index`` of the table where it is one of this rank's rows, else zeros:
+    ids outside the table read zeros (Paddle's c_embedding), and a row-sharded table leaves the
+    pending sum its rule claims."""
+    weight, ids = array(ctx, blocks, 0, "weight"), array(ctx, blocks, 1, "x")
+    local.require_whole(ctx, 1, "x")
+    mine, at, _ = c_rows(ctx, ids, 0)
+    out = np.zeros((*ids.shape, weight.shape[1]), dtype=weight.dtype)
+    out[mine] = weight[at[mine]]
+    return (out,)
+
+
+@register_kernel("c_embedding_grad")
+def c_embedding_grad(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+    """This rank's rows of the table gradient: out_grad added at each of its ids (a piece of the
+    sum over the ranks holding other ids), at its block of the hidden dim."""
+    ids, g = array(ctx, blocks, 1, "x"), array(ctx, blocks, 2, "out_grad")
+    local.require_whole(ctx, 1, "x")
+    local.require_whole(ctx, 2, "out_grad")
+    mine, at, rows = c_rows(ctx, ids, 0)
+    shape, a = local.output(ctx, 0)
+    gshape, g_attr = local.input_spec(ctx, 2, "out_grad")
+    have = local.block_range(ctx, gshape, g_attr, len(gshape) - 1)
+    want = local.block_range(ctx, shape, a, 1)
+    if have != want or local.block_range(ctx, shape, a, 0) != rows:
+        raise ShardMismatch(
+            f"{ctx.op}: weight_grad's block {a.mapping_str()} does not hold the table rows and "
+            "the hidden block this rank's ids and out_grad give; lay it out as the rule does")
+    out = np.zeros(local.local_shape(shape, a, ctx.coord), dtype=g.dtype)
+    np.add.at(out, at[mine], g[mine])
     return (out,)

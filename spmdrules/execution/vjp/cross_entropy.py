@@ -11,6 +11,7 @@ from spmdrules.core.blocks import shard_index
 from spmdrules.core.errors import UnsupportedError
 from spmdrules.engine.rulekit import normalise_axis
 from spmdrules.execution import local
+from spmdrules.execution.kernels.cross_entropy import as_cross_entropy
 from spmdrules.execution.kernels.softmax import log_softmax_rows
 from spmdrules.execution.local import Array, Block, LocalContext, array, register_vjp
 
@@ -64,3 +65,9 @@ def one_hot(label: Array, axis: int, shape: tuple[int, ...], ignore_index: int,
     hot = np.zeros(shape)
     np.put_along_axis(hot, np.where(mine, lab - lo, 0), np.where(mine, 1.0, 0.0), axis=axis)
     return hot
+
+
+@register_vjp("c_softmax_with_cross_entropy")
+def c_softmax_cross_entropy_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                                cts: Sequence[Block]) -> tuple[Block, ...]:
+    return cross_entropy_vjp(as_cross_entropy(ctx), ins, outs, cts)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from spmdrules.execution import local
-from spmdrules.execution.kernels.embedding import padding_row
+from spmdrules.execution.kernels.embedding import c_rows, padding_row
 from spmdrules.execution.local import Block, LocalContext, array, register_vjp
 
 
@@ -26,3 +26,14 @@ def embedding_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block]
     d_weight = np.zeros_like(weight)
     np.add.at(d_weight, ids[mine] - rows.start, g[mine])
     return (None, d_weight)
+
+
+@register_vjp("c_embedding")
+def c_embedding_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                    cts: Sequence[Block]) -> tuple[Block, ...]:
+    weight, ids = array(ctx, ins, 0, "weight"), array(ctx, ins, 1, "x")
+    g = local.cotangent(cts, 0, array(ctx, outs, 0, "out"))
+    mine, at, _ = c_rows(ctx, ids, 0)
+    d_weight = np.zeros_like(weight)
+    np.add.at(d_weight, at[mine], g[mine])
+    return (d_weight, None)

@@ -37,3 +37,20 @@ def _cross_entropy(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, A
 shape_rule.register(
     ("cross_entropy_with_softmax", "softmax_with_cross_entropy"), _cross_entropy, _same_twice
 )
+
+
+def _c_softmax_ce(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]
+                  ) -> Sequence[OutShape]:
+    x, label = tensor_arg(args, 0), tensor_arg(args, 1)
+    if not x.shape:
+        raise ctx.fail("x", "is 0-d", "cross entropy needs a class axis (the last)")
+    loss = (*x.shape[:-1], 1)
+    if label.shape != loss:
+        raise ctx.fail("label", f"has shape {list(label.shape)} but hard labels need {list(loss)}",
+                       "unsqueeze the labels on the last axis")
+    if label.dtype not in shape_rule.INTEGRAL_DTYPES or label.dtype == "bool":
+        raise ctx.fail("label", f"has dtype {label.dtype}", "hard labels are int64 class ids")
+    return (x.shape, loss)
+
+
+shape_rule.register(("c_softmax_with_cross_entropy",), _c_softmax_ce, _same_twice)

@@ -23,3 +23,22 @@ def _embedding(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any])
 
 
 shape_rule.register(("embedding", "lookup_table_v2"), _embedding, _embedding_dtype)
+
+
+def _c_embedding(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]
+                 ) -> Sequence[OutShape]:
+    weight, x = shape_rule.tensor_arg(args, 0), shape_rule.tensor_arg(args, 1)
+    if len(weight.shape) != 2:
+        raise ctx.fail("weight", f"has rank {len(weight.shape)}",
+                       "give the table as a 2-D [rows, hidden] tensor")
+    if x.dtype not in shape_rule.INTEGRAL_DTYPES:
+        raise ctx.fail("x", f"holds {x.dtype}", "give integer ids")
+    return ((*x.shape, weight.shape[1]),)
+
+
+def _c_embedding_dtype(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]
+                       ) -> Sequence[str]:
+    return (shape_rule.tensor_arg(args, 0).dtype,)
+
+
+shape_rule.register(("c_embedding",), _c_embedding, _c_embedding_dtype)

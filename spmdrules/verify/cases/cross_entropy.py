@@ -8,6 +8,8 @@ from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape, negat
 
 
 def cross_entropy(op: str, rng: Rng) -> Draft:
+    if op == "c_softmax_with_cross_entropy":
+        return c_softmax_cross_entropy(op, rng)
     x = draw_shape(rng, draw_rank(rng, 1, 3))
     nd = len(x)
     axis = nd - 1 if rng.random() < 0.6 else int(rng.integers(nd))
@@ -25,3 +27,11 @@ def cross_entropy(op: str, rng: Rng) -> Draft:
         if rng.random() < 0.3:
             attrs["ignore_index"] = int(rng.integers(classes))
     return Draft(op, (x, label), ("real" if use_softmax else "prob", ldom), attrs)
+
+
+def c_softmax_cross_entropy(op: str, rng: Rng) -> Draft:
+    x = draw_shape(rng, draw_rank(rng, 1, 3))
+    label = (*x[:-1], 1)
+    ignore = int(rng.integers(x[-1])) if rng.random() < 0.3 else -100
+    return Draft(op, (x, label), ("real", f"index:{x[-1]}"),
+                 {"ignore_index": ignore, "rank": 0, "nranks": 1})

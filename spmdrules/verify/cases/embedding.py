@@ -8,6 +8,12 @@ from spmdrules.verify.cases.case import SIZES, Draft, Rng, draw_rank, draw_shape
 def embedding(op: str, rng: Rng) -> Draft:
     vocab, hidden = int(pick(rng, SIZES[2:])), int(pick(rng, SIZES))
     ids = draw_shape(rng, draw_rank(rng, 0, 2))
+    if op == "c_embedding":
+        # the table holds ids start..start+vocab-1 of a larger vocabulary; others read zeros
+        start = int(rng.integers(0, 4))
+        total = start + vocab + int(rng.integers(0, 4))
+        return Draft(op, ((vocab, hidden), ids), ("real", f"index:{total}"),
+                     {"start_index": start, "vocab_size": total})
     pad = int(rng.integers(vocab)) if rng.random() < 0.2 else -1
     return Draft(op, (ids, (vocab, hidden)), (f"index:{vocab}", "real"),
                  {"padding_idx": pad, "sparse": rng.random() < 0.2})

@@ -1,0 +1,95 @@
+"""fused_dropout_add: Paddle's behaviour, the deviation's proof, and a sharded run (simulated and
+MPI) against serial numpy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from proofs import execute
+
+import spmdrules as sr
+from spmdrules import DistAttr, ProcessMesh, RuleArgumentError, TensorSpec, get_rule, ops
+from spmdrules.completion import complete
+from spmdrules.execution.adjoint import gradient_program
+from spmdrules.execution.executor import max_error, random_feeds, run_serial
+from spmdrules.execution.gradcheck import check_gradients
+from spmdrules.execution.lowering import lower
+from spmdrules.execution.mpi import run_mpi
+from spmdrules.execution.simulated import run_simulated
+from spmdrules.graph.annotate import shard
+from spmdrules.graph.graph import Graph
+
+MESH = ProcessMesh([[0, 1], [2, 3]], dim_names=["dp", "mp"])
+ATTRS = {"p": 0.5, "is_test": False, "mode": "upscale_in_train", "seed": 3, "fix_seed": True}
+
+
+def spec(shape: list[int], dm: list[int], partial: Any = None, mesh: ProcessMesh = MESH
+         ) -> TensorSpec:
+    return TensorSpec(shape, DistAttr(mesh, dm, partial))
+
+
+def dms(slots: Any) -> list[Any]:
+    return [None if a is None else list(a.dims_mapping) for a in slots]
+
+
+def test_forward_merges_x_and_y_and_reverse_keeps_seed_offset() -> None:
+    info = get_rule("fused_dropout_add").infer_forward(spec([12, 32], [-1, 0]),
+                                                       spec([12, 32], [0, -1]))
+    assert dms(info.inputs) == [[-1, 0], [-1, 0]] and dms(info.outputs) == [[-1, 0], [-1]]
+    info = get_rule("fused_dropout_add").infer_reverse(
+        spec([5], [0]), spec([5], [0]), spec([5], [0]), spec([2], [0], {1: "sum"}))
+    assert dms(info.outputs) == [[0], [0]] and not info.outputs[1].partial_items  # type: ignore[union-attr]
+    with pytest.raises(RuleArgumentError, match="one shape"):
+        get_rule("fused_dropout_add").infer_forward(spec([4, 2], [-1, -1]), spec([4], [-1]))
+    with pytest.raises(sr.ShardingConflictError):
+        get_rule("fused_dropout_add").infer_forward(spec([4, 2], [0, -1]), spec([4, 2], [1, -1]))
+
+
+def test_deviation_echoes_given_paddle_wrong_ours_right() -> None:
+    # fused_dropout_add/forward/2 (mesh [4]): x [12,32] dm [-1,0], y dm [0,-1]
+    mesh = ProcessMesh([0, 1, 2, 3])
+    args = (spec([12, 32], [-1, 0], mesh=mesh), spec([12, 32], [0, -1], mesh=mesh))
+    ours = get_rule("fused_dropout_add").infer_forward(*args)
+    assert execute("fused_dropout_add", args, ours, ATTRS) == "ok"
+    paddle = sr.SpmdInfo((args[0].attr, args[1].attr),
+                         (DistAttr(mesh, [-1, 0]), DistAttr(mesh, [-1])))
+    assert execute("fused_dropout_add", args, paddle, ATTRS) == "wrong"
+
+
+def _model() -> Graph:
+    with Graph("dropout-add") as g:
+        x = g.input("x", [6, 8], "float64")
+        y = g.input("y", [6, 8], "float64")
+        shard(x, MESH, ("dp", "mp"))
+        shard(y, MESH, ("mp", None))
+        out, _ = ops.fused_dropout_add(x, y, p=0.4, seed=11)
+        ops.multiply(out, out, name="loss")
+    return g
+
+
+def test_dropout_add_sharded_equals_serial_forward_and_reverse() -> None:
+    g = _model()
+    prog = lower(complete(g))
+    feeds = random_feeds(prog, seed=1)
+    res = run_simulated(prog, feeds)
+    err, worst = max_error(res.fetch_all(), run_serial(g, feeds))
+    assert err <= 1e-12, f"{worst} differs by {err}"
+    gp = gradient_program(prog, ["loss"])
+    seed = {"loss": np.random.default_rng(2).standard_normal(prog.buffers["loss"].shape)}
+    grads = run_simulated(gp, {**feeds, gp.seeds["loss"]: seed["loss"]})
+    got = {t: grads.fetch(b) for t, b in gp.grads.items()}
+    worst_check = max(check_gradients(g, feeds, seed, got, directions=1, entries=1),
+                      key=lambda c: c.error)
+    assert worst_check.error <= 1e-7, worst_check
+
+
+@pytest.mark.timeout(150)
+def test_dropout_add_on_mpi_equals_serial() -> None:
+    g = _model()
+    prog = lower(complete(g))
+    feeds = random_feeds(prog, seed=1)
+    run = run_mpi(prog, feeds, nprocs=4, timeout=120)
+    err, worst = max_error(run.values, run_serial(g, feeds))
+    assert err <= 1e-12, f"{worst} differs by {err}"
