@@ -447,7 +447,8 @@ def program_view(program: Program) -> str:
     parts = [program.name, repr(sorted(program.process_ids())), repr(program.feeds)]
     for name, lay in program.buffers.items():
         parts.append(f"{name}:{lay.shape}:{lay.dtype}:{lay.mesh.shape}:"
-                     f"{tuple(lay.mesh.process_ids)}:{lay.attr.dims_mapping}")
+                     f"{tuple(lay.mesh.process_ids)}:{lay.attr.multi_dims_mapping}:"
+                     f"{lay.attr.partial_items}")
     parts.extend(_describe(ins) for ins in program.instructions)
     digest = hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest()
     return (f"program {program.name!r} with {len(program.buffers)} buffers and "

@@ -20,7 +20,12 @@ def main(argv: list[str]) -> int:
     script = argv[0]
     sys.argv = list(argv)
     with abort_on_error(where=script):
-        runpy.run_path(script, run_name="__main__")
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as e:
+            if e.code not in (0, None):
+                raise
+            # the script chose to end here, successfully
     mark_done()
     return 0
 

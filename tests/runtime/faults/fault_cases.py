@@ -42,8 +42,14 @@ rank, n = comm.Get_rank(), comm.Get_size()
 VICTIM = 2  # the rank that fails in the one-rank cases
 
 
+def say(line: str) -> None:
+    """One line on stdout in one write (atomic on a pipe), so ranks' lines never interleave."""
+    sys.stdout.flush()
+    os.write(1, (line.replace("\n", " ")[:3000] + "\n").encode())
+
+
 def typed(e: SpmdError) -> None:
-    print(f"TYPED {rank} {type(e).__name__} {str(e)[:400]}", flush=True)
+    say(f"TYPED {rank} {type(e).__name__} {e}")
 
 
 # -- structure agreement -----------------------------------------------------------------------
@@ -282,5 +288,5 @@ if __name__ == "__main__":
         except SpmdError as e:
             typed(e)
         else:
-            print(f"DONE {rank}", flush=True)
+            say(f"DONE {rank}")
     mark_done()
