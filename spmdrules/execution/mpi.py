@@ -52,6 +52,12 @@ from spmdrules.execution.executor import (
 )
 from spmdrules.execution.launch import launch
 from spmdrules.execution.local import Block, list_kernels
+from spmdrules.execution.mpi_faults import (
+    Watchdog,
+    agree_on_feeds,
+    describe_instruction,
+    program_view,
+)
 from spmdrules.execution.program import (
     Collective,
     KernelCall,
@@ -66,7 +72,7 @@ from spmdrules.runtime._mpi import accumulation_dtype, dtype_code, dtype_of_code
 from spmdrules.runtime.abort import fail
 from spmdrules.runtime.agreement import agree
 from spmdrules.runtime.decomposition import Box, relative
-from spmdrules.runtime.errors import MPIUnavailableError, RankFailedError
+from spmdrules.runtime.errors import MPIUnavailableError
 
 Array = NDArray[Any]
 
@@ -159,20 +165,17 @@ class MPIExecutor:
         the seconds booked under "collective" are the steps' own (the barrier's are booked under
         "sync"), not time spent waiting for slower ranks: for comparing with a cost model.
 
-        Failures end cleanly. Feeds are checked on every rank and the verdicts shared, so bad
-        feeds raise a typed error on every rank (the failing ranks' own error there,
-        :class:`RankFailedError` naming them elsewhere). An error while the instructions run
-        (a kernel refusing its input on some ranks, say) leaves the other ranks waiting in
-        their next collective, so with ``on_error="abort"`` (the default) the failing rank
-        prints its rank and error and aborts the whole job; ``on_error="raise"`` raises it on
-        that rank only (for a caller that aborts itself). With ``timeout`` (seconds) a rank
-        whose run has not finished by then reports where it waits and aborts the job."""
+        Failures end cleanly (docs/execution.md): bad feeds raise a typed error on every rank;
+        an error while the instructions run would leave the others waiting, so with
+        ``on_error="abort"`` (the default) the failing rank prints its rank and error and aborts
+        the job (``"raise"``: raise on this rank only, for a caller that aborts itself); with
+        ``timeout`` (seconds) a run not finished by then reports where it waits and aborts."""
         if on_error not in ("abort", "raise"):
             raise ExecutionError(f"MPIExecutor.run: on_error={on_error!r}; use 'abort' or 'raise'")
         prog = self.program
-        self._agree_on_feeds(feeds)
+        agree_on_feeds(self.comm, prog, feeds)
         where = ["feeds"]
-        watchdog = _Watchdog(self.comm, timeout, where) if timeout is not None else None
+        watchdog = Watchdog(self.comm, timeout, where) if timeout is not None else None
         try:
             return self._run(feeds, rng_seed, sync_collectives, where)
         except BaseException as e:
@@ -182,25 +185,6 @@ class MPIExecutor:
         finally:
             if watchdog is not None:
                 watchdog.cancel()
-
-    def _agree_on_feeds(self, feeds: Mapping[str, Any]) -> None:
-        """Check the feeds on every rank and share the verdicts (one small allgather): a rank
-        whose feeds are wrong must not leave the others waiting in the first collective."""
-        error: SpmdError | None = None
-        try:
-            check_feeds(self.program, feeds)
-        except SpmdError as e:
-            error = e
-        verdicts: list[str | None] = self.comm.allgather(
-            None if error is None else f"{type(error).__name__}: {error}")
-        failed = {r: v for r, v in enumerate(verdicts) if v is not None}
-        if error is not None:
-            raise error
-        if failed:
-            detail = "; ".join(f"rank {r}: {v}" for r, v in failed.items())
-            raise RankFailedError(
-                f"MPIExecutor.run of {self.program.name!r}: ranks {sorted(failed)} refused their "
-                f"feeds ({detail}); every rank stops. Pass the same feeds on every rank")
 
     def _run(self, feeds: Mapping[str, Any], rng_seed: int, sync_collectives: bool,
              where: list[str]) -> tuple[dict[str, Array], RankReport]:
@@ -224,7 +208,7 @@ class MPIExecutor:
         self.comm.Barrier()
         t_run = time.perf_counter()
         for k, ins in enumerate(prog.instructions):
-            where[0] = f"instruction {k} ({_describe(ins)})"
+            where[0] = f"instruction {k} ({describe_instruction(ins)})"
             t0 = time.perf_counter()
             if isinstance(ins, KernelCall):
                 self._kernel(ins, blocks)
@@ -437,50 +421,6 @@ class MPIExecutor:
             for k, v in r.seconds.items():
                 total.seconds[k] = max(total.seconds.get(k, 0.0), v)
         return total
-
-
-def program_view(program: Program) -> str:
-    """What every rank of an MPI executor must agree on: the program's buffers (global shape,
-    dtype, mesh, placement) and instructions, as a readable summary with a digest."""
-    import hashlib
-
-    parts = [program.name, repr(sorted(program.process_ids())), repr(program.feeds)]
-    for name, lay in program.buffers.items():
-        parts.append(f"{name}:{lay.shape}:{lay.dtype}:{lay.mesh.shape}:"
-                     f"{tuple(lay.mesh.process_ids)}:{lay.attr.multi_dims_mapping}:"
-                     f"{lay.attr.partial_items}")
-    parts.extend(_describe(ins) for ins in program.instructions)
-    digest = hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest()
-    return (f"program {program.name!r} with {len(program.buffers)} buffers and "
-            f"{len(program.instructions)} instructions (structure digest {digest})")
-
-
-def _describe(ins: Any) -> str:
-    if isinstance(ins, KernelCall):
-        return f"kernel {ins.op!r} ({ins.op_type}) on mesh {ins.mesh.shape}"
-    if isinstance(ins, LocalStep):
-        return f"local step {ins.op!r}"
-    return f"{ins.kind} {ins.src} -> {ins.dst} (mesh dim {ins.mesh_dim})"
-
-
-class _Watchdog:
-    """Aborts the job if a run has not finished within ``timeout`` seconds (a rank waiting
-    for a partner that never comes ends the job instead of hanging)."""
-
-    def __init__(self, comm: Any, timeout: float, where: list[str]) -> None:
-        import threading
-
-        self._timer = threading.Timer(timeout, self._fire, (comm, timeout, where))
-        self._timer.daemon = True
-        self._timer.start()
-
-    @staticmethod
-    def _fire(comm: Any, timeout: float, where: list[str]) -> None:
-        fail(TimeoutError(f"MPIExecutor.run did not finish within {timeout:g} s; this rank "
-                          f"waits at {where[0]}"), comm, "MPIExecutor.run (timeout)")
-
-    def cancel(self) -> None:
-        self._timer.cancel()
 
 
 # ---- launching from an ordinary process -------------------------------------------------------
