@@ -55,11 +55,12 @@ def _outcomes(res: mpirun.Result, n: int) -> dict[int, str]:
     """What each rank did, for the report."""
     out = {int(r): f"{kind}" for r, kind, _ in TYPED.findall(res.stdout)}
     for r, line in res.job.reported.items():
-        out[r] = f"aborted the job: {line.strip(': ')[:60]}"
-    for r, _ in res.job.died:
-        out.setdefault(r, "died (ended without finishing)")
+        out[r] = f"aborted the job: {line.strip(': ')[:70]}"
+    if res.job.died and not res.job.reported:
+        out[res.job.died[0][0]] = "ended first without finishing, named by the launcher"
     for r in range(n):
-        out.setdefault(r, "done" if r in res.job.completed else "ended by the job's end")
+        out.setdefault(r, "done" if r in res.job.completed else
+                       "ended by the abort" if res.job.reported else "killed by the launcher")
     return dict(sorted(out.items()))
 
 
