@@ -28,6 +28,12 @@ agreed structure while a nonblocking Allgather of array headers checks that stru
 every worker), and with ``check_structure=False`` (marked *), where only the first call
 agrees on the structure.  Targets: ratio >= 0.9 at 1 MiB and above, SumReduce >= 1.0.
 On an oversubscribed machine shared with other jobs, run it several times and take medians.
+
+The setup table (``--setup-only`` prints only it) times building and freeing each layer with
+the structure agreement that every layer runs at construction (one Allgather of a 16-byte
+digest and a rank mask over the root communicator; see spmdrules.runtime.agreement) against
+the same construction without it (``agreement.disabled()``), interleaved, slowest rank per
+call, and prints the medians side by side with their ratio.
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ from spmdrules.runtime import (  # noqa: E402
     Window,
     zero_volume_tensor,
 )
+from spmdrules.runtime.agreement import disabled as agreement_disabled  # noqa: E402
 
 SIZES = {"8KiB": 8 * 1024, "1MiB": 1024 * 1024, "16MiB": 16 * 1024 * 1024}
 REPEATS = {"8KiB": 300, "1MiB": 150, "16MiB": 40}
@@ -253,6 +260,56 @@ def halo_allocations(comm: Any, nbytes: int) -> tuple[int, int]:
     return comm.allreduce(forward, op=MPI.MAX), comm.allreduce(adjoint, op=MPI.MAX)
 
 
+SETUP_REPEATS = 40
+
+
+def setup_costs(comm: Any, repeats: int) -> list[tuple[str, float, float]]:
+    """Median seconds (slowest rank) to build and free each layer, with and without the
+    structure agreement."""
+    k = comm.size
+    P = MPIPartition(comm)
+    P_col = P.create_cartesian_topology_partition([k, 1])
+    P_row = P.create_cartesian_topology_partition([1, k])
+    P_one = P.create_partition_inclusive([0]).create_cartesian_topology_partition([1, 1])
+    P_flat = P.create_cartesian_topology_partition([k])
+    builders: dict[str, Callable[[], Any]] = {
+        "Broadcast": lambda: Broadcast(P_one, P_col),
+        "SumReduce": lambda: SumReduce(P_col, P_one),
+        "AllSumReduce": lambda: AllSumReduce(P_flat),
+        "Repartition": lambda: Repartition(P_col, P_row),
+        "HaloExchange": lambda: HaloExchange(P_col, [Window(3, padding=1), None]),
+    }
+    out = []
+    for name, build in builders.items():
+        with_check, without = [], []
+        for i in range(repeats + WARMUP):
+            for checked in ((True, False) if i % 2 else (False, True)):
+                def once(checked: bool = checked, build: Callable[[], Any] = build) -> None:
+                    if checked:
+                        build().free()
+                    else:
+                        with agreement_disabled():
+                            build().free()
+                t = timed(comm, once)
+                if i >= WARMUP:
+                    (with_check if checked else without).append(t)
+        out.append((name, statistics.median(with_check), statistics.median(without)))
+    return out
+
+
+def print_setup(comm: Any, rows: list[tuple[str, float, float]], repeats: int) -> None:
+    if comm.rank != 0:
+        return
+    print(f"layer setup (build + free), {comm.size} ranks, median of {repeats}, slowest "
+          "rank: with the structure agreement vs without")
+    head = f"{'layer':<15}{'with':>11}{'without':>11}{'ratio':>7}{'added':>11}"
+    print(head)
+    print("-" * len(head))
+    for name, t_with, t_without in rows:
+        print(f"{name:<15}{t_with * 1e3:>9.3f}ms{t_without * 1e3:>9.3f}ms"
+              f"{t_with / t_without:>7.2f}{(t_with - t_without) * 1e6:>9.0f}us")
+
+
 BASELINE = {
     "Broadcast": "Bcast",
     "Broadcast+self": "Bcast",
@@ -266,8 +323,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="few repeats (smoke test)")
     parser.add_argument("--only", nargs="*", default=None, help="primitives to run")
+    parser.add_argument("--setup-only", action="store_true",
+                        help="only the setup cost of the structure agreement")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
+    setup_repeats = 3 if args.quick else SETUP_REPEATS
+    setup = setup_costs(comm, setup_repeats)
+    if args.setup_only:
+        print_setup(comm, setup, setup_repeats)
+        return 0
     rows = []
     halo = {label: halo_allocations(comm, nbytes) for label, nbytes in SIZES.items()}
     for check in (True, False):
@@ -311,6 +375,7 @@ def main() -> int:
         print("HaloExchange (window 3, padding 1, over [k, 1]) bytes allocated per steady call, "
               "forward / adjoint: "
               + ", ".join(f"{label} {f} / {a}" for label, (f, a) in halo.items()))
+    print_setup(comm, setup, setup_repeats)
     return 0
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,3 +69,29 @@ def doc_page() -> type[MarkdownPage]:
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT
+
+
+def _shm_segments() -> set[str]:
+    shm = Path("/dev/shm")
+    return {str(p) for p in shm.glob("mpich_shm_*")} if shm.is_dir() else set()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leftover_shared_memory() -> Iterator[None]:
+    """After the session, /dev/shm holds no more mpich_shm_* files than before it, and none of
+    the segments that this session's MPI jobs held (tests/support/mpirun.py records them).
+
+    The first check compares the whole of /dev/shm, so on a machine where other MPI jobs run at
+    the same time it can see their files: set SPMDRULES_SHM_CHECK=own there to check only this
+    session's own segments (CI runs alone and checks both)."""
+    before = _shm_segments()
+    yield
+    import mpirun
+
+    left = sorted(p for p in mpirun.SEEN_SEGMENTS if Path(p).exists())
+    assert not left, f"shared-memory segments of this session's MPI jobs were left: {left}"
+    if os.environ.get("SPMDRULES_SHM_CHECK", "all") != "own":
+        after = _shm_segments()
+        assert len(after) <= len(before), (
+            f"/dev/shm holds {len(after)} mpich_shm_* files after the session, {len(before)} "
+            f"before; new: {sorted(after - before)}")

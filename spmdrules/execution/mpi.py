@@ -29,8 +29,6 @@ import json
 import os
 import pickle
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,7 +50,14 @@ from spmdrules.execution.executor import (
     check_feeds,
     gather_global,
 )
+from spmdrules.execution.launch import launch
 from spmdrules.execution.local import Block, list_kernels
+from spmdrules.execution.mpi_faults import (
+    Watchdog,
+    agree_on_feeds,
+    describe_instruction,
+    program_view,
+)
 from spmdrules.execution.program import (
     Collective,
     KernelCall,
@@ -63,6 +68,9 @@ from spmdrules.execution.program import (
     mesh_coords,
     owners,
 )
+from spmdrules.runtime._mpi import accumulation_dtype, dtype_code, dtype_of_code
+from spmdrules.runtime.abort import fail
+from spmdrules.runtime.agreement import agree
 from spmdrules.runtime.decomposition import Box, relative
 from spmdrules.runtime.errors import MPIUnavailableError
 
@@ -98,10 +106,14 @@ class MPIExecutor:
 
         MPI = mpi()
         t0 = time.perf_counter()
+        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        # Every rank must run the same program: a rank with another program would post other
+        # messages, and the job would hang or compute garbage. One small collective, first.
+        agree(self.comm, "MPIExecutor", range(self.comm.Get_size()),
+              {"program": program_view(program), "ranks": self.comm.Get_size()})
         list_kernels()  # load the kernel modules now, not inside the first timed kernel call
         self.MPI = MPI
         self.program = program
-        self.comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank = int(self.comm.Get_rank())
         need = max(program.process_ids(), default=0) + 1
         if self.comm.Get_size() < need:
@@ -145,14 +157,38 @@ class MPIExecutor:
 
     # ---- running -----------------------------------------------------------------------------
     def run(self, feeds: Mapping[str, Any], rng_seed: int = 0, *,
-            sync_collectives: bool = False) -> tuple[dict[str, Array], RankReport]:
+            sync_collectives: bool = False, timeout: float | None = None,
+            on_error: str = "abort") -> tuple[dict[str, Array], RankReport]:
         """Run every instruction; return this rank's blocks and what it measured.
 
         With ``sync_collectives`` every rank waits at a barrier before each collective step, so
         the seconds booked under "collective" are the steps' own (the barrier's are booked under
-        "sync"), not time spent waiting for slower ranks: for comparing with a cost model."""
+        "sync"), not time spent waiting for slower ranks: for comparing with a cost model.
+
+        Failures end cleanly (docs/execution.md): bad feeds raise a typed error on every rank;
+        an error while the instructions run would leave the others waiting, so with
+        ``on_error="abort"`` (the default) the failing rank prints its rank and error and aborts
+        the job (``"raise"``: raise on this rank only, for a caller that aborts itself); with
+        ``timeout`` (seconds) a run not finished by then reports where it waits and aborts."""
+        if on_error not in ("abort", "raise"):
+            raise ExecutionError(f"MPIExecutor.run: on_error={on_error!r}; use 'abort' or 'raise'")
         prog = self.program
-        check_feeds(prog, feeds)
+        agree_on_feeds(self.comm, prog, feeds)
+        where = ["feeds"]
+        watchdog = Watchdog(self.comm, timeout, where) if timeout is not None else None
+        try:
+            return self._run(feeds, rng_seed, sync_collectives, where)
+        except BaseException as e:
+            if on_error == "abort":
+                fail(e, self.comm, f"MPIExecutor.run of {prog.name!r}, at {where[0]}")
+            raise
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+
+    def _run(self, feeds: Mapping[str, Any], rng_seed: int, sync_collectives: bool,
+             where: list[str]) -> tuple[dict[str, Array], RankReport]:
+        prog = self.program
         rng = np.random.default_rng(rng_seed)  # same on every rank: partial feeds agree
         blocks: dict[str, Array] = {}
         for name in prog.feeds:
@@ -172,6 +208,7 @@ class MPIExecutor:
         self.comm.Barrier()
         t_run = time.perf_counter()
         for k, ins in enumerate(prog.instructions):
+            where[0] = f"instruction {k} ({describe_instruction(ins)})"
             t0 = time.perf_counter()
             if isinstance(ins, KernelCall):
                 self._kernel(ins, blocks)
@@ -192,6 +229,7 @@ class MPIExecutor:
                 if out is not None:
                     blocks[ins.dst] = out
                 sec["collective"] += time.perf_counter() - t0
+        where[0] = "the end of the run"
         sec["run"] = time.perf_counter() - t_run
         sec["setup"] = self.setup_seconds
         report.seconds = sec
@@ -244,23 +282,26 @@ class MPIExecutor:
                 out = np.array(layer(np.ascontiguousarray(x)), copy=True)  # the layer reuses it
                 traffic.add(step, layer.bytes_sent - before, 2 * (n - 1), x.itemsize)
                 return out
-            out = np.empty_like(x)
-            t = self._dtype(x)
-            group.Allreduce([np.ascontiguousarray(x), t], [out, t], self._op(rt))
+            acc = accumulation_dtype(x.dtype)  # float16/bfloat16 reduce in float32
+            xa = np.ascontiguousarray(x, dtype=acc)
+            out = np.empty_like(xa)
+            t = self._dtype(xa)
+            group.Allreduce([xa, t], [out, t], self._op(rt))
             traffic.add(step, 2 * (n - 1) * x.nbytes // n, 2 * (n - 1), x.itemsize)
-            return (out / n).astype(x.dtype) if rt == "avg" else out
+            return ((out / n) if rt == "avg" else out).astype(x.dtype, copy=False)
         if step.kind == "reduce_scatter":
             d = next(i for i, ms in enumerate(b.split_mesh_dims) if m in ms)
             members = [(*coord[:m], i, *coord[m + 1:]) for i in range(n)]
             sizes = [b.box(c)[d][1] - b.box(c)[d][0] for c in members]
-            moved = np.ascontiguousarray(np.moveaxis(x, d, 0))
+            acc = accumulation_dtype(x.dtype)  # float16/bfloat16 reduce in float32
+            moved = np.ascontiguousarray(np.moveaxis(x, d, 0), dtype=acc)
             rest = int(np.prod(moved.shape[1:], dtype=np.int64))
-            recv = np.empty((sizes[coord[m]], *moved.shape[1:]), dtype=x.dtype)
-            t = self._dtype(x)
+            recv = np.empty((sizes[coord[m]], *moved.shape[1:]), dtype=acc)
+            t = self._dtype(moved)
             group.Reduce_scatter([moved, t], [recv, t], [s * rest for s in sizes], self._op(rt))
             traffic.add(step, (n - 1) * x.nbytes // n, n - 1, x.itemsize)
             out = np.ascontiguousarray(np.moveaxis(recv, 0, d))
-            return (out / n).astype(x.dtype) if rt == "avg" else out
+            return ((out / n) if rt == "avg" else out).astype(x.dtype, copy=False)
         # all_gather, all_to_all: Repartition's box exchange inside the group
         from spmdrules.runtime.box_exchange import BoxExchange
 
@@ -340,8 +381,9 @@ class MPIExecutor:
         """The element type moving in a transfer: agreed by every rank (one small allreduce
         would do; the widths the graph declares are not enough when float64 data runs through
         a float32 graph, so ranks agree on the source's actual dtype)."""
-        codes: list[str | None] = self.comm.allgather(None if x is None else x.dtype.str)
-        return np.dtype(next(c for c in codes if c is not None))
+        codes: list[int | None] = self.comm.allgather(
+            None if x is None else dtype_code(x.dtype, f"transfer {step.src} -> {step.dst}"))
+        return dtype_of_code(next(c for c in codes if c is not None))
 
     def _dtype(self, x: Array) -> Any:
         from spmdrules.runtime._mpi import mpi_datatype
@@ -409,7 +451,9 @@ def run_mpi(program: Program, feeds: Mapping[str, Any], *, nprocs: int | None = 
     """Run ``program`` under ``mpiexec -n nprocs`` and fetch ``fetch`` (default: every tensor).
 
     Raises :class:`MPIUnavailableError` without mpiexec or mpi4py, :class:`ExecutionError` if the
-    job fails or exceeds ``timeout`` seconds (the whole process group is killed)."""
+    job fails, if a rank ends before its work is done, or if the job exceeds ``timeout`` seconds
+    (then every process of it is killed). The job runs through :func:`~spmdrules.execution.
+    launch.launch`: shared-memory segments its ranks leave behind are removed."""
     exe = mpiexec_path()
     if exe is None:
         raise MPIUnavailableError("no mpiexec found; install spmdrules[mpi] (the mpich wheel)")
@@ -430,21 +474,14 @@ def run_mpi(program: Program, feeds: Mapping[str, Any], *, nprocs: int | None = 
         env = {**os.environ, **MPI_ENV}
         repo = str(Path(__file__).resolve().parents[1])
         env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
-        cmd = [str(exe), "-n", str(n), sys.executable, "-m", "spmdrules.execution.mpi_worker", str(job)]
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-            raise ExecutionError(f"mpiexec -n {n} timed out after {timeout:.0f} s; stderr:\n"
-                                 f"{err[-2000:]}") from None
-        wall = time.perf_counter() - t0
-        if proc.returncode != 0 or not (job / "report.pkl").exists():
-            raise ExecutionError(f"mpiexec -n {n} failed (exit {proc.returncode}):\n"
-                                 f"{(err or out)[-3000:]}")
+        # the ranks' own watchdog ends a stuck run (naming where each rank waits) a little
+        # before the launcher kills the job
+        argv = [sys.executable, "-m", "spmdrules.execution.mpi_worker", str(job),
+                str(max(1.0, 0.9 * timeout - 5.0))]
+        res = launch(n, argv, timeout=timeout, mpiexec=exe, env=env)
+        wall = res.wall
+        if not res.ok or not (job / "report.pkl").exists():
+            raise ExecutionError(f"{res.describe()}:\n{(res.stderr or res.stdout)[-3000:]}")
         with open(job / "report.pkl", "rb") as f:
             report: RankReport = pickle.load(f)
         with open(job / "values.pkl", "rb") as f:

@@ -4,8 +4,10 @@ The job directory holds ``program.pkl`` (a lowered :class:`~spmdrules.execution.
 ``feeds.pkl`` (global source values) and ``fetch.json`` (tensor names to bring back); this
 process's own launcher wrote them, so unpickling them trusts nothing foreign. Rank 0 writes
 ``values.pkl`` (the fetched global values) and ``report.pkl`` (bytes summed over ranks, the
-slowest rank's seconds). Any failure on any rank prints the traceback and aborts the whole job,
-so no rank waits forever for a partner that died.
+slowest rank's seconds). Any failure on any rank prints the rank and the traceback and aborts
+the whole job, so no rank waits forever for a partner that died; a rank that gets to the end
+leaves its completion marker (:func:`spmdrules.execution.launch.mark_done`), so a rank that
+vanished half-way cannot make the job look successful.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import json
 import pickle
 import sys
 import time
-import traceback
 from pathlib import Path
 
 
@@ -32,7 +33,7 @@ def main(argv: list[str]) -> int:
             feeds = pickle.load(f)
         names = json.loads((job / "fetch.json").read_text())
         ex = MPIExecutor(program, comm)
-        blocks, report = ex.run(feeds)
+        blocks, report = ex.run(feeds, timeout=float(argv[1]) if len(argv) > 1 else None)
         t0 = time.perf_counter()
         values = ex.fetch(blocks, names)
         report.seconds["fetch"] = time.perf_counter() - t0
@@ -43,10 +44,13 @@ def main(argv: list[str]) -> int:
                 pickle.dump(values, f)
             with open(job / "report.pkl", "wb") as f:
                 pickle.dump(total, f)
-    except BaseException:
-        sys.stderr.write(f"rank {comm.Get_rank()}:\n{traceback.format_exc()}")
-        sys.stderr.flush()
-        comm.Abort(1)
+    except BaseException as e:
+        from spmdrules.runtime.abort import fail
+
+        fail(e, comm, "spmdrules.execution.mpi_worker")
+    from spmdrules.execution.launch import mark_done
+
+    mark_done()
     return 0
 
 

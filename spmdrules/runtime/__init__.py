@@ -4,6 +4,7 @@ The public names follow the "Partition runtime" section of the API spec.  Import
 package does not need mpi4py; creating a partition or a layer does.
 """
 
+from spmdrules.runtime.abort import abort_on_error, install_excepthook
 from spmdrules.runtime.all_sum_reduce import AllSumReduce
 from spmdrules.runtime.conv import DistributedConv2d
 from spmdrules.runtime.decomposition import (
@@ -17,7 +18,10 @@ from spmdrules.runtime.errors import (
     HaloTooWideError,
     MPIUnavailableError,
     PartitionMismatchError,
+    RankFailedError,
     RuntimeSetupError,
+    SharedMemoryFallbackWarning,
+    StructureDisagreementError,
     TensorStructureError,
 )
 from spmdrules.runtime.halo import HaloExchange
@@ -52,15 +56,20 @@ __all__ = [
     "MPIPartition",
     "MPIUnavailableError",
     "PartitionMismatchError",
+    "RankFailedError",
     "Repartition",
     "RuntimeSetupError",
+    "SharedMemoryFallbackWarning",
+    "StructureDisagreementError",
     "SumReduce",
     "TensorStructureError",
     "Window",
+    "abort_on_error",
     "balanced_box",
     "balanced_size",
     "balanced_sizes",
     "balanced_start",
+    "install_excepthook",
     "match_reduction",
     "zero_volume_tensor",
 ]

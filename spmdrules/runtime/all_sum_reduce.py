@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from spmdrules.runtime._mpi import mpi, mpi_datatype
+from spmdrules.runtime._mpi import is_half, mpi, mpi_datatype
+from spmdrules.runtime.agreement import agree, describe_partition
 from spmdrules.runtime.decomposition import aligned_empty
 from spmdrules.runtime.errors import RuntimeSetupError, TensorStructureError
 from spmdrules.runtime.partition import MPIPartition, free_communicator
@@ -36,6 +37,11 @@ class AllSumReduce:
         *,
         check_structure: bool = True,
     ) -> None:
+        agree(P_x.root, "AllSumReduce", P_x.members, {
+            "P_x": describe_partition(P_x),
+            "axes_reduce": None if axes_reduce is None else list(axes_reduce),
+            "check_structure": check_structure,
+        })
         axes = tuple(range(P_x.dim)) if axes_reduce is None else tuple(int(a) for a in axes_reduce)
         if any(not 0 <= a < P_x.dim for a in axes) or len(set(axes)) != len(axes):
             raise RuntimeSetupError(
@@ -73,8 +79,14 @@ class AllSumReduce:
         if self._size == 1:
             np.copyto(out, x)
             return
-        mtype = mpi_datatype(x.dtype)
-        self._comm.Allreduce([np.ascontiguousarray(x), mtype], [out, mtype], self._sum)
+        if is_half(x.dtype):
+            # float16/bfloat16 are summed in float32 and rounded once
+            acc = np.ascontiguousarray(x, dtype=np.float32)
+            self._comm.Allreduce(mpi().IN_PLACE, [acc, mpi_datatype(acc.dtype)], self._sum)
+            np.copyto(out, acc, casting="unsafe")
+        else:
+            mtype = mpi_datatype(x.dtype)
+            self._comm.Allreduce([np.ascontiguousarray(x), mtype], [out, mtype], self._sum)
         # An allreduce moves at least 2 (k-1)/k of the data out of each worker.
         self.bytes_sent += 2 * (self._size - 1) * x.nbytes // self._size
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from spmdrules.runtime._mpi import mpi, mpi_datatype
+from spmdrules.runtime._mpi import is_half, mpi, mpi_datatype
 from spmdrules.runtime.decomposition import (
     Box,
     aligned_empty,
@@ -289,19 +289,23 @@ class BoxExchange:
                 offset += s.volume
                 staged.append((s, chunk))
                 reqs.append(comm.Irecv([chunk, base], s.peer, TAG_BOX_SCATTER))
+        # overlapping pieces are summed; float16/bfloat16 sums accumulate in float32
+        acc = out.astype(np.float32) if staged and is_half(out.dtype) else out
         if self.self_piece is not None:
             assert self.my_owned is not None and self.my_needed is not None
             mine = src[relative(self.self_piece, self.my_needed)]
             if self._disjoint:  # nobody else writes these entries
                 out[relative(self.self_piece, self.my_owned)] = mine
             else:
-                out[relative(self.self_piece, self.my_owned)] += mine
+                acc[relative(self.self_piece, self.my_owned)] += mine
         MPI.Request.Waitall(reqs)
         if self._disjoint:
             for s in self.sends:
                 s.unpack(out)
         for s, chunk in staged:
-            out[s.where] += chunk.reshape(s.shape)
+            acc[s.where] += chunk.reshape(s.shape)
+        if acc is not out:
+            np.copyto(out, acc, casting="unsafe")
         return out
 
 

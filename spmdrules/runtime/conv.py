@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from spmdrules.runtime.agreement import agree, describe_partition
 from spmdrules.runtime.all_sum_reduce import AllSumReduce
 from spmdrules.runtime.errors import RuntimeSetupError
 from spmdrules.runtime.halo import HaloExchange
@@ -42,6 +43,12 @@ class DistributedConv2d:
         seed: int = 0,
         dtype: np.dtype[Any] | type = np.float64,
     ) -> None:
+        agree(P_x.root, type(self).__name__, P_x.members, {
+            "P_x": describe_partition(P_x), "in_channels": in_channels,
+            "out_channels": out_channels, "kernel_size": kernel_size, "stride": stride,
+            "padding": padding, "dilation": dilation, "bias": bias, "seed": seed,
+            "dtype": np.dtype(dtype).name,
+        })
         if P_x.dim != 2 + self.spatial_dims or P_x.shape[1] != 1:
             raise RuntimeSetupError(
                 f"DistributedConv2d: P_x has shape {P_x.shape}; it must be P_b x 1 x P_h x P_w "

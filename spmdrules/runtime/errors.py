@@ -22,6 +22,19 @@ class TensorStructureError(RuntimeSetupError):
     """The local tensors handed to a layer disagree with each other or with the partition."""
 
 
+class StructureDisagreementError(RuntimeSetupError):
+    """The workers of a layer (or of the MPI executor) were given different partitions,
+    parameters or programs: raised on every worker alike, naming the views and who holds each."""
+
+
+class RankFailedError(SpmdError, RuntimeError):
+    """Another worker failed, so this one cannot go on (raised on the workers that survive)."""
+
+
+class SharedMemoryFallbackWarning(RuntimeWarning):
+    """/dev/shm has no room for a shared-memory window: the data moves by plain messages."""
+
+
 class MPIUnavailableError(RuntimeSetupError, ImportError):
     """mpi4py (and an MPI library) is needed for this call but is not installed."""
 
@@ -34,6 +47,9 @@ __all__ = [
     "HaloTooWideError",
     "MPIUnavailableError",
     "PartitionMismatchError",
+    "RankFailedError",
     "RuntimeSetupError",
+    "SharedMemoryFallbackWarning",
+    "StructureDisagreementError",
     "TensorStructureError",
 ]

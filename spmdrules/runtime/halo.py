@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from spmdrules.runtime.agreement import agree, describe_partition
 from spmdrules.runtime.box_exchange import BoxExchange
 from spmdrules.runtime.decomposition import (
     Box,
@@ -113,6 +114,9 @@ class HaloExchange:
     def __init__(
         self, P_x: MPIPartition, windows: Sequence[Window | None], *, serve_far: bool = True
     ) -> None:
+        agree(P_x.root, "HaloExchange", P_x.members, {
+            "P_x": describe_partition(P_x), "windows": list(windows), "serve_far": serve_far,
+        })
         if len(windows) != P_x.dim:
             raise RuntimeSetupError(
                 f"HaloExchange: {len(windows)} windows for P_x of shape {P_x.shape}; give one "

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from spmdrules.runtime.agreement import agree, describe_partition
 from spmdrules.runtime.decomposition import balanced_size, balanced_start, zero_volume_tensor
 from spmdrules.runtime.errors import PartitionMismatchError, TensorStructureError
 from spmdrules.runtime.partition import MPIPartition
@@ -41,6 +42,12 @@ class DistributedLinear:
         seed: int = 0,
         dtype: np.dtype[Any] | type = np.float64,
     ) -> None:
+        agree(P_W.root, "DistributedLinear", {*P_x.members, *P_y.members, *P_W.members}, {
+            "P_x": describe_partition(P_x), "P_y": describe_partition(P_y),
+            "P_W": describe_partition(P_W), "in_features": in_features,
+            "out_features": out_features, "bias": bias, "seed": seed,
+            "dtype": np.dtype(dtype).name,
+        })
         if P_x.dim != 2 or P_y.dim != 2 or P_W.dim != 2:
             raise PartitionMismatchError(
                 f"DistributedLinear: P_x {P_x.shape}, P_y {P_y.shape} and P_W {P_W.shape} must "

@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from spmdrules.runtime._mpi import mpi
+from spmdrules.runtime.agreement import agree, describe_partition
 from spmdrules.runtime.errors import RuntimeSetupError
 
 # Tag for MPI_Comm_create_group.  Groups are always created in the same global order on
@@ -126,6 +127,11 @@ class MPIPartition:
         Call it on every worker of the root communicator with the same ``ranks``.
         """
         chosen = [int(r) for r in np.asarray(ranks).ravel()]
+        # the new communicator is collective over its members: a worker that was given other
+        # ranks would leave them waiting, so check first (over the root, which all hold)
+        agree(self.root, "create_partition_inclusive",
+              [self.members[r] for r in chosen if 0 <= r < self.size] if self.members else (),
+              {"parent": describe_partition(self), "ranks": chosen})
         if len(set(chosen)) != len(chosen) or any(not 0 <= r < self.size for r in chosen):
             raise RuntimeSetupError(
                 f"create_partition_inclusive({chosen}) on a partition of {self.size} workers: "
@@ -163,6 +169,8 @@ class MPIPartition:
             )
         sub_shape = tuple(s for s, k in zip(self.shape, keep, strict=True) if k)
         if not self.active or self.index is None:
+            agree(self.root, "create_cartesian_subtopology_partition", (),
+                  {"parent": describe_partition(self), "remain_dims": list(keep)})
             return _inactive(self.root, sub_shape or (1,))
         fixed = self.index
         members = tuple(
@@ -170,6 +178,8 @@ class MPIPartition:
             for r in range(self.size)
             if all(k or a == b for a, b, k in zip(self.index_of(r), fixed, keep, strict=True))
         )
+        agree(self.root, "create_cartesian_subtopology_partition", members,
+              {"parent": describe_partition(self), "remain_dims": list(keep)})
         return _owning(self.root, members, sub_shape or (1,), cartesian=True)
 
     def create_partition_union(self, other: MPIPartition) -> MPIPartition:
@@ -180,6 +190,8 @@ class MPIPartition:
                 "communicators; derive both from one MPIPartition(comm)"
             )
         members = self.members + tuple(m for m in other.members if m not in self.members)
+        agree(self.root, "create_partition_union", members,
+              {"first": describe_partition(self), "second": describe_partition(other)})
         return _owning(self.root, members, None, cartesian=False)
 
     def free(self) -> None:

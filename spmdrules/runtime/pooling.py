@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from spmdrules.runtime.agreement import agree, describe_partition
 from spmdrules.runtime.errors import RuntimeSetupError
 from spmdrules.runtime.halo import HaloExchange
 from spmdrules.runtime.partition import MPIPartition
@@ -45,6 +46,10 @@ class _DistributedPool:
         ceil_mode: bool = False,
     ) -> None:
         name = type(self).__name__
+        agree(P_x.root, name, P_x.members, {
+            "P_x": describe_partition(P_x), "kernel_size": kernel_size, "stride": stride,
+            "padding": padding, "dilation": dilation, "ceil_mode": ceil_mode,
+        })
         if P_x.dim != 2 + self.spatial_dims:
             raise RuntimeSetupError(
                 f"{name}: P_x has shape {P_x.shape} but the input is (batch, channel, "

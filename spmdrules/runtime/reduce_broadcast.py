@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from spmdrules.runtime._mpi import mpi
+from spmdrules.runtime._mpi import is_half, mpi
+from spmdrules.runtime.agreement import agree, describe_partition
 from spmdrules.runtime.decomposition import ZeroVolumeCache
 from spmdrules.runtime.errors import PartitionMismatchError, TensorStructureError
 from spmdrules.runtime.partition import MPIPartition, free_communicator, sub_communicator
@@ -70,7 +71,16 @@ class ReduceBroadcast:
         big_name: str,
         small_name: str,
         check_structure: bool = True,
+        view: dict[str, object] | None = None,
     ) -> None:
+        # before anything that depends on the partitions: a worker that raised alone would
+        # leave the others waiting
+        agree(
+            P_big.root,
+            op,
+            set(P_big.members) | set(P_small.members),
+            view or {big_name: describe_partition(P_big), small_name: describe_partition(P_small)},
+        )
         if not P_big.same_root(P_small):
             raise PartitionMismatchError(
                 f"{op}: {big_name} and {small_name} come from different root communicators; "
@@ -199,6 +209,12 @@ class ReduceBroadcast:
                 MPI.Request.Waitall(p.ready)  # the target is the destination's result
             if len(parts) == 1:
                 np.copyto(target, parts[0])
+            elif is_half(target.dtype):
+                # float16/bfloat16 chunks are summed in float32 and rounded once
+                acc = parts[0].astype(np.float32)
+                for part in parts[1:]:
+                    acc += part
+                np.copyto(target, acc, casting="unsafe")
             else:
                 np.add(parts[0], parts[1], out=target)
                 for part in parts[2:]:
@@ -347,17 +363,22 @@ class _ReduceBroadcastLayer:
     ) -> None:
         self.P_x, self.P_y = P_x, P_y
         op = type(self).__name__
+        view: dict[str, object] = {
+            "P_x": describe_partition(P_x), "P_y": describe_partition(P_y),
+            "transpose_src": transpose_src, "transpose_dest": transpose_dest,
+            "preserve_batch": preserve_batch, "check_structure": check_structure,
+        }
         if self._forward_reduces:
             self.core = ReduceBroadcast(
                 P_x, P_y, transpose_big=transpose_src, transpose_small=transpose_dest,
                 preserve_batch=preserve_batch, op=op, big_name="P_x", small_name="P_y",
-                check_structure=check_structure,
+                check_structure=check_structure, view=view,
             )
         else:
             self.core = ReduceBroadcast(
                 P_y, P_x, transpose_big=transpose_dest, transpose_small=transpose_src,
                 preserve_batch=preserve_batch, op=op, big_name="P_y", small_name="P_x",
-                check_structure=check_structure,
+                check_structure=check_structure, view=view,
             )
 
     def forward(self, x: Array) -> Array:

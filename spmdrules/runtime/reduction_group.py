@@ -128,14 +128,15 @@ def plan_group(
         # the destination's sum sits where its own input does (0 if it has none)
         out_offset = offset[0] if 0 in g.sources else 0
         n = int(np.prod(shape, dtype=np.int64))
+        shapes: list[tuple[int, ...] | None] = [shape] + [None] * (g.size - 1)
+        offsets = [out_offset] + [0] * (g.size - 1)
         if (
             g.size > DIRECT_REDUCE_MAX_GROUP
             and n * dtype.itemsize >= DIRECT_GATHER_MIN_BYTES
             and g.shared.usable()
+            and g.shared.room_for(shapes, dtype, offsets)
         ):
-            shapes: list[tuple[int, ...] | None] = [None] * g.size
-            shapes[0] = shape
-            plan.window, outs = g.shared.arrays(shapes, dtype, [out_offset] + [0] * (g.size - 1))
+            plan.window, outs = g.shared.arrays(shapes, dtype, offsets)
             assert outs[0] is not None
             plan.out = outs[0]  # written by every rank, returned by the destination
         elif g.i_am_dest:

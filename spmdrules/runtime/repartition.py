@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from spmdrules.runtime.agreement import agree, describe_partition
 from spmdrules.runtime.box_exchange import BoxExchange
 from spmdrules.runtime.decomposition import Box, ZeroVolumeCache, aligned_empty, box_shape
 from spmdrules.runtime.errors import PartitionMismatchError, TensorStructureError
@@ -56,6 +57,10 @@ class Repartition:
         *,
         check_structure: bool = True,
     ) -> None:
+        agree(P_x.root, "Repartition", set(P_x.members) | set(P_y.members), {
+            "P_x": describe_partition(P_x), "P_y": describe_partition(P_y),
+            "preserve_batch": preserve_batch, "check_structure": check_structure,
+        })
         if not P_x.same_root(P_y):
             raise PartitionMismatchError(
                 "Repartition: P_x and P_y come from different root communicators; derive both "
@@ -125,7 +130,8 @@ class Repartition:
         largest = max((int(np.prod(s)) for s in shapes if s is not None), default=0)
         shared = self._shared[adjoint]
         out: Array | None
-        if largest * dst.dtype.itemsize >= DIRECT_MIN_BYTES and shared.usable():
+        if (largest * dst.dtype.itemsize >= DIRECT_MIN_BYTES and shared.usable()
+                and shared.room_for(shapes, dst.dtype)):
             window, outputs = shared.arrays(shapes, dst.dtype)
             ex.bind_shared(window, outputs)
             out = outputs[self._slot]

@@ -16,12 +16,34 @@ mapped until :meth:`SharedOutputs.free`, so arrays already returned never dangle
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from spmdrules.runtime._mpi import PAGE, mpi
+from spmdrules.runtime.errors import SharedMemoryFallbackWarning
+
+#: where MPICH places shared-memory windows
+SHM_DIR = "/dev/shm"
+#: free bytes a window leaves in /dev/shm for everything else (MPICH's own queues, other jobs)
+SHM_RESERVE = 16 * 1024 * 1024
+#: environment variable that overrides the free bytes seen in /dev/shm (to test the fallback)
+SHM_FREE_ENV = "SPMDRULES_SHM_FREE_BYTES"
+
+
+def shm_free_bytes() -> int:
+    """Bytes free in /dev/shm (a container's default is only 64 MiB)."""
+    forced = os.environ.get(SHM_FREE_ENV)
+    if forced is not None:
+        return int(forced)
+    try:
+        st = os.statvfs(SHM_DIR)
+    except OSError:
+        return 0
+    return st.f_bavail * st.f_frsize
 
 Array = np.ndarray[Any, Any]
 
@@ -46,19 +68,12 @@ class SharedOutputs:
             node.Free()
         return self._one_node
 
-    def arrays(
+    def _need(
         self,
         shapes: Sequence[tuple[int, ...] | None],
         dtype: np.dtype[Any],
-        page_offsets: Sequence[int] | None = None,
-    ) -> tuple[Any, list[Array | None]]:
-        """The window and every worker's output array in it, of the given shapes (None: no
-        output), in slot order, each starting ``page_offsets[slot]`` bytes (rounded down to
-        the dtype's alignment) into a page of its segment.
-
-        Collective: call on every worker with the same arguments (growth is decided from
-        them, identically everywhere).
-        """
+        page_offsets: Sequence[int] | None,
+    ) -> tuple[list[int], int]:
         starts = [
             0 if page_offsets is None else page_offsets[slot] % PAGE // dtype.alignment
             * dtype.alignment
@@ -72,6 +87,51 @@ class SharedOutputs:
             ),
             default=0,
         )
+        return starts, need
+
+    def room_for(
+        self,
+        shapes: Sequence[tuple[int, ...] | None],
+        dtype: np.dtype[Any],
+        page_offsets: Sequence[int] | None = None,
+    ) -> bool:
+        """True if the window can hold these outputs; False, with a
+        :class:`SharedMemoryFallbackWarning`, if growing it would not fit in /dev/shm (the
+        caller then moves the data by plain messages). Collective, like :meth:`arrays`: every
+        worker gets the same answer."""
+        _, need = self._need(shapes, dtype, page_offsets)
+        if self._window is not None and need <= self._capacity:
+            return True
+        capacity = -(-max(need, 2 * self._capacity, PAGE) // PAGE) * PAGE
+        total = capacity * self.comm.Get_size()
+        free = shm_free_bytes()
+        fits = bool(self.comm.allreduce(free >= total + SHM_RESERVE, op=mpi().LAND))
+        if not fits:
+            warnings.warn(
+                SharedMemoryFallbackWarning(
+                    f"a shared-memory window of {total} bytes does not fit in {SHM_DIR} "
+                    f"({free} bytes free, {SHM_RESERVE} kept in reserve): the data moves by "
+                    "plain messages instead (slower for large strided pieces). Enlarge "
+                    f"{SHM_DIR} (docker run --shm-size=...) to use the direct path"
+                ),
+                stacklevel=3,
+            )
+        return fits
+
+    def arrays(
+        self,
+        shapes: Sequence[tuple[int, ...] | None],
+        dtype: np.dtype[Any],
+        page_offsets: Sequence[int] | None = None,
+    ) -> tuple[Any, list[Array | None]]:
+        """The window and every worker's output array in it, of the given shapes (None: no
+        output), in slot order, each starting ``page_offsets[slot]`` bytes (rounded down to
+        the dtype's alignment) into a page of its segment.
+
+        Collective: call on every worker with the same arguments (growth is decided from
+        them, identically everywhere).
+        """
+        starts, need = self._need(shapes, dtype, page_offsets)
         if need > self._capacity or self._window is None:
             self._grow(max(need, 2 * self._capacity, PAGE))
         return self._window, [

@@ -30,8 +30,9 @@ from spmdrules.runtime._mpi import (
     MAX_NDIM,
     PAGE_OFFSET_SLOT,
     STRUCTURE_LEN,
-    SUPPORTED_DTYPES,
+    SUPPORTED_NAMES,
     decode_header,
+    is_supported,
     write_header,
 )
 from spmdrules.runtime.errors import TensorStructureError
@@ -119,7 +120,7 @@ class StructureExchange:
             # that of an earlier input).
             return
         self._last_written = None
-        if local.ndim > MAX_NDIM or local.dtype not in _SUPPORTED:
+        if local.ndim > MAX_NDIM or not is_supported(local.dtype):
             header[:] = 0
             header[0] = BAD_NDIM if local.ndim > MAX_NDIM else BAD_DTYPE
             self._local_error = (
@@ -127,7 +128,7 @@ class StructureExchange:
                 "reshape the tensor to fewer dimensions"
                 if local.ndim > MAX_NDIM
                 else f"dtype {local.dtype.name} is not supported; convert the array to one of "
-                + ", ".join(d.name for d in SUPPORTED_DTYPES)
+                + SUPPORTED_NAMES
             )
             return
         write_header(header, local, "")
@@ -255,8 +256,6 @@ class StructureExchange:
         """The structures from the last gathering, one per member (in member order)."""
         return [None if row[0] < 0 else decode_header(row) for row in self._recv]
 
-
-_SUPPORTED = frozenset(SUPPORTED_DTYPES)
 
 
 def _unchecked_change(what: str) -> TensorStructureError:

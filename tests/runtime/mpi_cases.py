@@ -505,7 +505,7 @@ def speculative_structure_checks(comm: Any) -> None:
     y = sr(np.full((2, 3), 3.0))
     if P_y.active:
         assert y.shape == (2, 3) and np.all(y == 3 * n)
-    odd = np.zeros(3, dtype=np.float16)  # an unsupported dtype on one worker
+    odd = np.zeros(3, dtype=np.bool_)  # an unsupported dtype on one worker
     expect_all_raise(comm, TSE, lambda: sr(odd if me == n - 1 else np.zeros((2, 3))),
                      "unsupported dtype in a steady layer")
     expect_all_raise(comm, TSE, lambda: sr(np.zeros((1,) * 13) if me == 0 else np.zeros(3)),
@@ -533,7 +533,7 @@ def speculative_structure_checks(comm: Any) -> None:
     for _ in range(2):
         out = rep(G[balanced_slices(G.shape, [n, 1], [me, 0])])
         assert_equal(out, G[balanced_slices(G.shape, [1, n], [0, me])], "steady repartition")
-    expect_all_raise(comm, TSE, lambda: rep(np.zeros((2, 3 * n), dtype=np.float16)
+    expect_all_raise(comm, TSE, lambda: rep(np.zeros((2, 3 * n), dtype=np.bool_)
                                             if me == 0 else np.zeros((2, 3 * n))),
                      "repartition dtype")
     G2 = np.arange(4.0 * n * n).reshape(4 * n, n)  # a new global shape: re-agreed
@@ -541,7 +541,7 @@ def speculative_structure_checks(comm: Any) -> None:
     assert_equal(out, G2[balanced_slices(G2.shape, [1, n], [0, me])], "new global shape")
 
     halo = rt().HaloExchange(P_x, [rt().Window(3, padding=1)])
-    expect_all_raise(comm, TSE, lambda: halo(np.zeros(3, dtype=np.float16 if me else float)),
+    expect_all_raise(comm, TSE, lambda: halo(np.zeros(3, dtype=np.bool_ if me else float)),
                      "halo dtype")
     first_call = rt().SumReduce(P_x, P_y)
     expect_all_raise(comm, TSE, lambda: first_call(odd if me == 0 else np.zeros(3)),
@@ -743,7 +743,7 @@ def repartition_direct_writes_steady(comm: Any) -> None:
         for y, _ in kept:  # outgrown windows stay mapped: reading them must not crash
             float(y.sum())
         expect_all_raise(comm, rt().TensorStructureError,
-                         lambda: rep(np.zeros((2, 3 * n), dtype=np.float16) if me == 0
+                         lambda: rep(np.zeros((2, 3 * n), dtype=np.bool_) if me == 0
                                      else np.zeros((2, 3 * n))), "direct refusal")
         G = np.arange(6.0 * n * n).reshape(2 * n, 3 * n)
         y = rep(G[balanced_slices(G.shape, [n, 1], [me, 0])])

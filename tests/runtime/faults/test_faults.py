@@ -1,0 +1,104 @@
+"""Fault injection under real ``mpiexec -n 4`` and ``-n 8`` (issue 15): every case ends within its
+timeout, either with a typed error on every rank or with the job aborted and the failing rank
+named, and leaves no shared-memory segment behind.
+
+Set FAULTS_REPORT=path to append one JSON line per case (outcome on each rank, time to end,
+segments seen and left): ``python tests/runtime/faults/report.py path`` prints the table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import mpirun
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE / "fault_cases.py"
+TIMEOUT = 90.0
+VICTIM = 2
+
+# (case, ranks, how it must end): "typed" = a typed error on every rank and a clean exit;
+# "abort" = the job aborted by the failing rank, which names itself and its error;
+# "died" = a rank ended without finishing and the launcher names it and ends the job.
+CASES = [
+    ("shapes", 4, "typed"),
+    ("shapes", 8, "typed"),
+    ("shapes_sum_reduce", 8, "typed"),
+    ("rank_sets", 4, "typed"),
+    ("rank_sets_layer", 8, "typed"),
+    ("missing_rank", 4, "typed"),
+    ("global_shapes", 4, "typed"),
+    ("axes", 4, "typed"),
+    ("raise_before", 4, "abort"),
+    ("raise_inside", 8, "abort"),
+    ("exit_broadcast", 4, "died"),
+    ("exit_sum_reduce", 4, "died"),
+    ("exit_repartition", 8, "died"),
+    ("exit_zero", 4, "died"),
+    ("executor_program", 4, "typed"),
+    ("executor_feeds", 4, "typed"),
+    ("executor_kernel", 4, "abort"),
+    ("executor_dies", 4, "died"),
+]
+
+TYPED = re.compile(r"^TYPED (\d+) (\w+) (.*)$", re.M)
+# the typed errors a case may raise on a rank (the victim's own, and the others')
+EXPECTED = {"executor_feeds": {"ExecutionError", "RankFailedError"}}
+FAILING = {"executor_kernel": {2, 3}}
+
+
+def _outcomes(res: mpirun.Result, n: int) -> dict[int, str]:
+    """What each rank did, for the report."""
+    out = {int(r): f"{kind}" for r, kind, _ in TYPED.findall(res.stdout)}
+    for r, line in res.job.reported.items():
+        out[r] = f"aborted the job: {line.strip(': ')[:70]}"
+    if res.job.died and not res.job.reported:
+        out[res.job.died[0][0]] = "ended first without finishing, named by the launcher"
+    for r in range(n):
+        out.setdefault(r, "done" if r in res.job.completed else
+                       "ended by the abort" if res.job.reported else "killed by the launcher")
+    return dict(sorted(out.items()))
+
+
+@pytest.mark.timeout(TIMEOUT + 60)
+@pytest.mark.parametrize(("case", "n", "kind"), CASES, ids=[f"{c}-n{n}" for c, n, _ in CASES])
+def test_fault_ends_cleanly(case: str, n: int, kind: str) -> None:
+    res = mpirun.mpirun(n, [str(SCRIPT), case], timeout=TIMEOUT, wrap=False)
+    job = res.job
+    left = [p for p in job.seen_segments if Path(p).exists()]
+    report = os.environ.get("FAULTS_REPORT")
+    if report:
+        with open(report, "a") as f:
+            f.write(json.dumps({
+                "case": case, "n": n, "kind": kind, "outcome": _outcomes(res, n),
+                "ended": job.describe(), "seconds": round(job.wall, 2),
+                "segments_seen": len(job.seen_segments), "segments_removed": len(job.removed_segments),
+                "segments_left": len(left), "timed_out": job.timed_out}) + "\n")
+    detail = f"{job.describe()}\n--- stdout ---\n{res.stdout[-3000:]}\n--- stderr ---\n" \
+             f"{res.stderr[-3000:]}"
+    assert not job.timed_out, detail
+    assert not left, f"shared-memory segments left: {left}\n{detail}"
+    assert job.seen_segments, "the launcher saw none of MPICH's segments: is it watching?"
+    if kind == "typed":
+        typed = {int(r): (k, msg) for r, k, msg in TYPED.findall(res.stdout)}
+        assert set(typed) == set(range(n)), f"ranks without a typed error\n{detail}"
+        allowed = EXPECTED.get(case, {"StructureDisagreementError"})
+        assert {k for k, _ in typed.values()} <= allowed, detail
+        if case != "executor_feeds":
+            # every rank names the views and the ranks that hold each
+            assert all("view A, held by root rank" in m and "view B" in m
+                       for _, m in typed.values()), detail
+        assert job.ok, detail
+    elif kind == "abort":
+        failing = FAILING.get(case, {VICTIM})
+        assert job.returncode != 0 and not job.ok, detail
+        assert set(job.reported) & failing and set(job.reported) <= failing, detail
+        assert all("injected" in line for line in job.reported.values()), detail
+    else:
+        assert not job.ok, detail
+        assert job.died and job.died[0][0] == VICTIM, detail
+        assert f"rank {VICTIM} ended first" in job.describe(), detail
