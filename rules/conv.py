@@ -16,7 +16,7 @@ not hold whole groups) and conv2d_transpose's output channels too. Paddle's chan
 kept: the input's channel dim must be sharded as the filter's (depthwise: the filter's second dim
 never is).
 
-Paddle 3.3.1's rules differ in five ways that execution proves wrong; each is a named quirk that
+Paddle 3.3.1's rules differ in six ways that execution proves wrong; each is a named quirk that
 ``answer(..., quirks=...)`` reproduces, for the conformance layer to recognise Paddle's answers
 (spmdrules/conformance/deviations/conv.py, docs/deviations/conv.md).
 """
@@ -44,7 +44,9 @@ KERNEL_SHARDED: Final = "kernel-sharded"  # kernel dims merge into H/W (or are c
 CHANNELS_FIRST_OUT: Final = "channels-first-output"  # an NHWC output read as NCHW
 GROUPED_CHANNEL: Final = "grouped-channel"  # with groups > 1 a channel block is a group block
 GRAD_MERGES: Final = "grad-three-merges"  # gradient attrs from three separate merges
-QUIRKS: Final = (KERNEL_SHARDED, SPATIAL_KEPT, CHANNELS_FIRST_OUT, GROUPED_CHANNEL, GRAD_MERGES)
+REVERSE_PARTIAL: Final = "reverse-keeps-partial"  # reverse hands back the output's pending sums
+QUIRKS: Final = (KERNEL_SHARDED, SPATIAL_KEPT, CHANNELS_FIRST_OUT, GROUPED_CHANNEL, GRAD_MERGES,
+                 REVERSE_PARTIAL)
 
 _FORMATS: Final = {2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
 
@@ -174,8 +176,10 @@ def reverse_answer(op: str, x: TensorSpec, f: TensorSpec, out: TensorSpec, data_
     d = description(call, quirks)
     xl, fl, ol = _letters(d)
     lm = _merge(((ol, out),), d.whole, ("output",))
-    # The output keeps its pending sums (an input channel sharded like the filter's leaves one).
-    o = attr(out, _blank(ol, out.attr.multi_dims_mapping, d.whole), out.attr.partial_items)
+    # The inputs read off the output never shard the contracted channels, so the output they
+    # produce is complete: its pending sums are resharded away (Paddle keeps them).
+    keep = out.attr.partial_items if REVERSE_PARTIAL in quirks else ()
+    o = attr(out, _blank(ol, out.attr.multi_dims_mapping, d.whole), keep)
     return SpmdInfo((_read(x, xl, lm), _read(f, fl, lm)), (o,))
 
 

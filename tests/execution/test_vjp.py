@@ -40,6 +40,20 @@ def _put_along(reduce: str, include_self: bool) -> Build:
 
 
 CASES: dict[str, Build] = {
+    "conv2d": lambda g: ops.conv2d(_f(g, "x", [2, 3, 6, 5]), _f(g, "w", [4, 3, 3, 2]),
+                                   strides=[2, 1], paddings=[1, 0, 2, 1], dilations=[1, 2]),
+    "conv2d-nhwc-groups": lambda g: ops.conv2d(_f(g, "x", [2, 5, 4, 4]), _f(g, "w", [6, 2, 2, 2]),
+                                               groups=2, data_format="NHWC",
+                                               padding_algorithm="SAME", strides=[2, 2]),
+    "conv3d": lambda g: ops.conv3d(_f(g, "x", [1, 2, 4, 3, 4]), _f(g, "w", [3, 2, 2, 2, 2]),
+                                   paddings=[1, 0, 1]),
+    "depthwise_conv2d": lambda g: ops.depthwise_conv2d(_f(g, "x", [2, 3, 5, 4]),
+                                                       _f(g, "w", [6, 1, 3, 3]), groups=3,
+                                                       paddings=[1, 1]),
+    "conv2d_transpose": lambda g: ops.conv2d_transpose(_f(g, "x", [2, 4, 3, 3]),
+                                                       _f(g, "w", [4, 3, 3, 2]), strides=[2, 1],
+                                                       paddings=[1, 0], output_padding=[1, 0],
+                                                       groups=2),
     "matmul": lambda g: ops.matmul(_f(g, "x", [2, 3, 4]), _f(g, "y", [4, 5])),
     "matmul-trans": lambda g: ops.matmul(_f(g, "x", [4, 3]), _f(g, "y", [2, 5, 4]),
                                          trans_x=True, trans_y=True),

@@ -18,10 +18,10 @@ _rules = rule_module("conv")
 
 #: the quirks Paddle 3.3.1's rule for each op has
 _PADDLE: dict[str, frozenset[str]] = {
-    "conv2d": frozenset({_rules.SPATIAL_KEPT, _rules.KERNEL_SHARDED}),
-    "conv3d": frozenset(_rules.QUIRKS),
-    "conv2d_transpose": frozenset(_rules.QUIRKS),
-    "depthwise_conv2d": frozenset(_rules.QUIRKS) - {_rules.GROUPED_CHANNEL},
+    "conv2d": frozenset({_rules.SPATIAL_KEPT, _rules.KERNEL_SHARDED, _rules.REVERSE_PARTIAL}),
+    "conv3d": frozenset(_rules.QUIRKS) - {_rules.REVERSE_PARTIAL},
+    "conv2d_transpose": frozenset(_rules.QUIRKS) - {_rules.REVERSE_PARTIAL},
+    "depthwise_conv2d": frozenset(_rules.QUIRKS) - {_rules.GROUPED_CHANNEL, _rules.REVERSE_PARTIAL},
 }
 
 
@@ -95,4 +95,11 @@ register_deviation(
     "(and depthwise's input_grad drops the pending sum over output channels). Ours merges the "
     "three once and reads every tensor off that merge.",
     _quirk(_rules.GRAD_MERGES),
+)
+register_deviation(
+    "conv-reverse-keeps-partial", _OPS,
+    "conv2d's reverse rule hands the output back with its pending sums while the inputs it infers "
+    "(read off the output's n, m, h, w) leave no channel sharded: the output they compute is "
+    "complete, and declaring it partial sums it again. Ours drops the output's pending sums.",
+    _quirk(_rules.REVERSE_PARTIAL),
 )

@@ -31,6 +31,7 @@ from spmdrules.verify.cases.case import (
 from spmdrules.verify.cases.cast import cast
 from spmdrules.verify.cases.concat_split import concat_split
 from spmdrules.verify.cases.constant import constant
+from spmdrules.verify.cases.conv import conv
 from spmdrules.verify.cases.cross_entropy import cross_entropy
 from spmdrules.verify.cases.cumulative import cumulative
 from spmdrules.verify.cases.einsum_op import einsum
@@ -82,6 +83,7 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "one_hot": one_hot,
     "selection": selection,
     "scatter": scatter_family,
+    "conv": conv,
 }
 
 
