@@ -2,7 +2,8 @@
 
 ``rules/conv.py`` reproduces Paddle's answers when asked to with a set of named quirks. A class
 explains a disagreement when Paddle's answer is exactly the rule's answer with the smallest set
-of quirks that gives it (of the op's own), and this class's quirk is the first of that set. docs/deviations/conv.md has the proof of each by execution.
+of quirks that gives it (of the op's own), and this class's quirk is the first of that set.
+docs/deviations/conv.md has the proof of each by execution.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _culprit(case: dict[str, Any]) -> str | None:
     for size in range(1, len(quirks) + 1):
         for subset in itertools.combinations(quirks, size):
             if agrees(case, _answer(case, frozenset(subset))):
-                return subset[0]
+                return str(subset[0])
     return None
 
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
 import numpy as np
 
 from spmdrules.core.blocks import ShardMismatch
+from spmdrules.engine.windows import Geometry, channels_last
 from spmdrules.execution import local
 from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
-from spmdrules.graph.shapes.conv import Geometry, channels_last, conv_shapes
+from spmdrules.graph.shapes.conv import conv_shapes
 from spmdrules.runtime.windows import LocalWindows, conv, conv_adjoint
 
 CONV_OPS = ("conv2d", "conv3d", "depthwise_conv2d", "conv2d_transpose")

@@ -1,113 +1,16 @@
-"""Shape and dtype inference of the convolutions, and their window geometry (Paddle's attributes).
-
-``paddings`` has one entry per spatial dim (both sides) or two (before, after, per dim);
-``padding_algorithm`` SAME pads so that ``out = ceil(in / stride)`` (dilation 1), VALID pads
-nothing. The geometry is one :class:`~spmdrules.runtime.windows.Window` per spatial dim (its
-``padding`` is the before side; the after side only changes the output length), so the kernels
-share the runtime's window code.
-"""
+"""Shape and dtype inference of the convolutions (geometry: :mod:`spmdrules.engine.windows`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from spmdrules.graph.errors import ShapeError
+from spmdrules.core.errors import RuleArgumentError
+from spmdrules.engine.windows import Geometry, channels_last, geometry, transpose_lengths
 from spmdrules.graph.shapes import shape_rule
 from spmdrules.graph.shapes.shape_rule import Arg, OutShape, ShapeContext, tensor_arg
-from spmdrules.runtime.windows import Window
 
 Shape = tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Geometry:
-    """The windows of a convolution or pooling along its spatial dims, and the output lengths."""
-
-    windows: tuple[Window, ...]
-    in_lengths: Shape
-    out_lengths: Shape
-    pads_after: Shape
-
-
-def _ints(v: Any, n: int, name: str, op: str) -> Shape:
-    vals = (int(v),) * n if isinstance(v, int) else tuple(int(e) for e in v)
-    if len(vals) == 1 and n > 1:
-        vals = vals * n
-    if len(vals) != n:
-        raise ShapeError(f"{op}: {name} {list(vals)} has {len(vals)} entries; give {n}")
-    return vals
-
-
-def pads(op: str, paddings: Sequence[int], nsp: int) -> tuple[Shape, Shape]:
-    """(before, after) per spatial dim from Paddle's ``paddings``."""
-    p = tuple(int(e) for e in paddings)
-    if len(p) in (0, 1):
-        p = (p[0] if p else 0,) * nsp
-    if len(p) == nsp:
-        before, after = p, p
-    elif len(p) == 2 * nsp:
-        before, after = p[0::2], p[1::2]
-    else:
-        raise ShapeError(
-            f"{op}: paddings {list(p)} has {len(p)} entries; give {nsp} (both sides) or "
-            f"{2 * nsp} (before and after per spatial dim)"
-        )
-    if min(before + after, default=0) < 0:
-        raise ShapeError(f"{op}: paddings {list(p)} has a negative entry; paddings are >= 0")
-    return before, after
-
-
-def geometry(op: str, in_lengths: Sequence[int], kernel: Sequence[int], attrs: Mapping[str, Any],
-             *, ceil_mode: bool = False) -> Geometry:
-    """The forward windows of a convolution (or pooling) over ``in_lengths``."""
-    nsp = len(in_lengths)
-    strides = _ints(attrs.get("strides", 1), nsp, "strides", op)
-    dil = _ints(attrs.get("dilations", 1), nsp, "dilations", op)
-    algo = str(attrs.get("padding_algorithm", "EXPLICIT"))
-    if algo == "EXPLICIT":
-        before, after = pads(op, attrs.get("paddings", ()), nsp)
-    elif algo == "VALID":
-        before = after = (0,) * nsp
-    elif algo == "SAME":
-        dil = (1,) * nsp
-        b, a = [], []
-        for n, k, s in zip(in_lengths, kernel, strides, strict=True):
-            total = max((-(-n // s) - 1) * s + k - n, 0)
-            b.append(total // 2)
-            a.append(total - total // 2)
-        before, after = tuple(b), tuple(a)
-    else:
-        raise ShapeError(
-            f"{op}: padding_algorithm {algo!r} is not one of 'EXPLICIT', 'SAME', 'VALID'"
-        )
-    if min(strides) < 1 or min(dil) < 1 or min(kernel, default=1) < 1:
-        raise ShapeError(
-            f"{op}: strides {list(strides)}, dilations {list(dil)} and kernel {list(kernel)} "
-            "must be >= 1"
-        )
-    wins, outs = [], []
-    for n, k, s, d, pb, pa in zip(in_lengths, kernel, strides, dil, before, after, strict=True):
-        w = Window(k, s, pb, d, ceil_mode)
-        span = n + pb + pa - w.extent
-        if span < 0:
-            raise ShapeError(
-                f"{op}: a spatial dim of length {n} with paddings ({pb}, {pa}) is shorter than "
-                f"the window (kernel {k}, dilation {d}); pad more or use a smaller window"
-            )
-        m = span // s + 1
-        if ceil_mode:
-            m = -(-span // s) + 1
-            if (m - 1) * s >= n + pb:
-                m -= 1
-        wins.append(w)
-        outs.append(m)
-    return Geometry(tuple(wins), tuple(int(n) for n in in_lengths), tuple(outs), after)
-
-
-def channels_last(attrs: Mapping[str, Any]) -> bool:
-    return str(attrs.get("data_format", "NCHW")) in ("NHWC", "NDHWC")
 
 
 def spatial_of(shape: Sequence[int], last: bool) -> Shape:
@@ -116,50 +19,6 @@ def spatial_of(shape: Sequence[int], last: bool) -> Shape:
 
 def with_spatial(n: int, c: int, sp: Sequence[int], last: bool) -> Shape:
     return (n, *sp, c) if last else (n, c, *sp)
-
-
-def transpose_lengths(op: str, in_lengths: Sequence[int], kernel: Sequence[int],
-                      attrs: Mapping[str, Any]) -> Geometry:
-    """conv2d_transpose: the geometry of the convolution whose input is the transpose's output."""
-    nsp = len(in_lengths)
-    if str(attrs.get("padding_algorithm", "EXPLICIT")) == "SAME":
-        raise ShapeError(f"{op}: padding_algorithm 'SAME' is not supported; give paddings")
-    strides = _ints(attrs.get("strides", 1), nsp, "strides", op)
-    dil = _ints(attrs.get("dilations", 1), nsp, "dilations", op)
-    if str(attrs.get("padding_algorithm", "EXPLICIT")) == "VALID":
-        before = after = (0,) * nsp
-    else:
-        before, after = pads(op, attrs.get("paddings", ()), nsp)
-    size = tuple(attrs.get("output_size", ()) or ())
-    opad = tuple(attrs.get("output_padding", ()) or ())
-    outs = []
-    for i, (n, k, s, d) in enumerate(zip(in_lengths, kernel, strides, dil, strict=True)):
-        base = (n - 1) * s - before[i] - after[i] + d * (k - 1) + 1
-        if size:
-            want = int(_ints(size, nsp, "output_size", op)[i])
-            if not base <= want < base + s:
-                raise ShapeError(
-                    f"{op}: output_size {list(size)} dim {i} is {want}; it must be in "
-                    f"[{base}, {base + s - 1}] for this input, stride and padding"
-                )
-            base = want
-        elif opad:
-            extra = int(_ints(opad, nsp, "output_padding", op)[i])
-            if not 0 <= extra < max(s, d):
-                raise ShapeError(
-                    f"{op}: output_padding {list(opad)} dim {i} is {extra}; it must be >= 0 and "
-                    "smaller than the stride or the dilation"
-                )
-            base += extra
-        if base < 1:
-            raise ShapeError(f"{op}: the output's spatial dim {i} would have length {base}")
-        outs.append(base)
-    g = geometry(op, tuple(outs), kernel, {**attrs, "padding_algorithm": "EXPLICIT",
-                                            "paddings": [v for ba in zip(before, after, strict=True)
-                                                         for v in ba]})
-    if g.out_lengths != tuple(in_lengths):
-        raise ShapeError(f"{op}: the output {outs} does not convolve back to {list(in_lengths)}")
-    return g
 
 
 def conv_shapes(op: str, x: Shape, f: Shape, attrs: Mapping[str, Any]) -> tuple[Shape, Geometry]:
@@ -171,24 +30,24 @@ def conv_shapes(op: str, x: Shape, f: Shape, attrs: Mapping[str, Any]) -> tuple[
     sp = spatial_of(x, last)
     kernel = f[2:]
     if groups < 1:
-        raise ShapeError(f"{op}: groups must be >= 1, got {groups}")
+        raise RuleArgumentError(f"{op}: groups must be >= 1, got {groups}")
     if op == "conv2d_transpose":
         if f[0] != c:
-            raise ShapeError(
+            raise RuleArgumentError(
                 f"{op}: 'filter' dim 0 is {f[0]} but the input has {c} channels; the filter is "
                 "[in_channels, out_channels / groups, kh, kw]"
             )
         if c % groups:
-            raise ShapeError(f"{op}: {c} input channels do not split into {groups} groups")
+            raise RuleArgumentError(f"{op}: {c} input channels do not split into {groups} groups")
         g = transpose_lengths(op, sp, kernel, attrs)
         return with_spatial(x[0], f[1] * groups, g.in_lengths, last), g
     if f[1] * groups != c:
-        raise ShapeError(
+        raise RuleArgumentError(
             f"{op}: 'filter' dim 1 is {f[1]} but the input has {c} channels in {groups} groups; "
             f"the filter is [out_channels, in_channels / groups (= {c // max(groups, 1)}), ...]"
         )
     if f[0] % groups:
-        raise ShapeError(f"{op}: {f[0]} output channels do not split into {groups} groups")
+        raise RuleArgumentError(f"{op}: {f[0]} output channels do not split into {groups} groups")
     g = geometry(op, sp, kernel, attrs)
     return with_spatial(x[0], f[0], g.out_lengths, last), g
 
@@ -201,7 +60,7 @@ def _conv(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> S
             raise ctx.fail(name, f"has rank {len(t.shape)}", f"{ctx.op_type} takes rank {nsp + 2}")
     try:
         out, _ = conv_shapes(ctx.op_type, x.shape, f.shape, attrs)
-    except ShapeError as e:
+    except RuleArgumentError as e:
         raise ctx.fail("input", str(e), "fix the shapes or the attributes") from None
     return (out,)
 
