@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import RuleArgumentError
@@ -33,7 +33,8 @@ from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine import einsum
 from spmdrules.engine.description import Description
 from spmdrules.engine.registry import A, T, register_rule
-from spmdrules.engine.rulekit import attr
+from spmdrules.engine.rulekit import attr, shard_product
+from spmdrules.engine.windows import block_halos, geometry
 
 CONV_OPS: Final = ("conv2d", "conv3d", "depthwise_conv2d", "conv2d_transpose")
 GRAD_OPS: Final = ("conv3d_grad", "depthwise_conv2d_grad", "conv2d_transpose_grad")
@@ -98,7 +99,9 @@ def description(call: ConvCall, quirks: frozenset[str] = frozenset()) -> Descrip
     whole = set()
     if KERNEL_SHARDED not in quirks:
         whole |= set(kern)
-    if not call.spatial and SPATIAL_KEPT not in quirks:
+    # conv2d_transpose and the gradient rules take no halo: their spatial dims stay whole
+    halo_free = base == "conv2d_transpose" or call.op.endswith("_grad")
+    if (not call.spatial or halo_free) and SPATIAL_KEPT not in quirks:
         whole |= set(sp)
     if base == "depthwise_conv2d":
         whole.add("c")  # Paddle's too: the depthwise input channel is never sharded
@@ -152,8 +155,22 @@ def _letters(d: Description) -> tuple[str, str, str]:
 
 
 # ---- the answers ----------------------------------------------------------------------------------
+def check_halos(call: ConvCall, x: TensorSpec, f: TensorSpec, xm: MultiDims,
+                attrs: dict[str, Any] | None) -> None:
+    """Spatial sharding: every block's windows must stay within its neighbouring blocks."""
+    sp = list(range(1, call.nsp + 1)) if call.channels_last else list(range(2, call.nsp + 2))
+    if attrs is None or not any(xm[d] for d in sp):
+        return
+    g = geometry(call.op, [x.shape[d] for d in sp], f.shape[2:], attrs)
+    for i, d in enumerate(sp):
+        if xm[d]:
+            block_halos(call.op, "input", d, x.shape[d], g.out_lengths[i], g.windows[i],
+                        shard_product(x.attr.mesh.shape, xm[d]))
+
+
 def forward_answer(op: str, x: TensorSpec, f: TensorSpec, data_format: str, groups: int,
-                   spatial: bool, quirks: frozenset[str] = frozenset()) -> SpmdInfo:
+                   spatial: bool, quirks: frozenset[str] = frozenset(),
+                   attrs: dict[str, Any] | None = None) -> SpmdInfo:
     call = _call(op, x, f, data_format, groups, spatial)
     _channel_check(call, x, f, quirks)
     d = description(call, quirks)
@@ -162,12 +179,15 @@ def forward_answer(op: str, x: TensorSpec, f: TensorSpec, data_format: str, grou
     lm = _merge(((xl, x), (fl, f)), d.whole | {"1"}, ("input", "filter"))
     partial = einsum.contracted_partial(lm, ol)
     mesh = x.attr.mesh
+    if call.spatial and not quirks:
+        check_halos(call, x, f, einsum.mapping_for(xl, lm), attrs)
     out = DistAttr._make(mesh, einsum.mapping_for(ol, lm), partial)
     return SpmdInfo((_read(x, xl, lm), _read(f, fl, lm)), (out,))
 
 
 def reverse_answer(op: str, x: TensorSpec, f: TensorSpec, out: TensorSpec, data_format: str,
-                   groups: int, spatial: bool, quirks: frozenset[str] = frozenset()) -> SpmdInfo:
+                   groups: int, spatial: bool, quirks: frozenset[str] = frozenset(),
+                   attrs: dict[str, Any] | None = None) -> SpmdInfo:
     call = _call(op, x, f, data_format, groups, spatial)
     if out.ndim != call.nsp + 2:
         raise RuleArgumentError(
@@ -176,6 +196,8 @@ def reverse_answer(op: str, x: TensorSpec, f: TensorSpec, out: TensorSpec, data_
     d = description(call, quirks)
     xl, fl, ol = _letters(d)
     lm = _merge(((ol, out),), d.whole, ("output",))
+    if call.spatial and not quirks:
+        check_halos(call, x, f, einsum.mapping_for(xl, lm), attrs)
     # The inputs read off the output never shard the contracted channels, so the output they
     # produce is complete: its pending sums are resharded away (Paddle keeps them).
     keep = out.attr.partial_items if REVERSE_PARTIAL in quirks else ()
@@ -275,16 +297,18 @@ def _register(op: str) -> None:
     names = _CONV_ATTRS[op]
     i_groups, i_fmt = names.index("groups"), names.index("data_format")
 
-    def fwd(x: TensorSpec, f: TensorSpec, *attrs: object) -> SpmdInfo:
-        return forward_answer(op, x, f, str(attrs[i_fmt]), int(attrs[i_groups]),  # type: ignore[call-overload]
-                              bool(attrs[-1]))
+    keys = (*names, "spatial_sharding")
 
-    def rev(x: TensorSpec, f: TensorSpec, out: TensorSpec, *attrs: object) -> SpmdInfo:
-        return reverse_answer(op, x, f, out, str(attrs[i_fmt]), int(attrs[i_groups]),  # type: ignore[call-overload]
-                              bool(attrs[-1]))
+    def fwd(x: TensorSpec, f: TensorSpec, *attrs: Any) -> SpmdInfo:
+        return forward_answer(op, x, f, str(attrs[i_fmt]), int(attrs[i_groups]),
+                              bool(attrs[-1]), attrs=dict(zip(keys, attrs, strict=True)))
 
-    def grad(x: TensorSpec, f: TensorSpec, g: TensorSpec, *attrs: object) -> SpmdInfo:
-        return grad_answer(op + "_grad", x, f, g, str(attrs[i_fmt]), int(attrs[i_groups]),  # type: ignore[call-overload]
+    def rev(x: TensorSpec, f: TensorSpec, out: TensorSpec, *attrs: Any) -> SpmdInfo:
+        return reverse_answer(op, x, f, out, str(attrs[i_fmt]), int(attrs[i_groups]),
+                              bool(attrs[-1]), attrs=dict(zip(keys, attrs, strict=True)))
+
+    def grad(x: TensorSpec, f: TensorSpec, g: TensorSpec, *attrs: Any) -> SpmdInfo:
+        return grad_answer(op + "_grad", x, f, g, str(attrs[i_fmt]), int(attrs[i_groups]),
                            bool(attrs[-1]))
 
     params = _attr_params(op)

@@ -158,3 +158,36 @@ def channels_last(attrs: Mapping[str, Any]) -> bool:
 def needed_span(w: Window, n: int, out: range) -> tuple[int, int]:
     """Input positions in ``[0, n)`` that outputs ``out`` read (``(0, 0)`` for none)."""
     return w.input_span((out.start, out.stop), n) if len(out) else (0, 0)
+
+
+def block_halos(op: str, tensor: str, dim: int, n: int, out_n: int, w: Window, parts: int
+                ) -> list[tuple[int, int]]:
+    """Per block of a dim of length ``n`` cut in ``parts`` balanced blocks (its output, of length
+    ``out_n``, cut the same way): how many positions the block borrows from its left and right
+    neighbours so that its windows see all they read. One-sided where the window is (a stride
+    that skips, padding at an edge): a side that needs nothing borrows 0.
+
+    Raises a RuleArgumentError where a block's windows reach past its neighbouring block."""
+    from spmdrules.core.blocks import balanced_range
+
+    ins = [balanced_range(n, parts, j) for j in range(parts)]
+    out: list[tuple[int, int]] = []
+    for j in range(parts):
+        o = range(*balanced_range(out_n, parts, j))
+        lo, hi = needed_span(w, n, o)
+        a, b = ins[j]
+        if hi <= lo:
+            out.append((0, 0))
+            continue
+        left, right = max(0, a - lo), max(0, hi - b)
+        if (left and (j == 0 or lo < ins[j - 1][0])) or (
+                right and (j == parts - 1 or hi > ins[j + 1][1])):
+            raise RuleArgumentError(
+                f"{op}: {tensor!r} dim {dim} (length {n}) cut in {parts} blocks: output block {j}"
+                f" reads input {lo}..{hi - 1} but holds {a}..{b - 1} and its neighbours hold "
+                f"{ins[j - 1][0] if j else a}..{(ins[j + 1][1] if j + 1 < parts else b) - 1}; a "
+                "window spans more than the neighbouring block: shard this dim over fewer "
+                "processes or replicate it"
+            )
+        out.append((left, right))
+    return out

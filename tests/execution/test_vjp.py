@@ -40,6 +40,17 @@ def _put_along(reduce: str, include_self: bool) -> Build:
 
 
 CASES: dict[str, Build] = {
+    "pool2d-max": lambda g: ops.pool2d(_f(g, "x", [2, 3, 7, 6]), kernel_size=[3, 2],
+                                       strides=[2, 2], paddings=[1, 0, 1, 1], ceil_mode=True),
+    "pool2d-avg": lambda g: ops.pool2d(_f(g, "x", [2, 5, 6, 3]), kernel_size=[3, 3],
+                                       strides=[2, 1], paddings=[1, 2, 0, 1], exclusive=False,
+                                       pooling_type="avg", data_format="NHWC"),
+    "pool2d-avg-exclusive": lambda g: ops.pool2d(_f(g, "x", [1, 2, 5, 5]), kernel_size=[2, 3],
+                                                 paddings=[1, 1], pooling_type="avg"),
+    "pool3d-adaptive-max": lambda g: ops.pool3d(_f(g, "x", [1, 2, 5, 4, 3]),
+                                                kernel_size=[2, 3, 2], adaptive=True),
+    "pool2d-global-avg": lambda g: ops.pool2d(_f(g, "x", [2, 3, 4, 5]), kernel_size=[1, 1],
+                                              global_pooling=True, pooling_type="avg"),
     "conv2d": lambda g: ops.conv2d(_f(g, "x", [2, 3, 6, 5]), _f(g, "w", [4, 3, 3, 2]),
                                    strides=[2, 1], paddings=[1, 0, 2, 1], dilations=[1, 2]),
     "conv2d-nhwc-groups": lambda g: ops.conv2d(_f(g, "x", [2, 5, 4, 4]), _f(g, "w", [6, 2, 2, 2]),

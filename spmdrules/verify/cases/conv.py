@@ -43,7 +43,7 @@ def conv(op: str, rng: Rng) -> Draft:
         "strides": s, "dilations": d, "groups": groups,
         "data_format": ("NDHWC" if nsp == 3 else "NHWC") if last else
         ("NCDHW" if nsp == 3 else "NCHW"),
-        "spatial_sharding": False,
+        "spatial_sharding": bool(rng.random() < 0.4),
     }
     algo = pick(rng, ("EXPLICIT", "EXPLICIT", "EXPLICIT", "SAME", "VALID"))
     if base == "conv2d_transpose":

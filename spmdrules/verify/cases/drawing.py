@@ -43,6 +43,7 @@ from spmdrules.verify.cases.matmul import matmul
 from spmdrules.verify.cases.norm import norm
 from spmdrules.verify.cases.one_hot import one_hot
 from spmdrules.verify.cases.pad import pad
+from spmdrules.verify.cases.pool import pool
 from spmdrules.verify.cases.reduction import reduction
 from spmdrules.verify.cases.reshape import reshape
 from spmdrules.verify.cases.roll import roll
@@ -84,6 +85,7 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "selection": selection,
     "scatter": scatter_family,
     "conv": conv,
+    "pool": pool,
 }
 
 
