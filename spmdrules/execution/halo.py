@@ -5,7 +5,7 @@ spatial dim computes its output block from a slab: its own input block extended 
 windows read of the neighbouring blocks, one-sided where the windows are (seed 003). The lowering
 turns the boxes into a HaloExchange (forward: the neighbours' edges are copied in; adjoint: the
 halo's cotangent is added into the neighbours' blocks); the kernels read the slab's position from
-the attribute ``HALO_SPANS``.
+its own context (``needed_box``) when the op carries the attribute ``HALO``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import numpy as np
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.blocks import block_slices
 from spmdrules.engine.windows import channels_last, geometry, needed_span
-from spmdrules.execution.kernels.conv import HALO_SPANS
 from spmdrules.graph.shapes.conv import conv_shapes
 from spmdrules.graph.shapes.pool import kernel_of
 
@@ -27,11 +26,13 @@ Coord = tuple[int, ...]
 Array = np.ndarray[Any, Any]
 
 HALO_OPS = ("conv2d", "conv3d", "depthwise_conv2d", "pool2d", "pool3d")
+#: attribute the lowering sets on an op whose input 0 is a halo-extended slab
+HALO = "_halo"
 
-__all__ = ["HALO_OPS", "HALO_SPANS", "assemble", "needed_box"]
+__all__ = ["HALO", "HALO_OPS", "assemble", "needed_box", "slab_spans"]
 
 
-def _spatial(shape: Sequence[int], attrs: Mapping[str, Any]) -> list[int]:
+def spatial_dims(shape: Sequence[int], attrs: Mapping[str, Any]) -> list[int]:
     nsp = len(shape) - 2
     return list(range(1, nsp + 1)) if channels_last(attrs) else list(range(2, nsp + 2))
 
@@ -44,7 +45,7 @@ def needed_box(op: str, attrs: Mapping[str, Any], input_shapes: Sequence[Any],
     if op not in HALO_OPS:
         return None
     xs, x_attr = tuple(input_shapes[0]), input_attrs[0]
-    sp = _spatial(xs, attrs)
+    sp = spatial_dims(xs, attrs)
     if not isinstance(x_attr, DistAttr) or not any(x_attr.multi_dims_mapping[d] for d in sp):
         return None
     if op.startswith("pool"):
@@ -71,9 +72,17 @@ def needed_box(op: str, attrs: Mapping[str, Any], input_shapes: Sequence[Any],
     return tuple(box) if grown else None
 
 
-def spans_attr(box: Box, shape: Sequence[int], attrs: Mapping[str, Any]) -> tuple[tuple[int, int], ...]:
-    """The value of ``HALO_SPANS``: the box along the spatial dims."""
-    return tuple(box[d] for d in _spatial(shape, attrs))
+def slab_spans(ctx: Any) -> tuple[range, ...] | None:
+    """A kernel's view (its ``LocalContext``): the global range of its input slab along each
+    spatial dim, when the lowering gave it a halo-extended slab; None otherwise."""
+    if not ctx.attrs.get(HALO):
+        return None
+    xs = tuple(ctx.input_shapes[0])
+    box = needed_box(ctx.op.removesuffix("_grad"), ctx.attrs, ctx.input_shapes, ctx.input_attrs,
+                     ctx.output_shapes[0], ctx.output_attrs[0], ctx.coord)
+    if box is None:
+        box = tuple((s.start, s.stop) for s in block_slices(xs, ctx.input_attrs[0], ctx.coord))
+    return tuple(range(*box[d]) for d in spatial_dims(xs, ctx.attrs))
 
 
 def assemble(box: Box, blocks: Mapping[Coord, Array], shape: Sequence[int], attr: DistAttr
@@ -102,3 +111,43 @@ def assemble(box: Box, blocks: Mapping[Coord, Array], shape: Sequence[int], attr
     if not done.all():
         raise ValueError(f"the box {box} is not covered by the blocks of {attr.mapping_str()}")
     return arr, moved
+
+
+def groups_of(coords: Mapping[int, Coord], mesh_dims: Sequence[int]) -> dict[int, list[int]]:
+    """Process id -> the processes of its neighbour group (the same coordinate on every mesh dim
+    but ``mesh_dims``), ordered by their coordinate on ``mesh_dims``."""
+    key = {p: tuple(x for m, x in enumerate(c) if m not in mesh_dims) for p, c in coords.items()}
+    out: dict[int, list[int]] = {}
+    for p in coords:
+        members = [q for q in coords if key[q] == key[p]]
+        out[p] = sorted(members, key=lambda q: tuple(coords[q][m] for m in mesh_dims))
+    return out
+
+
+def exchange_pieces(own: Mapping[int, Box], need: Mapping[int, Box], group: Sequence[int],
+                    p: int) -> list[tuple[int, Box]]:
+    """(owner, box) of every piece of ``p``'s needed box that another member of its group owns."""
+    from spmdrules.runtime.decomposition import intersect
+
+    out = []
+    for q in group:
+        if q == p:
+            continue
+        inter = intersect(own[q], need[p])
+        if inter is not None:
+            out.append((q, inter))
+    return out
+
+
+def predicted_bytes(lay: Any, slab: Any, mesh_dims: Sequence[int]) -> int:
+    """Bytes the HaloExchange of ``lay`` (its blocks) to ``slab`` (the needed boxes) moves."""
+    from spmdrules.graph.shapes.shape_rule import DTYPE_BYTES
+    from spmdrules.runtime.decomposition import box_volume
+
+    coords = {p: c for p, c in zip(lay.mesh.process_ids, np.ndindex(*lay.mesh.shape),
+                                   strict=True)}
+    own = {p: lay.box(c) for p, c in coords.items()}
+    need = {p: slab.box(c) for p, c in coords.items()}
+    grp = groups_of(coords, mesh_dims)
+    total = sum(box_volume(b) for p in coords for _, b in exchange_pieces(own, need, grp[p], p))
+    return int(total) * DTYPE_BYTES[lay.dtype]

@@ -299,7 +299,7 @@ def _exchange_halos(case: Case, work: dict[Coord, tuple[LocalContext, list[Block
         if box is None:
             continue
         slab, _ = halo.assemble(box, scattered[0], shape, ins[0])
-        attrs = {**ctx.attrs, halo.HALO_SPANS: halo.spans_attr(box, shape, ctx.attrs)}
+        attrs = {**ctx.attrs, halo.HALO: True}
         work[c] = (dataclasses.replace(ctx, attrs=attrs), [slab, *blocks[1:]])
 
 

@@ -18,15 +18,13 @@ import numpy as np
 from spmdrules.core.blocks import ShardMismatch
 from spmdrules.engine.windows import Geometry, channels_last
 from spmdrules.execution import local
+from spmdrules.execution.halo import slab_spans
 from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
 from spmdrules.graph.shapes.conv import conv_shapes
 from spmdrules.runtime.windows import LocalWindows, conv, conv_adjoint
 
 CONV_OPS = ("conv2d", "conv3d", "depthwise_conv2d", "conv2d_transpose")
 
-#: attribute the lowering sets on a spatially sharded op: per spatial dim, the global input range
-#: the rank's (halo-extended) slab covers
-HALO_SPANS = "_halo_spans"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +60,7 @@ def plan(ctx: LocalContext) -> ConvPlan:
     sp_dims = list(range(1, nsp + 1)) if last else list(range(2, nsp + 2))
     c_dim = nsp + 1 if last else 1
     x_ranges = [local.block_range(ctx, xs, x_attr, d) for d in sp_dims]
-    halo = attrs.get(HALO_SPANS)
+    halo = slab_spans(ctx)
     if op == "conv2d_transpose":
         conv_in = tuple(range(n) for n in in_sp)
         conv_out: tuple[range, ...] = tuple(x_ranges)
@@ -74,7 +72,7 @@ def plan(ctx: LocalContext) -> ConvPlan:
         else:
             o_ranges = [range(n) for n in out_sp]
         conv_out = tuple(o_ranges)
-        conv_in = tuple(range(a, b) for a, b in halo) if halo else tuple(x_ranges)
+        conv_in = halo if halo else tuple(x_ranges)
         for w, o, i, n in zip(geometry.windows, conv_out, conv_in, in_sp, strict=True):
             lo, hi = w.input_span((o.start, o.stop), n)
             if hi > lo and (lo < i.start or hi > i.stop):
@@ -193,6 +191,6 @@ def conv_grad_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block,
     return to_last(dx, p.last), df
 
 
-__all__ = ["CONV_OPS", "HALO_SPANS", "ConvPlan", "Geometry", "backward", "blocks_of", "conv_grad_kernel",
+__all__ = ["CONV_OPS", "ConvPlan", "Geometry", "backward", "blocks_of", "conv_grad_kernel",
            "conv_kernel", "forward", "plan", "to_first", "to_last"]
 

@@ -19,7 +19,8 @@ import numpy as np
 from spmdrules.core.blocks import ShardMismatch
 from spmdrules.engine.windows import channels_last, geometry
 from spmdrules.execution import local
-from spmdrules.execution.kernels.conv import HALO_SPANS, to_first, to_last
+from spmdrules.execution.halo import slab_spans
+from spmdrules.execution.kernels.conv import to_first, to_last
 from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
 from spmdrules.graph.shapes.pool import kernel_of, pool_out_spatial
 from spmdrules.runtime.windows import (
@@ -60,8 +61,7 @@ def plan(ctx: LocalContext) -> PoolPlan:
     out_shape, out_attr = local.output(ctx)
     x_ranges = [local.block_range(ctx, xs, x_attr, d) for d in sp_dims]
     o_ranges = tuple(local.block_range(ctx, out_shape, out_attr, d) for d in sp_dims)
-    halo = attrs.get(HALO_SPANS)
-    in_spans = tuple(range(a, b) for a, b in halo) if halo else tuple(x_ranges)
+    in_spans = slab_spans(ctx) or tuple(x_ranges)
     kind = str(attrs.get("pooling_type", "max"))
     bins = bool(attrs.get("global_pooling", False)) or bool(attrs.get("adaptive", False))
     if bins:
