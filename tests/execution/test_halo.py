@@ -124,4 +124,7 @@ def test_halos_on_mpi_equal_serial_forward_and_reverse(seed: int, mesh: sr.Proce
     sim = run_simulated(gp, feeds)
     for b in gp.grads.values():
         np.testing.assert_allclose(run.values[b], sim.fetch(b), rtol=1e-12, atol=1e-12)
+    checks = check_gradients(g, feeds, seeds, {t: run.values[b] for t, b in gp.grads.items()},
+                             directions=1, entries=1)
+    assert max(c.error for c in checks) <= 1e-7
     assert run.traffic.halo == _halo_predictions(gp) == sim.traffic.halo
