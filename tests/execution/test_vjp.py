@@ -39,6 +39,11 @@ def _put_along(reduce: str, include_self: bool) -> Build:
                                         include_self=include_self)
 
 
+def _batch_norm(g: Graph, shape: list[int], c: int, **attrs: Any) -> Any:
+    return ops.batch_norm(_f(g, "x", shape), _f(g, "mean", [c]), _f(g, "variance", [c]),
+                          _f(g, "scale", [c]), _f(g, "bias", [c]), **attrs)
+
+
 CASES: dict[str, Build] = {
     "pool2d-max": lambda g: ops.pool2d(_f(g, "x", [2, 3, 7, 6]), kernel_size=[3, 2],
                                        strides=[2, 2], paddings=[1, 0, 1, 1], ceil_mode=True),
@@ -166,6 +171,38 @@ CASES: dict[str, Build] = {
     "index_put-accumulate": lambda g: ops.index_put(_f(g, "x", [3, 4]), [
         g.input("index", [6], "int64")], _f(g, "value", [6, 1]), accumulate=True),
     **{f"unary-{name}": _unary(name) for name in sorted(DERIVATIVES)},
+    "batch_norm-train": lambda g: _batch_norm(g, [3, 4, 2, 3], 4),
+    "batch_norm-global": lambda g: _batch_norm(g, [3, 4, 5], 4, use_global_stats=True),
+    "batch_norm-test-nhwc": lambda g: _batch_norm(g, [2, 3, 2, 5], 5, is_test=True,
+                                                  data_format="NHWC"),
+    "batch_norm-trainable-nhwc": lambda g: _batch_norm(g, [4, 3, 2], 2, is_test=True,
+                                                       trainable_statistics=True,
+                                                       data_format="NHWC"),
+    "group_norm": lambda g: ops.group_norm(_f(g, "x", [2, 6, 3, 2]), _f(g, "scale", [6]),
+                                           _f(g, "bias", [6]), groups=3),
+    "group_norm-nhwc-no-params": lambda g: ops.group_norm(_f(g, "x", [3, 5, 4]), None, None,
+                                                          groups=2, data_format="NHWC"),
+    "instance_norm": lambda g: ops.instance_norm(_f(g, "x", [2, 3, 4, 3]), _f(g, "scale", [3]),
+                                                 _f(g, "bias", [3])),
+    "linear_v2": lambda g: ops.linear_v2(_f(g, "input", [2, 3, 4]), _f(g, "weight", [4, 5]),
+                                         _f(g, "bias", [5])),
+    "linear_v2-no-bias": lambda g: ops.linear_v2(_f(g, "input", [4]), _f(g, "weight", [4, 3]),
+                                                 None),
+    "fused_gemm_epilogue": lambda g: ops.fused_gemm_epilogue(
+        _f(g, "x", [3, 4]), _f(g, "y", [4, 5]), _f(g, "bias", [5])),
+    "fused_gemm_epilogue-trans-gelu": lambda g: ops.fused_gemm_epilogue(
+        _f(g, "x", [2, 4, 3]), _f(g, "y", [5, 4]), _f(g, "bias", [5]), trans_x=True,
+        trans_y=True, activation="gelu"),
+    "fused_gemm_epilogue-relu": lambda g: ops.fused_gemm_epilogue(
+        _f(g, "x", [3, 4]), _f(g, "y", [4, 5]), _f(g, "bias", [5]), activation="relu"),
+    "label_smooth": lambda g: ops.label_smooth(_f(g, "label", [3, 5]), None, epsilon=0.1),
+    "label_smooth-prior": lambda g: ops.label_smooth(_f(g, "label", [2, 3, 5]),
+                                                     _f(g, "prior_dist", [1, 5]), epsilon=0.2),
+    "label_smooth-prior-rank": lambda g: ops.label_smooth(_f(g, "label", [5]),
+                                                          _f(g, "prior_dist", [1, 5]),
+                                                          epsilon=0.3),
+    "instance_norm-no-scale": lambda g: ops.instance_norm(_f(g, "x", [3, 2, 5]), None,
+                                                          _f(g, "bias", [2])),
 }
 #: ops without operands: nothing to differentiate (their VJP answers no cotangent at all)
 SOURCES = {"full", "arange"}
@@ -183,7 +220,7 @@ def _values(op: Op, rng: np.random.Generator) -> dict[str, Any]:
                 hi = 3 if t.name.startswith("index") else (6 if t.name == "label" else 7)
                 vals[t.name] = rng.integers(0, hi, size=t.shape)
             elif (op.type in DERIVATIVES and op.type in POSITIVE) or (
-                    op.type == "divide" and t.name == "y"):
+                    op.type == "divide" and t.name == "y") or t.name == "variance":
                 vals[t.name] = np.abs(rng.standard_normal(t.shape)) + 0.5
             elif op.type.startswith(("softmax_with", "cross_entropy")) and t.name == "x" and \
                     not op.attr_dict.get("use_softmax", True):

@@ -29,6 +29,7 @@ from spmdrules.verify.cases.case import (
     pick,
 )
 from spmdrules.verify.cases.cast import cast
+from spmdrules.verify.cases.channel_norm import channel_norm
 from spmdrules.verify.cases.concat_split import concat_split
 from spmdrules.verify.cases.constant import constant
 from spmdrules.verify.cases.conv import conv
@@ -37,8 +38,10 @@ from spmdrules.verify.cases.cumulative import cumulative
 from spmdrules.verify.cases.einsum_op import einsum
 from spmdrules.verify.cases.elementwise import elementwise
 from spmdrules.verify.cases.embedding import embedding
+from spmdrules.verify.cases.fused_linear import fused_linear
 from spmdrules.verify.cases.gather import gather
 from spmdrules.verify.cases.generic import REPLICATED_STAND_INS, data_parallel_draft
+from spmdrules.verify.cases.label_smooth import label_smooth
 from spmdrules.verify.cases.matmul import matmul
 from spmdrules.verify.cases.norm import norm
 from spmdrules.verify.cases.one_hot import one_hot
@@ -68,6 +71,9 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "transpose": transpose,
     "softmax": softmax,
     "norm": norm,
+    "channel_norm": channel_norm,
+    "fused_linear": fused_linear,
+    "label_smooth": label_smooth,
     "embedding": embedding,
     "cross_entropy": cross_entropy,
     "constant": constant,
