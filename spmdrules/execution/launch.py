@@ -32,8 +32,10 @@ import contextlib
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -343,11 +345,21 @@ def launch(nprocs: int, argv: Sequence[str], *, timeout: float, mpiexec: str | P
                      tuple(watcher.died))
 
 
+def mpiexec_path() -> Path | None:
+    """The venv's ``mpiexec`` (next to this interpreter), else one on PATH."""
+    here = Path(sys.executable).parent / "mpiexec"
+    if here.exists():
+        return here
+    found = shutil.which("mpiexec")
+    return Path(found) if found else None
+
+
 __all__ = [
     "DONE_DIR_ENV",
     "JobResult",
     "descendants",
     "launch",
     "mark_done",
+    "mpiexec_path",
     "shm_files",
 ]

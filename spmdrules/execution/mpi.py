@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import shutil
 import sys
 import tempfile
 import time
@@ -50,7 +49,7 @@ from spmdrules.execution.executor import (
     check_feeds,
     gather_global,
 )
-from spmdrules.execution.launch import launch
+from spmdrules.execution.launch import launch, mpiexec_path
 from spmdrules.execution.local import Block, list_kernels
 from spmdrules.execution.mpi_faults import (
     Watchdog,
@@ -58,8 +57,10 @@ from spmdrules.execution.mpi_faults import (
     describe_instruction,
     program_view,
 )
+from spmdrules.execution.mpi_halo import MPIHalos
 from spmdrules.execution.program import (
     Collective,
+    HaloStep,
     KernelCall,
     Layout,
     LocalStep,
@@ -131,6 +132,7 @@ class MPIExecutor:
         # move (and count) data twice.
         self._sum: dict[int, Any] = {}
         carts: dict[ProcessMesh, MPIPartition] = {}
+        self._halos = MPIHalos(program, self.comm, self._coords)
         for k, ins in enumerate(program.instructions):
             if not isinstance(ins, Collective) or ins.mesh_dim is None:
                 continue
@@ -219,6 +221,11 @@ class MPIExecutor:
                     outs = ins.fn(coord, [blocks[n] for n in ins.inputs])
                     blocks.update(zip(ins.outputs, (np.asarray(o) for o in outs), strict=True))
                 sec["local"] += time.perf_counter() - t0
+            elif isinstance(ins, HaloStep):
+                out = self._halos.run(k, ins, blocks.get(ins.src), report.traffic)
+                if out is not None:
+                    blocks[ins.dst] = out
+                sec["collective"] += time.perf_counter() - t0
             else:
                 if sync_collectives:
                     self.comm.Barrier()
@@ -435,15 +442,6 @@ class MPIRun:
     #: wall time of the whole mpiexec job, start-up included
     wall: float
     nprocs: int
-
-
-def mpiexec_path() -> Path | None:
-    """The venv's ``mpiexec`` (next to this interpreter), else one on PATH."""
-    here = Path(sys.executable).parent / "mpiexec"
-    if here.exists():
-        return here
-    found = shutil.which("mpiexec")
-    return Path(found) if found else None
 
 
 def run_mpi(program: Program, feeds: Mapping[str, Any], *, nprocs: int | None = None,

@@ -33,6 +33,7 @@ from spmdrules.verify.cases.cast import cast
 from spmdrules.verify.cases.channel_norm import channel_norm
 from spmdrules.verify.cases.concat_split import concat_split
 from spmdrules.verify.cases.constant import constant
+from spmdrules.verify.cases.conv import conv
 from spmdrules.verify.cases.cross_entropy import cross_entropy
 from spmdrules.verify.cases.cumulative import cumulative
 from spmdrules.verify.cases.einsum_op import einsum
@@ -48,6 +49,7 @@ from spmdrules.verify.cases.moe import moe
 from spmdrules.verify.cases.norm import norm
 from spmdrules.verify.cases.one_hot import one_hot
 from spmdrules.verify.cases.pad import pad
+from spmdrules.verify.cases.pool import pool
 from spmdrules.verify.cases.reduction import reduction
 from spmdrules.verify.cases.reshape import reshape
 from spmdrules.verify.cases.roi_align import roi_align
@@ -98,6 +100,8 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "one_hot": one_hot,
     "selection": selection,
     "scatter": scatter_family,
+    "conv": conv,
+    "pool": pool,
 }
 
 
