@@ -26,6 +26,7 @@ plan must move, counted per process from the blocks it needs and does not hold.
 from __future__ import annotations
 
 import functools
+import math
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -122,6 +123,15 @@ def local_numel(attr: DistAttr, shape: tuple[int, ...]) -> int:
 
 def divisible(attr: DistAttr, shape: tuple[int, ...]) -> bool:
     return all(size % _pieces(attr, d) == 0 for d, size in enumerate(shape))
+
+
+def evenly(attr: DistAttr, shape: tuple[int, ...]) -> DistAttr:
+    """``attr`` without the splits of the dims they do not divide evenly (those dims replicated)."""
+    if divisible(attr, shape):
+        return attr
+    mdm = tuple(ms if size % _pieces(attr, d) == 0 else ()
+                for d, (size, ms) in enumerate(zip(shape, attr.multi_dims_mapping, strict=True)))
+    return DistAttr._make(attr.mesh, mdm, attr.partial_items)
 
 
 def blocks(attr: DistAttr, shape: tuple[int, ...]) -> dict[int, tuple[tuple[int, int], ...]]:
@@ -424,7 +434,12 @@ def plan_reshard(
 def reshard_time(
     src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtype: str, cost: CostModel
 ) -> float:
-    """Seconds of the cheapest plan: what completion compares when it settles a conflict."""
+    """Seconds of the cheapest plan: what completion compares when it settles a conflict.
+    Infinite when no plan reaches ``dst`` (an uneven split a careless annotation asked for):
+    completion then prefers any choice that plans, and never raises while choosing."""
     if src == dst:
         return 0.0
-    return plan_reshard(src, dst, shape, dtype, cost).time
+    try:
+        return plan_reshard(src, dst, shape, dtype, cost).time
+    except ReshardError:
+        return math.inf
