@@ -435,10 +435,13 @@ def reshard_time(
     src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtype: str, cost: CostModel
 ) -> float:
     """Seconds of the cheapest plan: what completion compares when it settles a conflict.
-    Infinite when no plan reaches ``dst`` (an uneven split a careless annotation asked for):
+    Infinite when no plan reaches ``dst`` or ``dst`` splits a dim unevenly (what a careless
+    annotation or an uneven co-shard asks for):
     completion then prefers any choice that plans, and never raises while choosing."""
     if src == dst:
         return 0.0
+    if not divisible(dst, shape):
+        return math.inf  # the planner's search would visit every state before it gave up
     try:
         return plan_reshard(src, dst, shape, dtype, cost).time
     except ReshardError:

@@ -245,12 +245,14 @@ class Sweeps(RunState):
         st = self.st
         ann = self.ann[i]
         valid: list[RawOffer] = []
-        uneven: list[RawOffer] = []  # demands refused for divisibility
         for o in offers:
             a = o[0] if ann is None else project(ann, o[0], o[1])
             if a is None or not (ann is not None or self.is_divisible(a, self.shapes[i])):
                 if a is not None and o[3] == DEM:
-                    uneven.append(o)
+                    # A consumer's demand loses only its uneven splits: whether its rule asks
+                    # for one depends on the tensor's own layout, so refusing the whole demand
+                    # let the tensor's choice remove the offers it chose from (issue 16).
+                    valid.append((evenly(a, self.shapes[i]), o[1], o[2], o[3], o[4]))
                 rej = st.rejected.setdefault(i, [])
                 if not any(r[0] == o for r in rej):
                     rej.append((o, "divisibility", "it does not split the tensor's dims evenly", -1)
@@ -264,19 +266,16 @@ class Sweeps(RunState):
         cands = sorted((o for o in valid if o[1] == top), key=offer_key)
         rank = top if ann is None else max(top, 2 * ann.priority + 1)
         first = cands[0][0]
-        uneven = [o for o in uneven if o[1] == top]
-        if not uneven and all(o[0] == first for o in cands):
+        if all(o[0] == first for o in cands):
             return first, rank
         # Equal rank, different attributes: least communication over the tensor's edges. A
         # demand is taken as what its op needs given its *other* operands: the demand the op
         # made to the current attribute changes with that attribute (a concat asks its operand
         # to keep a split, or to drop it), so choosing among those let a tensor's own choice
         # change what it chose from, and oscillate (issue 16).
-        # A demand refused as uneven counts too: what its op needs given the others may split
-        # evenly (a concat asks for a split the tensor's own layout made impossible).
         options: list[DistAttr] = []
-        for o in (*cands, *uneven):
-            a: DistAttr | None = o[0] if o in cands else None
+        for o in cands:
+            a = o[0]
             if o[3] == DEM:
                 given = self.demand_given(o[2] + self.base[i], i, None)
                 if given is not None:
@@ -286,12 +285,11 @@ class Sweeps(RunState):
                              else project(ann, given, o[1]))
                     if given is not None:
                         a = given
-            if a is not None and a not in options:
+            if a not in options:
                 options.append(a)
-        priced = valid + uneven
         best: tuple[float, DistAttr] | None = None
         for a in options:
-            phi = self.edge_cost(self.tensors[i], a, priced)
+            phi = self.edge_cost(self.tensors[i], a, valid)
             if best is None or phi < best[0]:
                 best = (phi, a)
         assert best is not None

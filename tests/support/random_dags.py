@@ -152,8 +152,10 @@ class _Builder:
             self.add(_one(ops.layer_norm(x, s, b, begin_norm_axis=axis, name=nm)))
 
 
-def _annotate(g: Graph, rng: random.Random, mesh: sr.ProcessMesh, fraction: float) -> None:
+def _annotate(g: Graph, rng: random.Random, mesh: sr.ProcessMesh, fraction: float,
+              even: bool) -> None:
     names = mesh.dim_names
+    size = dict(zip(names, mesh.shape, strict=True))
     for t in g.tensors:
         if t.dtype != "float64" or rng.random() >= fraction:
             continue
@@ -162,7 +164,7 @@ def _annotate(g: Graph, rng: random.Random, mesh: sr.ProcessMesh, fraction: floa
         spec: list[Any] = []
         for d in t.shape:
             r = rng.random()
-            if r < 0.35 and free and d > 1:
+            if r < 0.35 and free and d > 1 and not (even and d % size[free[-1]]):
                 spec.append(free.pop())
             elif r < 0.55:
                 spec.append(OPEN)
@@ -175,9 +177,11 @@ def _annotate(g: Graph, rng: random.Random, mesh: sr.ProcessMesh, fraction: floa
         shard(t, mesh, tuple(spec), partial=partial, priority=priority)
 
 
-def random_dag(seed: int, n_ops: int, *, fraction: float = 0.1, mesh: int | None = None) -> Graph:
-    """A random DAG of about ``n_ops`` mixed float64 ops, ``fraction`` of its tensors annotated
-    on one of ``MESHES`` (chosen by the seed unless ``mesh`` is given)."""
+def random_dag(seed: int, n_ops: int, *, fraction: float = 0.1, mesh: int | None = None,
+               even: bool = False) -> Graph:
+    """A random DAG of ``n_ops`` mixed float64 ops, ``fraction`` of its tensors annotated on one
+    of ``MESHES`` (chosen by the seed unless ``mesh`` is given). ``even``: annotations split only
+    dims the mesh divides (else some ask for uneven splits no reshard plan reaches)."""
     rng = random.Random(seed)
     m = MESHES[rng.randrange(len(MESHES)) if mesh is None else mesh]
     with Graph(f"random_dag_{seed}_{n_ops}") as g:
@@ -186,7 +190,7 @@ def random_dag(seed: int, n_ops: int, *, fraction: float = 0.1, mesh: int | None
         b.pool.append(x)
         for _ in range(n_ops):  # one op per step
             b.step()
-    _annotate(g, rng, m, fraction)
+    _annotate(g, rng, m, fraction, even)
     if not g.annotations():
         shard(x, m, (OPEN,) * x.ndim)
     return g
