@@ -26,8 +26,8 @@ plan must move, counted per process from the blocks it needs and does not hold.
 from __future__ import annotations
 
 import functools
-import math
 import itertools
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal

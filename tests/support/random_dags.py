@@ -105,14 +105,14 @@ class _Builder:
             self.add(ops.transpose(x, perm=perm, name=nm))
         elif kind == "reshape":
             if len(sh) >= 2 and rng.random() < 0.5:  # merge the last two dims
-                new = sh[:-2] + [sh[-2] * sh[-1]]
+                new = [*sh[:-2], sh[-2] * sh[-1]]
             else:  # split a dim of 4 or 6 in two
                 cands = [i for i, d in enumerate(sh) if d in (4, 6)]
                 if not cands or len(sh) >= 4:
-                    new = sh[:-2] + [sh[-2] * sh[-1]] if len(sh) >= 2 else sh
+                    new = [*sh[:-2], sh[-2] * sh[-1]] if len(sh) >= 2 else sh
                 else:
                     i = rng.choice(cands)
-                    new = sh[:i] + [2, sh[i] // 2] + sh[i + 1:]
+                    new = [*sh[:i], 2, sh[i] // 2, *sh[i + 1:]]
             self.add(ops.reshape(x, shape=new, name=nm))
         elif kind == "softmax":
             self.add(ops.softmax(x, axis=rng.randrange(-len(sh), 0), name=nm))
