@@ -23,8 +23,8 @@ Policy (``docs/completion.md``). A tensor takes, in order:
 Offers that do not split evenly are refused (divisibility); a demand keeps its even part. When
 an op's rule refuses its operands together (a conflict), the highest-ranked operand is kept, then
 the cheapest choice, and the others are resharded. When an operand's attribute is not the one
-its consumer needs, or a result's not the one its producer makes, the edge gets a reshard (partial results that a consumer needs
-reduced included).
+its consumer needs, or a result's not the one its producer makes, the edge gets a reshard
+(partial results that a consumer needs reduced included).
 
 Meshes (pipeline stages), as Paddle's Completer: an op runs on the mesh of its highest-ranked
 known operand; ties go to the later mesh (activations flow into the next stage). A tensor used on
