@@ -15,14 +15,16 @@ Policy (``docs/completion.md``). A tensor takes, in order:
    inherits 2p from the highest-priority tensor that drove it (so higher priority wins, and an
    annotation beats an inference of its own priority);
 3. among offers of equal rank, the one whose reshards on the tensor's edges cost least under the
-   ``CostModel`` (the one the planner uses, so both always agree);
+   ``CostModel`` (the one the planner uses, so both always agree), a demand taken as what its op
+   needs given its other operands, and each option priced against what each consumer's rule
+   would need of it (not the demand made to the current layout, which moves with it);
 4. then the producer's offer, then consumers in topological order.
 
-Offers that do not split evenly are refused (divisibility). When an op's rule refuses its operands
-together (a conflict), the highest-ranked operand is kept, then the cheapest choice, and the
-others are resharded. When an operand's attribute is not the one its consumer needs, or a result's
-not the one its producer makes, the edge gets a reshard (partial results that a consumer needs
-reduced included).
+Offers that do not split evenly are refused (divisibility); a demand keeps its even part. When
+an op's rule refuses its operands together (a conflict), the highest-ranked operand is kept, then
+the cheapest choice, and the others are resharded. When an operand's attribute is not the one
+its consumer needs, or a result's not the one its producer makes, the edge gets a reshard
+(partial results that a consumer needs reduced included).
 
 Meshes (pipeline stages), as Paddle's Completer: an op runs on the mesh of its highest-ranked
 known operand; ties go to the later mesh (activations flow into the next stage). A tensor used on

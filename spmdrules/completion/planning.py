@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -122,6 +123,15 @@ def local_numel(attr: DistAttr, shape: tuple[int, ...]) -> int:
 
 def divisible(attr: DistAttr, shape: tuple[int, ...]) -> bool:
     return all(size % _pieces(attr, d) == 0 for d, size in enumerate(shape))
+
+
+def evenly(attr: DistAttr, shape: tuple[int, ...]) -> DistAttr:
+    """``attr`` without the splits of the dims they do not divide evenly (those dims replicated)."""
+    if divisible(attr, shape):
+        return attr
+    mdm = tuple(ms if size % _pieces(attr, d) == 0 else ()
+                for d, (size, ms) in enumerate(zip(shape, attr.multi_dims_mapping, strict=True)))
+    return DistAttr._make(attr.mesh, mdm, attr.partial_items)
 
 
 def blocks(attr: DistAttr, shape: tuple[int, ...]) -> dict[int, tuple[tuple[int, int], ...]]:
@@ -424,7 +434,15 @@ def plan_reshard(
 def reshard_time(
     src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtype: str, cost: CostModel
 ) -> float:
-    """Seconds of the cheapest plan: what completion compares when it settles a conflict."""
+    """Seconds of the cheapest plan: what completion compares when it settles a conflict.
+    Infinite when no plan reaches ``dst`` or ``dst`` splits a dim unevenly (what a careless
+    annotation or an uneven co-shard asks for):
+    completion then prefers any choice that plans, and never raises while choosing."""
     if src == dst:
         return 0.0
-    return plan_reshard(src, dst, shape, dtype, cost).time
+    if not divisible(dst, shape):
+        return math.inf  # the planner's search would visit every state before it gave up
+    try:
+        return plan_reshard(src, dst, shape, dtype, cost).time
+    except ReshardError:
+        return math.inf

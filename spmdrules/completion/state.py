@@ -341,7 +341,9 @@ def project(ann: Any, offered: DistAttr, rank: int) -> DistAttr | None:
     offer's mesh is not the annotation's."""
     if offered.mesh != ann.mesh:
         return None
-    used: set[int] = set()
+    # the annotation's partial mesh dims are taken: an open dim split over one of them would
+    # make the tensor split and pending on one mesh dim at once (no layout)
+    used: set[int] = {m for m, _ in ann.partial}
     dims: list[tuple[int, ...] | None] = []
     outrank = rank > 2 * ann.priority + 1
     for spec, closed in zip(ann.dims, ann.closed, strict=True):

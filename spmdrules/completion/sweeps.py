@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 
 from spmdrules.completion.blocks import Flags, Visit, close, entry_head, matches, open_visit
 from spmdrules.completion.blocks import replay as replay_block
-from spmdrules.completion.planning import reshard_time
+from spmdrules.completion.planning import evenly, reshard_time
 from spmdrules.completion.result import WEAK_RANK, UnresolvableConflictError
 from spmdrules.completion.state import (
     DEM,
@@ -19,6 +19,7 @@ from spmdrules.completion.state import (
     REV,
     RawOffer,
     RunState,
+    cached_spec,
     offer_key,
     project,
 )
@@ -247,6 +248,11 @@ class Sweeps(RunState):
         for o in offers:
             a = o[0] if ann is None else project(ann, o[0], o[1])
             if a is None or not (ann is not None or self.is_divisible(a, self.shapes[i])):
+                if a is not None and o[3] == DEM:
+                    # A consumer's demand loses only its uneven splits: whether its rule asks
+                    # for one depends on the tensor's own layout, so refusing the whole demand
+                    # let the tensor's choice remove the offers it chose from (issue 16).
+                    valid.append((evenly(a, self.shapes[i]), o[1], o[2], o[3], o[4]))
                 rej = st.rejected.setdefault(i, [])
                 if not any(r[0] == o for r in rej):
                     rej.append((o, "divisibility", "it does not split the tensor's dims evenly", -1)
@@ -262,18 +268,43 @@ class Sweeps(RunState):
         first = cands[0][0]
         if all(o[0] == first for o in cands):
             return first, rank
-        # equal rank, different attributes: least communication over the tensor's edges
-        best: tuple[float, DistAttr] | None = None
+        # Equal rank, different attributes: least communication over the tensor's edges. A
+        # demand is taken as what its op needs given its *other* operands: the demand the op
+        # made to the current attribute changes with that attribute (a concat asks its operand
+        # to keep a split, or to drop it), so choosing among those let a tensor's own choice
+        # change what it chose from, and oscillate (issue 16).
+        options: list[DistAttr] = []
         for o in cands:
-            phi = self.edge_cost(self.tensors[i], o[0], valid)
+            a = o[0]
+            if o[3] == DEM:
+                given = self.demand_given(o[2] + self.base[i], i, None)
+                if given is not None:
+                    # an uneven split the op asks for is one the tensor cannot take: the
+                    # rest of the demand still counts
+                    given = (evenly(given, self.shapes[i]) if ann is None
+                             else project(ann, given, o[1]))
+                    if given is not None:
+                        a = given
+            if a not in options:
+                options.append(a)
+        best: tuple[float, DistAttr] | None = None
+        for a in options:
+            phi = self.edge_cost(self.tensors[i], a, valid)
             if best is None or phi < best[0]:
-                best = (phi, o[0])
+                best = (phi, a)
         assert best is not None
         return best[1], rank
 
     def edge_cost(self, t: Tensor, v: DistAttr, offers: list[RawOffer]) -> float:
         """Seconds of the reshards on ``t``'s edges if ``t`` were ``v``: from what its producer
-        makes, and to what each consumer needs (its demand, else its reverse offer)."""
+        makes, and to what each consumer would need of ``v`` (its demand, else its reverse
+        offer).
+
+        A consumer's demand is its rule's answer with ``t`` as it is now; what the rule asks of
+        ``v`` may differ (a concat or an elementwise op merges its operands' splits, ``t``'s
+        own included), so the demand is asked again with ``t`` as ``v``. Pricing ``v`` against
+        the demand made to the current attribute is what let two tensors oscillate for ever:
+        each choice changed the demands so that the other choice looked cheaper (issue 16)."""
         total = 0.0
         by_op: dict[int, RawOffer] = {}
         for o in offers:
@@ -282,8 +313,35 @@ class Sweeps(RunState):
             elif o[3] == DEM or o[2] not in by_op:
                 by_op[o[2]] = o
         for o in by_op.values():
-            total += reshard_time(v, o[0], t.shape, t.dtype, self.cost)
+            need = o[0]
+            if o[3] == DEM:
+                need = self.demand_given(o[2] + self.base[t.order], t.order, v) or need
+            total += reshard_time(v, need, t.shape, t.dtype, self.cost)
         return total
+
+    def demand_given(self, k: int, i: int, v: DistAttr | None) -> DistAttr | None:
+        """What op ``k`` would need of its operand ``i`` were ``i`` laid out as ``v`` (None:
+        not known, what the op needs given its other operands alone), its other operands as
+        they are; None if its rule refuses that or ``v`` is on another mesh."""
+        op = self.ops[k]
+        mesh, _, _ = self.best_known(self.ins[k])
+        if v is not None and v.mesh != mesh:
+            return None
+        mine = (self.placeholder(mesh, self.shapes[i]) if v is None
+                else cached_spec(self.shapes[i], v))
+        full = self.spec_fn(mesh)
+
+        def spec(t: Tensor) -> TensorSpec:
+            return mine if t.order == i else full(t)
+
+        self.rule_calls += 1
+        try:
+            need, _ = op.flat_info(op.rule.infer_forward(*op.forward_args(spec)))
+        except SpmdError:
+            return None
+        # the tensor's offer from this op is the one for its last slot (see ``forward``)
+        pos = len(self.ins[k]) - 1 - self.ins[k][::-1].index(i)
+        return need[pos]
 
     def changed(self, i: int) -> None:
         """Queue the ops that must look again: consumers forward, the producer in reverse. An op
