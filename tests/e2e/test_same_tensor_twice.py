@@ -14,16 +14,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sharded_runs import assert_simulated_equals_serial
 
 import spmdrules as sr
 from spmdrules import ops
 from spmdrules.completion import complete
-from spmdrules.execution.adjoint import gradient_program
 from spmdrules.execution.executor import max_error, random_feeds, run_serial
-from spmdrules.execution.gradcheck import check_gradients
 from spmdrules.execution.lowering import lower
 from spmdrules.execution.mpi import run_mpi
-from spmdrules.execution.simulated import run_simulated
 from spmdrules.graph.annotate import shard
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Tensor
@@ -93,17 +91,7 @@ def test_one_tensor_in_two_slots_equals_serial_forward_and_reverse(op: str, layo
     g = _graph(op, layout)
     prog = lower(complete(g))
     feeds = _feeds(g, 1)
-    res = run_simulated(prog, feeds)
-    err, worst = max_error(res.fetch_all(), run_serial(g, feeds))
-    assert err <= 1e-12, f"{op}/{layout}: {worst} differs by {err}"
-    assert res.traffic.mismatches(prog) == []
-    gp = gradient_program(prog, ["loss"])
-    seed = {"loss": np.random.default_rng(2).standard_normal(prog.buffers["loss"].shape)}
-    grads = run_simulated(gp, {**feeds, gp.seeds["loss"]: seed["loss"]})
-    got = {t: grads.fetch(b) for t, b in gp.grads.items()}
-    worst_check = max(check_gradients(g, feeds, seed, got, directions=1, entries=1),
-                      key=lambda c: c.error)
-    assert worst_check.error <= 1e-7, (op, layout, worst_check)
+    assert_simulated_equals_serial(g, feeds, prog=prog, what=f"{op}/{layout}: ")
 
 
 def test_the_two_slots_get_two_edges_and_two_buffers() -> None:

@@ -8,17 +8,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sharded_runs import assert_mpi_equals_serial, assert_simulated_equals_serial
 
 import spmdrules as sr
 from spmdrules import DistAttr, ProcessMesh, TensorSpec, get_rule, ops
 from spmdrules.completion import complete
-from spmdrules.execution.adjoint import gradient_program
-from spmdrules.execution.executor import max_error, run_serial
-from spmdrules.execution.gradcheck import check_gradients
 from spmdrules.execution.local import get_kernel
 from spmdrules.execution.lowering import lower
-from spmdrules.execution.mpi import run_mpi
-from spmdrules.execution.simulated import run_simulated
 from spmdrules.graph.annotate import shard
 from spmdrules.graph.graph import Graph
 from spmdrules.verify import run_case
@@ -89,23 +85,11 @@ def test_vocab_parallel_lookup_equals_serial_forward_and_reverse() -> None:
     g = _model()
     r = complete(g)
     prog = lower(r)
-    res = run_simulated(prog, _feeds())
-    err, worst = max_error(res.fetch_all(), run_serial(g, _feeds()))
-    assert err <= 1e-12, f"{worst} differs by {err}"
-    gp = gradient_program(prog, ["loss"])
-    seed = {"loss": np.random.default_rng(2).standard_normal(prog.buffers["loss"].shape)}
-    grads = run_simulated(gp, {**_feeds(), gp.seeds["loss"]: seed["loss"]})
-    got = {t: grads.fetch(b) for t, b in gp.grads.items()}
-    worst_check = max(check_gradients(g, _feeds(), seed, got, directions=1, entries=1),
-                      key=lambda c: c.error)
-    assert worst_check.error <= 1e-7, worst_check
+    assert_simulated_equals_serial(g, _feeds(), prog=prog)
 
 
 @pytest.mark.timeout(150)
 def test_vocab_parallel_lookup_on_mpi_equals_serial() -> None:
     g = _model()
     prog = lower(complete(g))
-    run = run_mpi(prog, _feeds(), nprocs=4, timeout=120)
-    err, worst = max_error(run.values, run_serial(g, _feeds()))
-    assert err <= 1e-12, f"{worst} differs by {err}"
-    assert run.traffic.mismatches(prog) == []
+    assert_mpi_equals_serial(g, _feeds(), prog=prog)

@@ -7,13 +7,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sharded_runs import assert_mpi_equals_serial, assert_simulated_equals_serial
 
 import spmdrules as sr
 from spmdrules import DistAttr, ProcessMesh, RuleArgumentError, TensorSpec, get_rule, ops
 from spmdrules.completion import complete
 from spmdrules.execution.adjoint import gradient_program
-from spmdrules.execution.executor import max_error, random_feeds, run_serial
-from spmdrules.execution.gradcheck import check_gradients
+from spmdrules.execution.executor import random_feeds
 from spmdrules.execution.local import get_kernel
 from spmdrules.execution.lowering import lower
 from spmdrules.execution.mpi import run_mpi
@@ -125,17 +125,7 @@ def test_the_norms_sharded_equal_serial_forward_and_reverse(training: bool) -> N
     g = _model(training)
     prog = lower(complete(g))
     feeds = _feeds(g)
-    res = run_simulated(prog, feeds)
-    err, worst = max_error(res.fetch_all(), run_serial(g, feeds))
-    assert err <= 1e-12, f"{worst} differs by {err}"
-    assert res.traffic.mismatches(prog) == []
-    gp = gradient_program(prog, ["loss"])
-    seed = {"loss": np.random.default_rng(2).standard_normal(prog.buffers["loss"].shape)}
-    grads = run_simulated(gp, {**feeds, gp.seeds["loss"]: seed["loss"]})
-    got = {t: grads.fetch(b) for t, b in gp.grads.items()}
-    worst_check = max(check_gradients(g, feeds, seed, got, directions=1, entries=1),
-                      key=lambda c: c.error)
-    assert worst_check.error <= 1e-7, worst_check
+    assert_simulated_equals_serial(g, feeds, prog=prog)
 
 
 @pytest.mark.timeout(150)
@@ -144,10 +134,7 @@ def test_the_norms_sharded_on_mpi_equal_serial() -> None:
     prog = lower(complete(g))
     feeds = random_feeds(prog, seed=3)
     feeds = {k: np.abs(v) + 0.5 if k == "variance" else v for k, v in feeds.items()}
-    run = run_mpi(prog, feeds, nprocs=4, timeout=120)
-    err, worst = max_error(run.values, run_serial(g, feeds))
-    assert err <= 1e-12, f"{worst} differs by {err}"
-    assert run.traffic.mismatches(prog) == []
+    assert_mpi_equals_serial(g, feeds, prog=prog)
     gp = gradient_program(prog, ["loss"])
     seed = np.random.default_rng(2).standard_normal(prog.buffers["loss"].shape)
     grads = run_mpi(gp, {**feeds, gp.seeds["loss"]: seed}, nprocs=4,

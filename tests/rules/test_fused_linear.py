@@ -5,19 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pytest
 from proofs import execute
+from sharded_runs import assert_mpi_equals_serial, assert_simulated_equals_serial
 
 import spmdrules as sr
 from spmdrules import DistAttr, ProcessMesh, RuleArgumentError, TensorSpec, get_rule, ops
 from spmdrules.completion import complete
-from spmdrules.execution.adjoint import gradient_program
-from spmdrules.execution.executor import max_error, random_feeds, run_serial
-from spmdrules.execution.gradcheck import check_gradients
+from spmdrules.execution.executor import random_feeds
 from spmdrules.execution.lowering import lower
-from spmdrules.execution.mpi import run_mpi
-from spmdrules.execution.simulated import run_simulated
 from spmdrules.graph.annotate import shard
 from spmdrules.graph.graph import Graph
 
@@ -145,16 +141,7 @@ def test_a_pending_gemm_sharded_equals_serial_forward_and_reverse() -> None:
     assert r.attr(g.tensor("fused_gemm_epilogue_0.out")).partial_items == ((1, "sum"),)  # type: ignore[union-attr]
     prog = lower(r)
     feeds = random_feeds(prog, seed=4)
-    res = run_simulated(prog, feeds)
-    err, worst = max_error(res.fetch_all(), run_serial(g, feeds))
-    assert err <= 1e-12, f"{worst} differs by {err}"
-    gp = gradient_program(prog, ["loss"])
-    seed = {"loss": np.random.default_rng(2).standard_normal(prog.buffers["loss"].shape)}
-    grads = run_simulated(gp, {**feeds, gp.seeds["loss"]: seed["loss"]})
-    got = {t: grads.fetch(b) for t, b in gp.grads.items()}
-    worst_check = max(check_gradients(g, feeds, seed, got, directions=1, entries=1),
-                      key=lambda c: c.error)
-    assert worst_check.error <= 1e-7, worst_check
+    assert_simulated_equals_serial(g, feeds, prog=prog)
 
 
 @pytest.mark.timeout(150)
@@ -162,7 +149,4 @@ def test_a_pending_gemm_on_mpi_equals_serial() -> None:
     g = _model()
     prog = lower(complete(g))
     feeds = random_feeds(prog, seed=4)
-    run = run_mpi(prog, feeds, nprocs=4, timeout=120)
-    err, worst = max_error(run.values, run_serial(g, feeds))
-    assert err <= 1e-12, f"{worst} differs by {err}"
-    assert run.traffic.mismatches(prog) == []
+    assert_mpi_equals_serial(g, feeds, prog=prog)
