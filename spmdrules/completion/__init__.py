@@ -16,7 +16,8 @@ Policy (``docs/completion.md``). A tensor takes, in order:
    annotation beats an inference of its own priority);
 3. among offers of equal rank, the one whose reshards on the tensor's edges cost least under the
    ``CostModel`` (the one the planner uses, so both always agree), a demand taken as what its op
-   needs given its other operands, and each option priced against what each consumer's rule
+   needs given its other operands and the producer's offer for this tensor (or nothing), and
+   each option priced against what each consumer's rule
    would need of it (not the demand made to the current layout, which moves with it);
 4. then the producer's offer, then consumers in topological order.
 

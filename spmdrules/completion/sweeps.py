@@ -269,24 +269,34 @@ class Sweeps(RunState):
         if all(o[0] == first for o in cands):
             return first, rank
         # Equal rank, different attributes: least communication over the tensor's edges. A
-        # demand is taken as what its op needs given its *other* operands: the demand the op
-        # made to the current attribute changes with that attribute (a concat asks its operand
-        # to keep a split, or to drop it), so choosing among those let a tensor's own choice
-        # change what it chose from, and oscillate (issue 16).
+        # demand is taken as what its op would need given its *other* operands and, for this
+        # tensor, what its producer offers (or nothing): the demand the op made to the current
+        # attribute changes with that attribute (a concat asks its operand to keep a split, or
+        # to drop it), so choosing among those let a tensor's own choice change what it chose
+        # from, and oscillate (issue 16). Asking with the producer's offer keeps the dims the
+        # op is indifferent to (a batch split that the weights know nothing of).
+        made = [o[0] for o in valid if o[3] == FWD]
         options: list[DistAttr] = []
         for o in cands:
-            a = o[0]
-            if o[3] == DEM:
-                given = self.demand_given(o[2] + self.base[i], i, None)
+            if o[3] != DEM:
+                if o[0] not in options:
+                    options.append(o[0])
+                continue
+            asked = False
+            for base in (*made, None):
+                given = self.demand_given(o[2] + self.base[i], i, base)
+                if given is None:
+                    continue
+                # an uneven split the op asks for is one the tensor cannot take: the rest of
+                # the demand still counts
+                given = (evenly(given, self.shapes[i]) if ann is None
+                         else project(ann, given, o[1]))
                 if given is not None:
-                    # an uneven split the op asks for is one the tensor cannot take: the
-                    # rest of the demand still counts
-                    given = (evenly(given, self.shapes[i]) if ann is None
-                             else project(ann, given, o[1]))
-                    if given is not None:
-                        a = given
-            if a not in options:
-                options.append(a)
+                    asked = True
+                    if given not in options:
+                        options.append(given)
+            if not asked and o[0] not in options:
+                options.append(o[0])
         best: tuple[float, DistAttr] | None = None
         for a in options:
             phi = self.edge_cost(self.tensors[i], a, valid)
