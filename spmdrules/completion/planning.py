@@ -67,9 +67,24 @@ class Step:
     total_bytes: int
     time: float
 
+    @property
+    def mesh_dims(self) -> tuple[int, ...]:
+        """The mesh dims the step works over: a slice may split over several at once (onto an
+        uneven co-shard that one mesh dim at a time would not reach, see ``_aligned``)."""
+        if self.kind == "slice":
+            before = {m for ms in self.src.multi_dims_mapping for m in ms}
+            return tuple(m for ms in self.dst.multi_dims_mapping for m in ms if m not in before)
+        return () if self.mesh_dim is None else (self.mesh_dim,)
+
+    @property
+    def where(self) -> str:
+        """The step's mesh dims by name (``p2p`` for a transfer between meshes)."""
+        if self.mesh_dim is None:
+            return "p2p"
+        return ",".join(self.src.mesh.dim_names[m] for m in self.mesh_dims)
+
     def __str__(self) -> str:
-        where = "p2p" if self.mesh_dim is None else self.src.mesh.dim_names[self.mesh_dim]
-        return (f"{self.kind.replace('_', '-')}({where}) {self.src.mapping_str()} -> "
+        return (f"{self.kind.replace('_', '-')}({self.where}) {self.src.mapping_str()} -> "
                 f"{self.dst.mapping_str()}: {fmt_bytes(self.bytes_per_process)}/process, "
                 f"{fmt_bytes(self.total_bytes)} total")
 
@@ -119,6 +134,19 @@ def local_numel(attr: DistAttr, shape: tuple[int, ...]) -> int:
         p = _pieces(attr, d)
         n *= -(-size // p)
     return n
+
+
+def _aligned(size: int, outer: int, k: int) -> bool:
+    """Whether splitting each of the ``outer`` balanced blocks of ``size`` into ``k`` balanced
+    pieces gives the balanced split of ``size`` into ``outer * k`` (the flat co-shard a layout
+    means). A step that refines or coarsens a shard by a mesh dim of size ``k`` moves data by the
+    nested decomposition, so it is exact only then. Otherwise the blocks differ: 6 over 2 then
+    over 2 gives (2, 1, 2, 1), the flat split over 4 is (2, 2, 1, 1). With ``r = size % (outer
+    * k)`` the two agree exactly when one of ``outer`` and ``k`` is 1 or ``r`` is 0, 1 or
+    ``outer * k - 1`` (the spare entries sit where both decompositions put them)."""
+    if outer == 1 or k == 1:
+        return True
+    return size % (outer * k) in (0, 1, outer * k - 1)
 
 
 def divisible(attr: DistAttr, shape: tuple[int, ...]) -> bool:
@@ -313,6 +341,14 @@ def transitions(
     local = local_numel(attr, shape) * item
     out: list[Step] = []
 
+    def refines(d: int, ms: tuple[int, ...], m: int) -> bool:
+        """Adding (or removing) mesh dim ``m`` as the minor split of dim ``d``, whose other
+        splits are ``ms``, keeps the nested blocks the flat ones."""
+        outer = 1
+        for x in ms:
+            outer *= mesh.shape[x]
+        return _aligned(shape[d], outer, mesh.shape[m])
+
     def add(kind: StepKind, m: int, new: DistAttr, rounds: int, per_proc: float) -> None:
         if new != attr and (new in keep or divisible(new, shape)):
             b = round(per_proc)
@@ -324,23 +360,57 @@ def transitions(
         if pl[0] == "P":
             rest = tuple(x for x in part if x[0] != m)
             add("all_reduce", m, _with(attr, mdm, rest), 2 * (n - 1), 2 * (n - 1) / n * local)
-            for new in _insertions(mdm, m):
-                add("reduce_scatter", m, _with(attr, new, rest), n - 1, (n - 1) / n * local)
+            for d, new in enumerate(_insertions(mdm, m)):
+                if refines(d, mdm[d], m):
+                    add("reduce_scatter", m, _with(attr, new, rest), n - 1, (n - 1) / n * local)
         elif pl[0] == "R":
-            for new in _insertions(mdm, m):
-                add("slice", m, _with(attr, new, part), 0, 0.0)
+            for d, new in enumerate(_insertions(mdm, m)):
+                if refines(d, mdm[d], m):
+                    add("slice", m, _with(attr, new, part), 0, 0.0)
             for rt in sorted(partial_types):
                 add("zero_partial", m, _with(attr, mdm, (*part, (m, rt))), 0, 0.0)
         elif pl[2] == len(mdm[pl[1]]) - 1:  # only the minor split gathers (or moves) in one step
-            gathered = _with(attr, _remove(mdm, m), part)
+            d = pl[1]
+            rest_mdm = _remove(mdm, m)
+            if not refines(d, rest_mdm[d], m):
+                continue  # the group's blocks do not make up the gathered block
+            gathered = _with(attr, rest_mdm, part)
             after = local_numel(gathered, shape) * item
             add("all_gather", m, gathered, n - 1, (n - 1) / n * after)
-            d = pl[1]
-            for new in _insertions(_remove(mdm, m), m):
-                moved = next(i for i, ms in enumerate(new) if m in ms)
-                if moved != d:
+            for e, new in enumerate(_insertions(rest_mdm, m)):
+                if e != d and refines(e, rest_mdm[e], m):
                     add("all_to_all", m, _with(attr, new, part), n - 1, (n - 1) / n * local)
+    for t in keep:
+        s = _slice_onto(attr, t, shape, cost)
+        if s is not None and s.dst not in {o.dst for o in out}:
+            out.append(s)
     return out
+
+
+def _slice_onto(attr: DistAttr, t: DistAttr, shape: tuple[int, ...], cost: CostModel
+                ) -> Step | None:
+    """One local slice from ``attr`` straight onto ``t`` (a plan's source or destination) over
+    several mesh dims at once, when ``t`` only splits further, by mesh dims ``attr`` replicates,
+    and each dim's new blocks lie inside its old ones. This is the route to an uneven co-shard
+    that one mesh dim at a time would reach only through nested blocks (6 over a then b of a
+    2 x 2 mesh gives (2, 1, 2, 1), not the layout's (2, 2, 1, 1)); single-dim slices are
+    ``transitions``' own."""
+    if t.mesh != attr.mesh or t.partial_items != attr.partial_items or t == attr:
+        return None
+    mesh = attr.mesh
+    used = {m for ms in attr.multi_dims_mapping for m in ms} | {m for m, _ in attr.partial_items}
+    added: list[int] = []
+    for d, (ms, ts) in enumerate(zip(attr.multi_dims_mapping, t.multi_dims_mapping, strict=True)):
+        if ts[: len(ms)] != ms or used & set(ts[len(ms):]):
+            return None
+        new = ts[len(ms):]
+        added += new
+        outer = math.prod(mesh.shape[m] for m in ms)
+        if not _aligned(shape[d], outer, math.prod(mesh.shape[m] for m in new)):
+            return None
+    if len(added) < 2:
+        return None
+    return Step("slice", added[0], attr, t, 0, 0, cost.step_time(mesh, added[0], 0, 0))
 
 
 def _p2p_steps(
