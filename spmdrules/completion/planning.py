@@ -11,13 +11,19 @@ step               placement change      bytes sent per process (ring algorithms
 ``reduce_scatter`` P -> S(d)             (n-1)/n x local block
 ``all_gather``     S(d) -> R             (n-1)/n x local block after the gather
 ``all_to_all``     S(i) -> S(j)          (n-1)/n x local block
-``slice``          R -> S(d)             0 (each process keeps its piece)
+``slice``          R -> S(d)             0 (each process keeps its piece; may split over
+                                         several mesh dims at once)
 ``zero_partial``   R -> P                0 (one replica keeps the value, the rest the identity)
-``p2p``            mesh A -> mesh B      the receiver's local block (pipeline stages)
+``p2p``            mesh A -> mesh B      the receiver's local block (pipeline stages); on one
+                                         mesh, out of an uneven co-shard: a box exchange,
+                                         bytes counted exactly
 =================  ====================  ==================================================
 
 A shard joins a tensor dim that is already split as its minor (innermost) co-shard, and leaves
-it from there (the co-shard transitions); reordering co-shards goes through these steps. A plan
+it from there (the co-shard transitions); reordering co-shards goes through these steps. Such a
+step moves data by the nested decomposition (each block split again), so it is taken only where
+that is the layout's flat balanced one (``nested_is_flat``); an uneven co-shard that one mesh dim
+at a time cannot reach exactly is reached by one local slice over several mesh dims. A plan
 is a shortest path over these states (networkx Dijkstra), weighted by the alpha-beta
 ``CostModel`` that completion also uses. Every plan also reports ``lower_bound_bytes``: what any
 plan must move, counted per process from the blocks it needs and does not hold.
@@ -30,12 +36,17 @@ import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 import networkx as nx
-import numpy as np
 
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
+from spmdrules.completion.local_blocks import blocks as blocks
+from spmdrules.completion.local_blocks import divisible as divisible
+from spmdrules.completion.local_blocks import evenly as evenly
+from spmdrules.completion.local_blocks import local_numel as local_numel
+from spmdrules.completion.local_blocks import lower_bound_bytes as lower_bound_bytes
+from spmdrules.completion.local_blocks import nested_is_flat, repartition_elements
 from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
@@ -70,7 +81,7 @@ class Step:
     @property
     def mesh_dims(self) -> tuple[int, ...]:
         """The mesh dims the step works over: a slice may split over several at once (onto an
-        uneven co-shard that one mesh dim at a time would not reach, see ``_aligned``)."""
+        uneven co-shard that one mesh dim at a time would not reach, see ``nested_is_flat``)."""
         if self.kind == "slice":
             before = {m for ms in self.src.multi_dims_mapping for m in ms}
             return tuple(m for ms in self.dst.multi_dims_mapping for m in ms if m not in before)
@@ -117,179 +128,6 @@ def fmt_bytes(n: float) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{int(n)} B"
-
-
-# ---- blocks ------------------------------------------------------------------------------------
-def _pieces(attr: DistAttr, dim: int) -> int:
-    n = 1
-    for m in attr.multi_dims_mapping[dim]:
-        n *= attr.mesh.shape[m]
-    return n
-
-
-def local_numel(attr: DistAttr, shape: tuple[int, ...]) -> int:
-    """Elements of the largest local block (a balanced split rounds up)."""
-    n = 1
-    for d, size in enumerate(shape):
-        p = _pieces(attr, d)
-        n *= -(-size // p)
-    return n
-
-
-def _aligned(size: int, outer: int, k: int) -> bool:
-    """Whether splitting each of the ``outer`` balanced blocks of ``size`` into ``k`` balanced
-    pieces gives the balanced split of ``size`` into ``outer * k`` (the flat co-shard a layout
-    means). A step that refines or coarsens a shard by a mesh dim of size ``k`` moves data by the
-    nested decomposition, so it is exact only then. Otherwise the blocks differ: 6 over 2 then
-    over 2 gives (2, 1, 2, 1), the flat split over 4 is (2, 2, 1, 1). With ``r = size % (outer
-    * k)`` the two agree exactly when one of ``outer`` and ``k`` is 1 or ``r`` is 0, 1 or
-    ``outer * k - 1`` (the spare entries sit where both decompositions put them)."""
-    if outer == 1 or k == 1:
-        return True
-    return size % (outer * k) in (0, 1, outer * k - 1)
-
-
-def divisible(attr: DistAttr, shape: tuple[int, ...]) -> bool:
-    return all(size % _pieces(attr, d) == 0 for d, size in enumerate(shape))
-
-
-def evenly(attr: DistAttr, shape: tuple[int, ...]) -> DistAttr:
-    """``attr`` without the splits of the dims they do not divide evenly (those dims replicated)."""
-    if divisible(attr, shape):
-        return attr
-    mdm = tuple(ms if size % _pieces(attr, d) == 0 else ()
-                for d, (size, ms) in enumerate(zip(shape, attr.multi_dims_mapping, strict=True)))
-    return DistAttr._make(attr.mesh, mdm, attr.partial_items)
-
-
-def blocks(attr: DistAttr, shape: tuple[int, ...]) -> dict[int, tuple[tuple[int, int], ...]]:
-    """Each process's block of the global tensor: ``(start, stop)`` per dim (balanced split)."""
-    mesh = attr.mesh
-    out: dict[int, tuple[tuple[int, int], ...]] = {}
-    for flat, pid in enumerate(mesh.process_ids):
-        coords = _coords(mesh, flat)
-        blk = []
-        for d, size in enumerate(shape):
-            idx, parts = 0, 1
-            for m in attr.multi_dims_mapping[d]:
-                idx = idx * mesh.shape[m] + coords[m]
-                parts *= mesh.shape[m]
-            q, r = divmod(size, parts)
-            lo = q * idx + min(idx, r)
-            blk.append((lo, lo + q + (1 if idx < r else 0)))
-        out[pid] = tuple(blk)
-    return out
-
-
-def _coords(mesh: ProcessMesh, flat: int) -> tuple[int, ...]:
-    out = []
-    for s in reversed(mesh.shape):
-        out.append(flat % s)
-        flat //= s
-    return tuple(reversed(out))
-
-
-def _volume(b: tuple[tuple[int, int], ...]) -> int:
-    n = 1
-    for lo, hi in b:
-        n *= max(0, hi - lo)
-    return n
-
-
-def _overlap(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) -> int:
-    n = 1
-    for (alo, ahi), (blo, bhi) in zip(a, b, strict=True):
-        n *= max(0, min(ahi, bhi) - max(alo, blo))
-    return n
-
-
-def lower_bound_bytes(src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtype: str) -> int:
-    """Bytes that every plan must deliver, summed over the receiving processes.
-
-    A process needs the part of its destination block that its source block does not hold. If a
-    pending reduction must be resolved (a partial of ``src`` over a mesh dim of size > 1 that
-    ``dst`` does not keep), it needs at least one value per element of its destination block:
-    the others' contributions, however they were combined on the way.
-    """
-    item = DTYPE_BYTES[dtype]
-    kept = set(dst.partial_items) if dst.mesh == src.mesh else set()
-    must_reduce = any(src.mesh.shape[m] > 1 and (m, rt) not in kept for m, rt in src.partial_items)
-    if dst.mesh == src.mesh:
-        # in closed form over the mesh dims the mappings use, not process by process: a mesh of
-        # a million processes costs what its used dims' coordinates cost
-        total = _held_total(dst, shape)
-        return (total if must_reduce else total - _overlap_total(src, dst, shape)) * item
-    sb = blocks(src, shape)
-    total = 0
-    for pid, db in blocks(dst, shape).items():
-        have = sb.get(pid)
-        if must_reduce or have is None:
-            total += _volume(db)
-        else:
-            total += _volume(db) - _overlap(db, have)
-    return total * item
-
-
-def _group_overlap(order: list[int], dims: list[int], shape: tuple[int, ...], sm: MultiDims,
-                   dm: MultiDims, mesh_shape: tuple[int, ...], exact: type) -> int:
-    """``_overlap_total`` of one group, over the grid of its mesh dims' coordinates at once
-    (``exact``: int64, or ``object`` for Python ints when a product could overflow int64)."""
-    grid: Any = np.indices([mesh_shape[m] for m in order], dtype=np.int64).astype(exact)
-    at = {m: grid[k] for k, m in enumerate(order)}
-
-    def bounds(size: int, ms: tuple[int, ...]) -> tuple[Any, Any]:
-        # balanced_range over the whole grid (as ``blocks`` does process by process)
-        idx: Any = np.zeros(grid.shape[1:], dtype=exact)
-        parts = 1
-        for m in ms:
-            idx = idx * mesh_shape[m] + at[m]
-            parts *= mesh_shape[m]
-        q, r = divmod(size, parts)
-        lo = q * idx + np.minimum(idx, r)
-        return lo, lo + q + (idx < r)
-
-    prod: Any = np.ones(grid.shape[1:], dtype=exact)
-    for d in dims:
-        slo, shi = bounds(shape[d], sm[d])
-        dlo, dhi = bounds(shape[d], dm[d])
-        prod = prod * np.maximum(0, np.minimum(shi, dhi) - np.maximum(slo, dlo))
-    return int(prod.sum(dtype=exact))
-
-
-def _held_total(attr: DistAttr, shape: tuple[int, ...]) -> int:
-    """The elements every process holds, summed: each element once per process replicating it."""
-    n = 1
-    for s in shape:
-        n *= s
-    used = {m for ms in attr.multi_dims_mapping for m in ms}
-    for m, size in enumerate(attr.mesh.shape):
-        if m not in used:
-            n *= size
-    return n
-
-
-def _overlap_total(src: DistAttr, dst: DistAttr, shape: tuple[int, ...]) -> int:
-    """Sum over the processes of the overlap of their source and destination blocks. Tensor dims
-    whose mappings share no mesh dim contribute independent factors, so the sum runs, per group
-    of dims linked by their mesh dims, over those mesh dims' coordinates only."""
-    mesh_shape = src.mesh.shape
-    sm, dm = src.multi_dims_mapping, dst.multi_dims_mapping
-    links = nx.Graph()  # tensor dims ("d", i) linked through the mesh dims ("m", j) they use
-    links.add_nodes_from(("d", d) for d in range(len(shape)))
-    links.add_edges_from((("d", d), ("m", m)) for d in range(len(shape)) for m in {*sm[d], *dm[d]})
-    numel = 1
-    for n in shape:
-        numel *= n
-    exact: type = np.int64 if numel < (1 << 62) else object
-    total = 1
-    for m, size in enumerate(mesh_shape):
-        if ("m", m) not in links:
-            total *= size
-    for group in nx.connected_components(links):
-        dims = [i for kind, i in group if kind == "d"]
-        order = sorted(i for kind, i in group if kind == "m")
-        total *= _group_overlap(order, dims, shape, sm, dm, mesh_shape, exact)
-    return total
 
 
 # ---- transitions -------------------------------------------------------------------------------
@@ -347,7 +185,7 @@ def transitions(
         outer = 1
         for x in ms:
             outer *= mesh.shape[x]
-        return _aligned(shape[d], outer, mesh.shape[m])
+        return nested_is_flat(shape[d], outer, mesh.shape[m])
 
     def add(kind: StepKind, m: int, new: DistAttr, rounds: int, per_proc: float) -> None:
         if new != attr and (new in keep or divisible(new, shape)):
@@ -406,7 +244,7 @@ def _slice_onto(attr: DistAttr, t: DistAttr, shape: tuple[int, ...], cost: CostM
         new = ts[len(ms):]
         added += new
         outer = math.prod(mesh.shape[m] for m in ms)
-        if not _aligned(shape[d], outer, math.prod(mesh.shape[m] for m in new)):
+        if not nested_is_flat(shape[d], outer, math.prod(mesh.shape[m] for m in new)):
             return None
     if len(added) < 2:
         return None
@@ -434,6 +272,26 @@ def _p2p_steps(
         b = local_numel(t, shape) * item
         out.append(Step("p2p", None, attr, t, b, b * t.mesh.size,
                         cost.step_time(t.mesh, None, 1, b)))
+    return out
+
+
+def _repartition_steps(
+    attr: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtype: str, cost: CostModel
+) -> list[Step]:
+    """Out of an uneven source on one mesh: a box exchange (the runtime's Repartition) straight
+    to the destination's mapping (its partial dropped) or to replicated, as between meshes. The
+    one-mesh-dim gathers leave an uneven co-shard only where its nested blocks are its flat
+    ones; a repartition reads the flat blocks whatever they are. Bytes counted exactly."""
+    if attr.partial_items:
+        return []
+    item = DTYPE_BYTES[dtype]
+    out: list[Step] = []
+    for t in dict.fromkeys((dst.without_partial(), DistAttr.replicated(dst.mesh, len(shape)))):
+        if t == attr:
+            continue
+        most, total = repartition_elements(attr, t, shape)
+        out.append(Step("p2p", None, attr, t, most * item, total * item,
+                        cost.step_time(t.mesh, None, 1, most * item)))
     return out
 
 
@@ -475,6 +333,8 @@ def plan_reshard(
                                 keep)
             if cross and a.mesh == src.mesh:
                 steps += _p2p_steps(a, dst, shape, dtype, cost)
+            elif a == src and not divisible(src, shape):
+                steps += _repartition_steps(src, dst, shape, dtype, cost)
             for s in steps:
                 w = s.time + _STEP_EPS
                 old = g.get_edge_data(a, s.dst)

@@ -48,6 +48,7 @@ from spmdrules.execution.executor import (
     call_kernel,
     check_feeds,
     gather_global,
+    local_part,
 )
 from spmdrules.execution.launch import launch, mpiexec_path
 from spmdrules.execution.local import Block, list_kernels
@@ -72,7 +73,7 @@ from spmdrules.execution.program import (
 from spmdrules.runtime._mpi import accumulation_dtype, dtype_code, dtype_of_code
 from spmdrules.runtime.abort import fail
 from spmdrules.runtime.agreement import agree
-from spmdrules.runtime.decomposition import Box, relative
+from spmdrules.runtime.decomposition import Box
 from spmdrules.runtime.errors import MPIUnavailableError
 
 Array = NDArray[Any]
@@ -276,7 +277,7 @@ class MPIExecutor:
         n = a.mesh.shape[m]
         rt = step.reduce_type or "sum"
         if step.kind == "slice":
-            return np.array(x[relative(b.box(coord), a.box(coord))])
+            return np.array(x[local_part(b.box(coord), a.box(coord), step.edge)])
         if step.kind == "zero_partial":
             if coord[m] == 0 or rt not in ("sum", "product"):
                 return np.array(x, copy=True)
