@@ -112,8 +112,8 @@ def lower_bound_bytes(src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtyp
     if dst.mesh == src.mesh:
         # in closed form over the mesh dims the mappings use, not process by process: a mesh of
         # a million processes costs what its used dims' coordinates cost
-        total = _held_total(dst, shape)
-        return (total if must_reduce else total - _overlap_total(src, dst, shape)) * item
+        total = held_total(dst, shape)
+        return (total if must_reduce else total - overlap_total(src, dst, shape)) * item
     sb = blocks(src, shape)
     total = 0
     for pid, db in blocks(dst, shape).items():
@@ -127,7 +127,7 @@ def lower_bound_bytes(src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtyp
 
 def _group_overlap(order: list[int], dims: list[int], shape: tuple[int, ...], sm: MultiDims,
                    dm: MultiDims, mesh_shape: tuple[int, ...], exact: type) -> int:
-    """``_overlap_total`` of one group, over the grid of its mesh dims' coordinates at once
+    """``overlap_total`` of one group, over the grid of its mesh dims' coordinates at once
     (``exact``: int64, or ``object`` for Python ints when a product could overflow int64)."""
     grid: Any = np.indices([mesh_shape[m] for m in order], dtype=np.int64).astype(exact)
     at = {m: grid[k] for k, m in enumerate(order)}
@@ -151,7 +151,7 @@ def _group_overlap(order: list[int], dims: list[int], shape: tuple[int, ...], sm
     return int(prod.sum(dtype=exact))
 
 
-def _held_total(attr: DistAttr, shape: tuple[int, ...]) -> int:
+def held_total(attr: DistAttr, shape: tuple[int, ...]) -> int:
     """The elements every process holds, summed: each element once per process replicating it."""
     n = 1
     for s in shape:
@@ -163,7 +163,7 @@ def _held_total(attr: DistAttr, shape: tuple[int, ...]) -> int:
     return n
 
 
-def _overlap_total(src: DistAttr, dst: DistAttr, shape: tuple[int, ...]) -> int:
+def overlap_total(src: DistAttr, dst: DistAttr, shape: tuple[int, ...]) -> int:
     """Sum over the processes of the overlap of their source and destination blocks. Tensor dims
     whose mappings share no mesh dim contribute independent factors, so the sum runs, per group
     of dims linked by their mesh dims, over those mesh dims' coordinates only."""

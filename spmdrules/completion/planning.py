@@ -44,9 +44,14 @@ from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.completion.local_blocks import blocks as blocks
 from spmdrules.completion.local_blocks import divisible as divisible
 from spmdrules.completion.local_blocks import evenly as evenly
+from spmdrules.completion.local_blocks import (
+    held_total,
+    nested_is_flat,
+    overlap_total,
+    repartition_elements,
+)
 from spmdrules.completion.local_blocks import local_numel as local_numel
 from spmdrules.completion.local_blocks import lower_bound_bytes as lower_bound_bytes
-from spmdrules.completion.local_blocks import nested_is_flat, repartition_elements
 from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
@@ -187,10 +192,22 @@ def transitions(
             outer *= mesh.shape[x]
         return nested_is_flat(shape[d], outer, mesh.shape[m])
 
+    def total(kind: StepKind, n: int, new: DistAttr, b: int) -> int:
+        """The step's bytes summed over the processes, as the ring and the box exchange move
+        them: exact also where the blocks differ in size (``b * mesh.size`` is exact only
+        where every process sends the same)."""
+        if kind in ("all_reduce", "reduce_scatter"):  # each of n chunks once per ring round
+            rounds = 2 * (n - 1) if kind == "all_reduce" else n - 1
+            return rounds * held_total(attr, shape) // n * item
+        if kind in ("all_gather", "all_to_all") and not (
+                divisible(attr, shape) and divisible(new, shape)):
+            return (held_total(new, shape) - overlap_total(attr, new, shape)) * item
+        return b * mesh.size
+
     def add(kind: StepKind, m: int, new: DistAttr, rounds: int, per_proc: float) -> None:
         if new != attr and (new in keep or divisible(new, shape)):
             b = round(per_proc)
-            out.append(Step(kind, m, attr, new, b, b * mesh.size,
+            out.append(Step(kind, m, attr, new, b, total(kind, mesh.shape[m], new, b),
                             cost.step_time(mesh, m, rounds, b)))
 
     for m, n in enumerate(mesh.shape):
