@@ -95,8 +95,8 @@ class Step:
     @property
     def where(self) -> str:
         """The step's mesh dims by name (``p2p`` for a transfer between meshes)."""
-        if self.mesh_dim is None:
-            return "p2p"
+        if self.mesh_dim is None:  # between meshes, or a repartition over the whole mesh
+            return "p2p" if self.src.mesh != self.dst.mesh else "all"
         return ",".join(self.src.mesh.dim_names[m] for m in self.mesh_dims)
 
     def __str__(self) -> str:

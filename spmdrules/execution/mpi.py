@@ -307,7 +307,8 @@ class MPIExecutor:
             recv = np.empty((sizes[coord[m]], *moved.shape[1:]), dtype=acc)
             t = self._dtype(moved)
             group.Reduce_scatter([moved, t], [recv, t], [s * rest for s in sizes], self._op(rt))
-            traffic.add(step, (n - 1) * x.nbytes // n, n - 1, x.itemsize)
+            # the ring: a member sends every piece of its block but its own
+            traffic.add(step, x.nbytes - sizes[coord[m]] * rest * x.itemsize, n - 1, x.itemsize)
             out = np.ascontiguousarray(np.moveaxis(recv, 0, d))
             return ((out / n) if rt == "avg" else out).astype(x.dtype, copy=False)
         # all_gather, all_to_all: Repartition's box exchange inside the group

@@ -26,7 +26,9 @@ from spmdrules.completion import complete
 from spmdrules.completion.local_blocks import nested_is_flat
 from spmdrules.completion.planning import Plan, ReshardError, plan_reshard
 from spmdrules.core.attr import DistAttr
+from spmdrules.execution.adjoint import gradient_program
 from spmdrules.execution.executor import max_error, random_feeds, run_serial
+from spmdrules.execution.gradcheck import check_gradients
 from spmdrules.execution.lowering import lower
 from spmdrules.execution.program import Collective, Layout, Program
 from spmdrules.execution.simulated import run_simulated
@@ -39,12 +41,12 @@ def _balanced(n: int, p: int) -> list[tuple[int, int]]:
     return [(q * i + min(i, r), q * i + min(i, r) + q + (i < r)) for i in range(p)]
 
 
-@pytest.mark.parametrize(("n", "outer", "k"), list(product(range(40), range(1, 7), range(1, 7))))
-def test_nested_is_flat_exactly_when_the_nested_blocks_are_the_flat_ones(
-        n: int, outer: int, k: int) -> None:
-    nested = [b for lo, hi in _balanced(n, outer)
-              for b in ((lo + a, lo + z) for a, z in _balanced(hi - lo, k))]
-    assert nested_is_flat(n, outer, k) == (nested == _balanced(n, outer * k))
+def test_nested_is_flat_exactly_when_the_nested_blocks_are_the_flat_ones() -> None:
+    for n, outer, k in product(range(40), range(1, 7), range(1, 7)):
+        nested = [b for lo, hi in _balanced(n, outer)
+                  for b in ((lo + a, lo + z) for a, z in _balanced(hi - lo, k))]
+        assert nested_is_flat(n, outer, k) == (nested == _balanced(n, outer * k)), (n, outer, k)
+    assert _balanced(6, 4) == [(0, 2), (2, 4), (4, 5), (5, 6)] and not nested_is_flat(6, 2, 2)
 
 
 def _matmul_of_conflicting_splits() -> Graph:
@@ -59,30 +61,61 @@ def _matmul_of_conflicting_splits() -> Graph:
     return g
 
 
-def test_the_conflict_co_shard_runs_as_serial_on_the_simulated_mesh() -> None:
-    g = _matmul_of_conflicting_splits()
-    r = complete(g)
-    k_split = {t.name: t.attr.multi_dims_mapping for t in g.tensors}
-    assert k_split["w"] == ((), (0,)) and k_split["v"] == ((1,), ())  # their annotations
-    prog = lower(r)
-    for e in prog.edges:  # the contracted dim reaches (a, b) flat, never by a nested slice
+def _relu_of_an_uneven_co_shard_then_replicated() -> Graph:
+    """x [6, 3] co-sharded (a, b) on rows (blocks 2, 2, 1, 1), its relu needed whole on rows:
+    one mesh dim's gather cannot leave the co-shard (6 over a then b nests as 2, 1, 2, 1)."""
+    mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["a", "b"])
+    with Graph("uneven-source") as g:
+        x = g.param("x", [6, 3], "float64")
+        y = ops.relu(x, name="y")
+        z = ops.multiply(y, y, name="z")
+    shard(x, mesh, (("a", "b"), None), priority=2)
+    shard(z, mesh, (None, "b"), priority=2)
+    return g
+
+
+CASES = {"conflict-co-shard": _matmul_of_conflicting_splits,
+         "uneven-source": _relu_of_an_uneven_co_shard_then_replicated}
+
+
+def test_the_plans_reach_and_leave_the_uneven_co_shards_exactly() -> None:
+    prog = lower(complete(_matmul_of_conflicting_splits()))
+    for e in prog.edges:  # the contracted dim reaches (a, b) flat: gather, one slice over a, b
         assert e.plan.dst.multi_dims_mapping in (((), (0, 1)), ((0, 1), ()))
+        assert [(s.kind, s.mesh_dims) for s in e.plan.steps][-1] == ("slice", (0, 1))
         assert e.plan.total_bytes >= e.plan.lower_bound_bytes
-    feeds = random_feeds(prog, seed=0)
-    sim = run_simulated(prog, feeds)
+    prog = lower(complete(_relu_of_an_uneven_co_shard_then_replicated()))
+    (leave,) = [e for e in prog.edges if e.plan.src.multi_dims_mapping == ((0, 1), ())]
+    assert [str(s).split(" ")[0] for s in leave.plan.steps] == ["p2p(all)"]
+    assert leave.plan.total_bytes == leave.plan.lower_bound_bytes  # a box exchange moves no more
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_uneven_co_shards_run_as_serial_forward_and_reverse(case: str) -> None:
+    g = CASES[case]()
+    prog = lower(complete(g))
+    out = prog.tensors[-1]
+    gp = gradient_program(prog, [out])
+    feeds = random_feeds(prog, seed=3)
+    seeds = {out: np.random.default_rng(3).standard_normal(prog.buffers[out].shape)}
+    feeds[gp.seeds[out]] = seeds[out]
+    sim = run_simulated(gp, feeds)
     err, worst = max_error(sim.fetch_all(list(prog.tensors)), run_serial(g, feeds))
-    assert err <= 1e-12, f"{worst} differs by {err}"  # was 0.63
-    assert sim.traffic.mismatches(prog) == []
+    assert err <= 1e-12, f"{worst} differs by {err}"  # the conflict co-shard was off by 0.63
+    grads = {t: sim.fetch(b) for t, b in gp.grads.items()}
+    assert max(c.error for c in check_gradients(g, feeds, seeds, grads)) <= 1e-7
+    assert sim.traffic.mismatches(gp) == []
 
 
-@pytest.mark.timeout(120)
-def test_the_conflict_co_shard_runs_as_serial_under_mpi() -> None:
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_uneven_co_shards_run_as_serial_under_mpi(case: str) -> None:
     from spmdrules.execution.mpi import run_mpi
 
-    g = _matmul_of_conflicting_splits()
+    g = CASES[case]()
     prog = lower(complete(g))
     feeds = random_feeds(prog, seed=1)
-    run = run_mpi(prog, feeds, nprocs=4, timeout=90)
+    run = run_mpi(prog, feeds, nprocs=4, timeout=120)
     err, worst = max_error(run.values, run_serial(g, feeds))
     assert err <= 1e-12, f"{worst} differs by {err}"
     assert run.traffic.mismatches(prog) == []
