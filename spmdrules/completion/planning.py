@@ -176,7 +176,9 @@ def transitions(
     keep: frozenset[DistAttr] = frozenset(),
 ) -> list[Step]:
     """Every single same-mesh step from ``attr``. Intermediate states must split evenly; states
-    in ``keep`` (a plan's source and destination) are allowed even when they do not.
+    in ``keep`` (a plan's source and destination) are allowed even when they do not, and a
+    step whose nested blocks are not the flat ones is left out (``nested_is_flat``); a slice
+    over several mesh dims reaches a ``keep`` state those would have reached.
     ``partial_types`` are the reduce types ``zero_partial`` may create (the destination's)."""
     mesh = attr.mesh
     item = DTYPE_BYTES[dtype]
