@@ -245,7 +245,7 @@ class Completion:
                 if isinstance(p, Plan):
                     steps = " + ".join(
                         s.kind.replace("_", "-")
-                        + ("" if s.mesh_dim is None else f"({s.src.mesh.dim_names[s.mesh_dim]})")
+                        + ("" if s.mesh_dim is None else f"({s.where})")
                         for s in p.steps
                     )
                     size = fmt_bytes(p.total_bytes)

@@ -11,13 +11,19 @@ step               placement change      bytes sent per process (ring algorithms
 ``reduce_scatter`` P -> S(d)             (n-1)/n x local block
 ``all_gather``     S(d) -> R             (n-1)/n x local block after the gather
 ``all_to_all``     S(i) -> S(j)          (n-1)/n x local block
-``slice``          R -> S(d)             0 (each process keeps its piece)
+``slice``          R -> S(d)             0 (each process keeps its piece; may split over
+                                         several mesh dims at once)
 ``zero_partial``   R -> P                0 (one replica keeps the value, the rest the identity)
-``p2p``            mesh A -> mesh B      the receiver's local block (pipeline stages)
+``p2p``            mesh A -> mesh B      the receiver's local block (pipeline stages); on one
+                                         mesh, out of an uneven co-shard: a box exchange,
+                                         bytes counted exactly
 =================  ====================  ==================================================
 
 A shard joins a tensor dim that is already split as its minor (innermost) co-shard, and leaves
-it from there (the co-shard transitions); reordering co-shards goes through these steps. A plan
+it from there (the co-shard transitions); reordering co-shards goes through these steps. Such a
+step moves data by the nested decomposition (each block split again), so it is taken only where
+that is the layout's flat balanced one (``nested_is_flat``); an uneven co-shard that one mesh dim
+at a time cannot reach exactly is reached by one local slice over several mesh dims. A plan
 is a shortest path over these states (networkx Dijkstra), weighted by the alpha-beta
 ``CostModel`` that completion also uses. Every plan also reports ``lower_bound_bytes``: what any
 plan must move, counted per process from the blocks it needs and does not hold.
@@ -30,12 +36,22 @@ import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 import networkx as nx
-import numpy as np
 
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
+from spmdrules.completion.local_blocks import blocks as blocks
+from spmdrules.completion.local_blocks import divisible as divisible
+from spmdrules.completion.local_blocks import evenly as evenly
+from spmdrules.completion.local_blocks import (
+    held_total,
+    nested_is_flat,
+    overlap_total,
+    repartition_elements,
+)
+from spmdrules.completion.local_blocks import local_numel as local_numel
+from spmdrules.completion.local_blocks import lower_bound_bytes as lower_bound_bytes
 from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
@@ -67,9 +83,24 @@ class Step:
     total_bytes: int
     time: float
 
+    @property
+    def mesh_dims(self) -> tuple[int, ...]:
+        """The mesh dims the step works over: a slice may split over several at once (onto an
+        uneven co-shard that one mesh dim at a time would not reach, see ``nested_is_flat``)."""
+        if self.kind == "slice":
+            before = {m for ms in self.src.multi_dims_mapping for m in ms}
+            return tuple(m for ms in self.dst.multi_dims_mapping for m in ms if m not in before)
+        return () if self.mesh_dim is None else (self.mesh_dim,)
+
+    @property
+    def where(self) -> str:
+        """The step's mesh dims by name (``p2p`` for a transfer between meshes)."""
+        if self.mesh_dim is None:  # between meshes, or a repartition over the whole mesh
+            return "p2p" if self.src.mesh != self.dst.mesh else "all"
+        return ",".join(self.src.mesh.dim_names[m] for m in self.mesh_dims)
+
     def __str__(self) -> str:
-        where = "p2p" if self.mesh_dim is None else self.src.mesh.dim_names[self.mesh_dim]
-        return (f"{self.kind.replace('_', '-')}({where}) {self.src.mapping_str()} -> "
+        return (f"{self.kind.replace('_', '-')}({self.where}) {self.src.mapping_str()} -> "
                 f"{self.dst.mapping_str()}: {fmt_bytes(self.bytes_per_process)}/process, "
                 f"{fmt_bytes(self.total_bytes)} total")
 
@@ -102,166 +133,6 @@ def fmt_bytes(n: float) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{int(n)} B"
-
-
-# ---- blocks ------------------------------------------------------------------------------------
-def _pieces(attr: DistAttr, dim: int) -> int:
-    n = 1
-    for m in attr.multi_dims_mapping[dim]:
-        n *= attr.mesh.shape[m]
-    return n
-
-
-def local_numel(attr: DistAttr, shape: tuple[int, ...]) -> int:
-    """Elements of the largest local block (a balanced split rounds up)."""
-    n = 1
-    for d, size in enumerate(shape):
-        p = _pieces(attr, d)
-        n *= -(-size // p)
-    return n
-
-
-def divisible(attr: DistAttr, shape: tuple[int, ...]) -> bool:
-    return all(size % _pieces(attr, d) == 0 for d, size in enumerate(shape))
-
-
-def evenly(attr: DistAttr, shape: tuple[int, ...]) -> DistAttr:
-    """``attr`` without the splits of the dims they do not divide evenly (those dims replicated)."""
-    if divisible(attr, shape):
-        return attr
-    mdm = tuple(ms if size % _pieces(attr, d) == 0 else ()
-                for d, (size, ms) in enumerate(zip(shape, attr.multi_dims_mapping, strict=True)))
-    return DistAttr._make(attr.mesh, mdm, attr.partial_items)
-
-
-def blocks(attr: DistAttr, shape: tuple[int, ...]) -> dict[int, tuple[tuple[int, int], ...]]:
-    """Each process's block of the global tensor: ``(start, stop)`` per dim (balanced split)."""
-    mesh = attr.mesh
-    out: dict[int, tuple[tuple[int, int], ...]] = {}
-    for flat, pid in enumerate(mesh.process_ids):
-        coords = _coords(mesh, flat)
-        blk = []
-        for d, size in enumerate(shape):
-            idx, parts = 0, 1
-            for m in attr.multi_dims_mapping[d]:
-                idx = idx * mesh.shape[m] + coords[m]
-                parts *= mesh.shape[m]
-            q, r = divmod(size, parts)
-            lo = q * idx + min(idx, r)
-            blk.append((lo, lo + q + (1 if idx < r else 0)))
-        out[pid] = tuple(blk)
-    return out
-
-
-def _coords(mesh: ProcessMesh, flat: int) -> tuple[int, ...]:
-    out = []
-    for s in reversed(mesh.shape):
-        out.append(flat % s)
-        flat //= s
-    return tuple(reversed(out))
-
-
-def _volume(b: tuple[tuple[int, int], ...]) -> int:
-    n = 1
-    for lo, hi in b:
-        n *= max(0, hi - lo)
-    return n
-
-
-def _overlap(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) -> int:
-    n = 1
-    for (alo, ahi), (blo, bhi) in zip(a, b, strict=True):
-        n *= max(0, min(ahi, bhi) - max(alo, blo))
-    return n
-
-
-def lower_bound_bytes(src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtype: str) -> int:
-    """Bytes that every plan must deliver, summed over the receiving processes.
-
-    A process needs the part of its destination block that its source block does not hold. If a
-    pending reduction must be resolved (a partial of ``src`` over a mesh dim of size > 1 that
-    ``dst`` does not keep), it needs at least one value per element of its destination block:
-    the others' contributions, however they were combined on the way.
-    """
-    item = DTYPE_BYTES[dtype]
-    kept = set(dst.partial_items) if dst.mesh == src.mesh else set()
-    must_reduce = any(src.mesh.shape[m] > 1 and (m, rt) not in kept for m, rt in src.partial_items)
-    if dst.mesh == src.mesh:
-        # in closed form over the mesh dims the mappings use, not process by process: a mesh of
-        # a million processes costs what its used dims' coordinates cost
-        total = _held_total(dst, shape)
-        return (total if must_reduce else total - _overlap_total(src, dst, shape)) * item
-    sb = blocks(src, shape)
-    total = 0
-    for pid, db in blocks(dst, shape).items():
-        have = sb.get(pid)
-        if must_reduce or have is None:
-            total += _volume(db)
-        else:
-            total += _volume(db) - _overlap(db, have)
-    return total * item
-
-
-def _group_overlap(order: list[int], dims: list[int], shape: tuple[int, ...], sm: MultiDims,
-                   dm: MultiDims, mesh_shape: tuple[int, ...], exact: type) -> int:
-    """``_overlap_total`` of one group, over the grid of its mesh dims' coordinates at once
-    (``exact``: int64, or ``object`` for Python ints when a product could overflow int64)."""
-    grid: Any = np.indices([mesh_shape[m] for m in order], dtype=np.int64).astype(exact)
-    at = {m: grid[k] for k, m in enumerate(order)}
-
-    def bounds(size: int, ms: tuple[int, ...]) -> tuple[Any, Any]:
-        # balanced_range over the whole grid (as ``blocks`` does process by process)
-        idx: Any = np.zeros(grid.shape[1:], dtype=exact)
-        parts = 1
-        for m in ms:
-            idx = idx * mesh_shape[m] + at[m]
-            parts *= mesh_shape[m]
-        q, r = divmod(size, parts)
-        lo = q * idx + np.minimum(idx, r)
-        return lo, lo + q + (idx < r)
-
-    prod: Any = np.ones(grid.shape[1:], dtype=exact)
-    for d in dims:
-        slo, shi = bounds(shape[d], sm[d])
-        dlo, dhi = bounds(shape[d], dm[d])
-        prod = prod * np.maximum(0, np.minimum(shi, dhi) - np.maximum(slo, dlo))
-    return int(prod.sum(dtype=exact))
-
-
-def _held_total(attr: DistAttr, shape: tuple[int, ...]) -> int:
-    """The elements every process holds, summed: each element once per process replicating it."""
-    n = 1
-    for s in shape:
-        n *= s
-    used = {m for ms in attr.multi_dims_mapping for m in ms}
-    for m, size in enumerate(attr.mesh.shape):
-        if m not in used:
-            n *= size
-    return n
-
-
-def _overlap_total(src: DistAttr, dst: DistAttr, shape: tuple[int, ...]) -> int:
-    """Sum over the processes of the overlap of their source and destination blocks. Tensor dims
-    whose mappings share no mesh dim contribute independent factors, so the sum runs, per group
-    of dims linked by their mesh dims, over those mesh dims' coordinates only."""
-    mesh_shape = src.mesh.shape
-    sm, dm = src.multi_dims_mapping, dst.multi_dims_mapping
-    links = nx.Graph()  # tensor dims ("d", i) linked through the mesh dims ("m", j) they use
-    links.add_nodes_from(("d", d) for d in range(len(shape)))
-    links.add_edges_from((("d", d), ("m", m)) for d in range(len(shape)) for m in {*sm[d], *dm[d]})
-    numel = 1
-    for n in shape:
-        numel *= n
-    exact: type = np.int64 if numel < (1 << 62) else object
-    total = 1
-    for m, size in enumerate(mesh_shape):
-        if ("m", m) not in links:
-            total *= size
-    for group in nx.connected_components(links):
-        dims = [i for kind, i in group if kind == "d"]
-        order = sorted(i for kind, i in group if kind == "m")
-        total *= _group_overlap(order, dims, shape, sm, dm, mesh_shape, exact)
-    return total
 
 
 # ---- transitions -------------------------------------------------------------------------------
@@ -305,7 +176,9 @@ def transitions(
     keep: frozenset[DistAttr] = frozenset(),
 ) -> list[Step]:
     """Every single same-mesh step from ``attr``. Intermediate states must split evenly; states
-    in ``keep`` (a plan's source and destination) are allowed even when they do not.
+    in ``keep`` (a plan's source and destination) are allowed even when they do not, and a
+    step whose nested blocks are not the flat ones is left out (``nested_is_flat``); a slice
+    over several mesh dims reaches a ``keep`` state those would have reached.
     ``partial_types`` are the reduce types ``zero_partial`` may create (the destination's)."""
     mesh = attr.mesh
     item = DTYPE_BYTES[dtype]
@@ -313,10 +186,30 @@ def transitions(
     local = local_numel(attr, shape) * item
     out: list[Step] = []
 
+    def refines(d: int, ms: tuple[int, ...], m: int) -> bool:
+        """Adding (or removing) mesh dim ``m`` as the minor split of dim ``d``, whose other
+        splits are ``ms``, keeps the nested blocks the flat ones."""
+        outer = 1
+        for x in ms:
+            outer *= mesh.shape[x]
+        return nested_is_flat(shape[d], outer, mesh.shape[m])
+
+    def total(kind: StepKind, n: int, new: DistAttr, b: int) -> int:
+        """The step's bytes summed over the processes, as the ring and the box exchange move
+        them: exact also where the blocks differ in size (``b * mesh.size`` is exact only
+        where every process sends the same)."""
+        if kind in ("all_reduce", "reduce_scatter"):  # each of n chunks once per ring round
+            rounds = 2 * (n - 1) if kind == "all_reduce" else n - 1
+            return rounds * held_total(attr, shape) // n * item
+        if kind in ("all_gather", "all_to_all") and not (
+                divisible(attr, shape) and divisible(new, shape)):
+            return (held_total(new, shape) - overlap_total(attr, new, shape)) * item
+        return b * mesh.size
+
     def add(kind: StepKind, m: int, new: DistAttr, rounds: int, per_proc: float) -> None:
         if new != attr and (new in keep or divisible(new, shape)):
             b = round(per_proc)
-            out.append(Step(kind, m, attr, new, b, b * mesh.size,
+            out.append(Step(kind, m, attr, new, b, total(kind, mesh.shape[m], new, b),
                             cost.step_time(mesh, m, rounds, b)))
 
     for m, n in enumerate(mesh.shape):
@@ -324,23 +217,57 @@ def transitions(
         if pl[0] == "P":
             rest = tuple(x for x in part if x[0] != m)
             add("all_reduce", m, _with(attr, mdm, rest), 2 * (n - 1), 2 * (n - 1) / n * local)
-            for new in _insertions(mdm, m):
-                add("reduce_scatter", m, _with(attr, new, rest), n - 1, (n - 1) / n * local)
+            for d, new in enumerate(_insertions(mdm, m)):
+                if refines(d, mdm[d], m):
+                    add("reduce_scatter", m, _with(attr, new, rest), n - 1, (n - 1) / n * local)
         elif pl[0] == "R":
-            for new in _insertions(mdm, m):
-                add("slice", m, _with(attr, new, part), 0, 0.0)
+            for d, new in enumerate(_insertions(mdm, m)):
+                if refines(d, mdm[d], m):
+                    add("slice", m, _with(attr, new, part), 0, 0.0)
             for rt in sorted(partial_types):
                 add("zero_partial", m, _with(attr, mdm, (*part, (m, rt))), 0, 0.0)
         elif pl[2] == len(mdm[pl[1]]) - 1:  # only the minor split gathers (or moves) in one step
-            gathered = _with(attr, _remove(mdm, m), part)
+            d = pl[1]
+            rest_mdm = _remove(mdm, m)
+            if not refines(d, rest_mdm[d], m):
+                continue  # the group's blocks do not make up the gathered block
+            gathered = _with(attr, rest_mdm, part)
             after = local_numel(gathered, shape) * item
             add("all_gather", m, gathered, n - 1, (n - 1) / n * after)
-            d = pl[1]
-            for new in _insertions(_remove(mdm, m), m):
-                moved = next(i for i, ms in enumerate(new) if m in ms)
-                if moved != d:
+            for e, new in enumerate(_insertions(rest_mdm, m)):
+                if e != d and refines(e, rest_mdm[e], m):
                     add("all_to_all", m, _with(attr, new, part), n - 1, (n - 1) / n * local)
+    for t in keep:
+        s = _slice_onto(attr, t, shape, cost)
+        if s is not None and s.dst not in {o.dst for o in out}:
+            out.append(s)
     return out
+
+
+def _slice_onto(attr: DistAttr, t: DistAttr, shape: tuple[int, ...], cost: CostModel
+                ) -> Step | None:
+    """One local slice from ``attr`` straight onto ``t`` (a plan's source or destination) over
+    several mesh dims at once, when ``t`` only splits further, by mesh dims ``attr`` replicates,
+    and each dim's new blocks lie inside its old ones. This is the route to an uneven co-shard
+    that one mesh dim at a time would reach only through nested blocks (6 over a then b of a
+    2 x 2 mesh gives (2, 1, 2, 1), not the layout's (2, 2, 1, 1)); single-dim slices are
+    ``transitions``' own."""
+    if t.mesh != attr.mesh or t.partial_items != attr.partial_items or t == attr:
+        return None
+    mesh = attr.mesh
+    used = {m for ms in attr.multi_dims_mapping for m in ms} | {m for m, _ in attr.partial_items}
+    added: list[int] = []
+    for d, (ms, ts) in enumerate(zip(attr.multi_dims_mapping, t.multi_dims_mapping, strict=True)):
+        if ts[: len(ms)] != ms or used & set(ts[len(ms):]):
+            return None
+        new = ts[len(ms):]
+        added += new
+        outer = math.prod(mesh.shape[m] for m in ms)
+        if not nested_is_flat(shape[d], outer, math.prod(mesh.shape[m] for m in new)):
+            return None
+    if len(added) < 2:
+        return None
+    return Step("slice", added[0], attr, t, 0, 0, cost.step_time(mesh, added[0], 0, 0))
 
 
 def _p2p_steps(
@@ -364,6 +291,26 @@ def _p2p_steps(
         b = local_numel(t, shape) * item
         out.append(Step("p2p", None, attr, t, b, b * t.mesh.size,
                         cost.step_time(t.mesh, None, 1, b)))
+    return out
+
+
+def _repartition_steps(
+    attr: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtype: str, cost: CostModel
+) -> list[Step]:
+    """Out of an uneven source on one mesh: a box exchange (the runtime's Repartition) straight
+    to the destination's mapping (its partial dropped) or to replicated, as between meshes. The
+    one-mesh-dim gathers leave an uneven co-shard only where its nested blocks are its flat
+    ones; a repartition reads the flat blocks whatever they are. Bytes counted exactly."""
+    if attr.partial_items:
+        return []
+    item = DTYPE_BYTES[dtype]
+    out: list[Step] = []
+    for t in dict.fromkeys((dst.without_partial(), DistAttr.replicated(dst.mesh, len(shape)))):
+        if t == attr:
+            continue
+        most, total = repartition_elements(attr, t, shape)
+        out.append(Step("p2p", None, attr, t, most * item, total * item,
+                        cost.step_time(t.mesh, None, 1, most * item)))
     return out
 
 
@@ -405,6 +352,8 @@ def plan_reshard(
                                 keep)
             if cross and a.mesh == src.mesh:
                 steps += _p2p_steps(a, dst, shape, dtype, cost)
+            elif a == src and not divisible(src, shape):
+                steps += _repartition_steps(src, dst, shape, dtype, cost)
             for s in steps:
                 w = s.time + _STEP_EPS
                 old = g.get_edge_data(a, s.dst)

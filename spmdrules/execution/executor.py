@@ -24,6 +24,7 @@ from spmdrules.execution.program import Collective, KernelCall, Layout, Program
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Op, Tensor
 from spmdrules.graph.shapes.shape_rule import DTYPE_BYTES
+from spmdrules.runtime.decomposition import Box, relative
 
 Array = NDArray[Any]
 Coord = tuple[int, ...]
@@ -102,6 +103,17 @@ class Traffic:
 
 
 # ---- feeds ------------------------------------------------------------------------------------
+def local_part(inner: Box, outer: Box, where: str) -> tuple[slice, ...]:
+    """The slices selecting ``inner`` from a block holding ``outer``, for a local step (a slice,
+    a reduce-scatter's piece). Raises when ``inner`` is not inside ``outer``: numpy would clip
+    the slices and the rank would hold a block other than the one its layout names."""
+    if any(i0 < o0 or i1 > o1 for (i0, i1), (o0, o1) in zip(inner, outer, strict=True)
+           if i1 > i0):
+        raise ExecutionError(f"{where}: the block {list(inner)} is not inside the block "
+                             f"{list(outer)} the process holds; the plan's step cannot be local")
+    return relative(inner, outer)
+
+
 def random_feeds(program: Program, seed: int = 0, *, vocab_limits: Mapping[str, int] | None = None,
                  dtype: str = "float64") -> dict[str, Array]:
     """Random global values for every source tensor: floats from N(0, 1) (as ``dtype``),
@@ -299,6 +311,7 @@ __all__ = [
     "call_kernel",
     "check_feeds",
     "gather_global",
+    "local_part",
     "max_error",
     "random_feeds",
     "run_serial",

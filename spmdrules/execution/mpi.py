@@ -48,6 +48,7 @@ from spmdrules.execution.executor import (
     call_kernel,
     check_feeds,
     gather_global,
+    local_part,
 )
 from spmdrules.execution.launch import launch, mpiexec_path
 from spmdrules.execution.local import Block, list_kernels
@@ -72,7 +73,7 @@ from spmdrules.execution.program import (
 from spmdrules.runtime._mpi import accumulation_dtype, dtype_code, dtype_of_code
 from spmdrules.runtime.abort import fail
 from spmdrules.runtime.agreement import agree
-from spmdrules.runtime.decomposition import Box, relative
+from spmdrules.runtime.decomposition import Box
 from spmdrules.runtime.errors import MPIUnavailableError
 
 Array = NDArray[Any]
@@ -276,7 +277,7 @@ class MPIExecutor:
         n = a.mesh.shape[m]
         rt = step.reduce_type or "sum"
         if step.kind == "slice":
-            return np.array(x[relative(b.box(coord), a.box(coord))])
+            return np.array(x[local_part(b.box(coord), a.box(coord), step.edge)])
         if step.kind == "zero_partial":
             if coord[m] == 0 or rt not in ("sum", "product"):
                 return np.array(x, copy=True)
@@ -306,7 +307,8 @@ class MPIExecutor:
             recv = np.empty((sizes[coord[m]], *moved.shape[1:]), dtype=acc)
             t = self._dtype(moved)
             group.Reduce_scatter([moved, t], [recv, t], [s * rest for s in sizes], self._op(rt))
-            traffic.add(step, (n - 1) * x.nbytes // n, n - 1, x.itemsize)
+            # the ring: a member sends every piece of its block but its own
+            traffic.add(step, x.nbytes - sizes[coord[m]] * rest * x.itemsize, n - 1, x.itemsize)
             out = np.ascontiguousarray(np.moveaxis(recv, 0, d))
             return ((out / n) if rt == "avg" else out).astype(x.dtype, copy=False)
         # all_gather, all_to_all: Repartition's box exchange inside the group

@@ -33,6 +33,7 @@ from spmdrules.execution.executor import (
     call_kernel,
     check_feeds,
     gather_global,
+    local_part,
 )
 from spmdrules.execution.local import Block
 from spmdrules.execution.program import (
@@ -308,7 +309,8 @@ class SimulatedMesh:
         assert m is not None
         ca, cb = self.coords(a), self.coords(b)
         if kind == "slice":
-            return {p: np.array(src[p][relative(b.box(cb[p]), a.box(ca[p]))]) for p in src}
+            return {p: np.array(src[p][local_part(b.box(cb[p]), a.box(ca[p]), step.edge)])
+                    for p in src}
         if kind == "zero_partial":
             rt = step.reduce_type or "sum"
             return {p: (np.array(src[p], copy=True) if ca[p][m] == 0 else _identity(rt, src[p]))
@@ -317,7 +319,7 @@ class SimulatedMesh:
             if kind == "all_reduce":
                 res, sent, msgs = all_reduce([src[p] for p in group], step.reduce_type or "sum")
             elif kind == "reduce_scatter":
-                pieces = [relative(b.box(cb[p]), a.box(ca[p])) for p in group]
+                pieces = [local_part(b.box(cb[p]), a.box(ca[p]), step.edge) for p in group]
                 res, sent, msgs = reduce_scatter([src[p] for p in group],
                                                  step.reduce_type or "sum", pieces)
             else:  # all_gather, all_to_all

@@ -104,15 +104,7 @@ def test_careless_annotations_neither_make_complete_nor_summary_raise(seed: int)
         assert not {m for ms in a.multi_dims_mapping for m in ms} & set(a.partial)
 
 
-# Seed 1 at 40 ops: a matmul of w [2, 6] split on "a" and v [6, 2] split on "b" (both priority
-# 2) co-shards the contracted 6 over a and b (4 pieces) by settle_conflict; the layout says
-# balanced pieces (2, 2, 1, 1) but the slices of the plan make nested ones (2, 1, 2, 1): wrong.
-KNOWN_WRONG = {1: "uneven co-shard from a conflict: plan's nested slices != balanced layout"}
-
-
-@pytest.mark.parametrize("seed", [
-    pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WRONG[s]))
-    if s in KNOWN_WRONG else s for s in range(12)])
+@pytest.mark.parametrize("seed", range(12))
 def test_random_dags_converge_and_run_as_serial(seed: int) -> None:
     g = random_dag(seed, 40, fraction=0.15, even=True)
     r = complete(g)

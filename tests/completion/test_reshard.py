@@ -172,7 +172,7 @@ def test_lower_bound_of_a_no_op_is_zero() -> None:
 def _per_process_lower_bound(src: sr.DistAttr, dst: sr.DistAttr, shape: tuple[int, ...], item: int
                              ) -> int:
     """The definition, process by process: the part of its destination block a process lacks."""
-    from spmdrules.completion.planning import _overlap, _volume, blocks
+    from spmdrules.completion.local_blocks import _overlap, _volume, blocks
 
     must = any(src.mesh.shape[m] > 1 and (m, rt) not in set(dst.partial_items)
                for m, rt in src.partial_items)

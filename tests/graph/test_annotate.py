@@ -214,7 +214,11 @@ def test_a_planning_error_names_the_tensor_and_the_op() -> None:
     from spmdrules.completion.planning import ReshardError
     from spmdrules.completion.result import ReshardEdge
 
-    edge = ReshardEdge("t", "matmul_3", "operand", sr.DistAttr(MESH, [-1, -1, -1]),
-                       sr.DistAttr(MESH, [0, -1, 1]), (1, 1, 1), "float32")
+    # a pending sum over an uneven co-shard (6 over dp, mp: blocks 2, 2, 1, 1) to another
+    # split: resolving it leaves an uneven state that is neither end of the plan. (Replicated to
+    # [0, -1, 1] of a [1, 1, 1] tensor, the earlier example, now plans: one slice over dp, mp.)
+    src = sr.DistAttr(MESH3, multi_dims_mapping=[(0, 1)], partial={2: "sum"})
+    edge = ReshardEdge("t", "matmul_3", "operand", src, sr.DistAttr(MESH3, [2], {0: "sum"}),
+                       (6,), "float32")
     with pytest.raises(ReshardError, match=r"^tensor 't' needed by op 'matmul_3': plan_reshard"):
         edge.plan()
