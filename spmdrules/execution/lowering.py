@@ -200,7 +200,8 @@ class _LocalMax:
     axis: int
 
     def __call__(self, coord: Coord, b: Sequence[Array]) -> tuple[Array, ...]:
-        return (np.max(b[0], axis=self.axis, keepdims=True),)
+        # an uneven split may leave a block no classes: -inf, the max's identity
+        return (np.max(b[0], axis=self.axis, keepdims=True, initial=-np.inf),)
 
 
 @dataclass(frozen=True, slots=True)

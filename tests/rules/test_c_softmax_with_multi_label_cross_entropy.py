@@ -177,3 +177,28 @@ def test_vocab_parallel_on_mpi_equals_serial_forward_and_reverse(summed: bool) -
     sim = run_simulated(gp, feeds)
     for b in gp.grads.values():
         np.testing.assert_allclose(grads.values[b], sim.fetch(b), rtol=1e-12, atol=1e-12)
+
+
+def test_vocab_parallel_with_a_class_block_left_empty() -> None:
+    # 3 classes over 4 processes: the last block holds none, yet joins every all-reduce
+    mesh = ProcessMesh([0, 1, 2, 3], dim_names=["mp"])
+    with Graph("empty-class-block") as g:
+        x = g.input("x", [2, 3], "float64")
+        shard(x, mesh, (None, "mp"))
+        _, loss = ops.c_softmax_with_multi_label_cross_entropy(
+            x, g.input("label", [2, 2], "int64"), g.input("smooth_weight", [2, 2], "float64"))
+        ops.multiply(loss, loss, name="out")
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.standard_normal((2, 3)), "label": rng.integers(0, 3, (2, 2)),
+             "smooth_weight": rng.random((2, 2))}
+    prog = lower(complete(g))
+    assert dm(prog.calls[g.ops[0].name].input_attrs[0]) == [-1, 0]
+    err, worst = max_error(run_simulated(prog, feeds).fetch_all(), run_serial(g, feeds))
+    assert err <= 1e-12, f"{worst} differs by {err}"
+    gp = gradient_program(prog, ["out"])
+    seed = {"out": rng.standard_normal((2, 1))}
+    grads = run_simulated(gp, {**feeds, gp.seeds["out"]: seed["out"]})
+    got = {t: grads.fetch(b) for t, b in gp.grads.items()}
+    worst_check = max(check_gradients(g, feeds, seed, got, directions=2, entries=3),
+                      key=lambda c: c.error)
+    assert worst_check.error <= 1e-7, worst_check

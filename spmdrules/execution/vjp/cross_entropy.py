@@ -63,6 +63,8 @@ def one_hot(label: Array, axis: int, shape: tuple[int, ...], ignore_index: int,
     lo, hi = (0, shape[axis]) if classes is None else (classes.start, classes.stop)
     mine = (lab != ignore_index) & (lab >= lo) & (lab < hi)
     hot = np.zeros(shape)
+    if shape[axis] == 0:  # a block an uneven split left no classes
+        return hot
     np.put_along_axis(hot, np.where(mine, lab - lo, 0), np.where(mine, 1.0, 0.0), axis=axis)
     return hot
 
