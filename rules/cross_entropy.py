@@ -157,3 +157,41 @@ register_described(
     doc="CSoftmaxWithCrossEntropyInferSpmd: the class dim keeps its shard (vocab parallel); "
     "x and label merged on the other dims.",
 )
+
+
+# ---- c_softmax_with_multi_label_cross_entropy(x, label, smooth_weight) -> softmax, loss ---------
+def describe_c_softmax_multi_label_ce(
+    x: tuple[int, ...], label: tuple[int, ...], smooth_weight: tuple[int, ...], *,
+    sum_multi_label_loss: bool = True, **_: object,
+) -> Description:
+    """Classes on x's last dim; label and smooth_weight share x's other dims and end in the
+    labels of each row (a letter of their own). x's class shards stay (the kernel reduces the row
+    max, the sum and the target logits over them). Summed over the labels, the loss has no label
+    dim, so a label split would leave each rank a part of the sum while the rule promises a whole
+    loss: the labels are gathered instead (``pending=None``)."""
+    if not x:
+        raise RuleArgumentError("'x' is 0-d; cross entropy needs a class axis (the last)")
+    if len(label) != len(x) or label[:-1] != x[:-1] or label[-1] < 1:
+        raise RuleArgumentError(
+            f"'label' has shape {list(label)} but must be {[*x[:-1], 'C']} with C >= 1 (x's "
+            "shape with the number of labels per row last)")
+    if smooth_weight != label:
+        raise RuleArgumentError(
+            f"'smooth_weight' has shape {list(smooth_weight)} but must be label's {list(label)} "
+            "(one weight per label)")
+    xl = letters(len(x))
+    ll = xl[:-1] + letters(len(x) + 1)[-1]
+    loss = xl[:-1] + einsum.BROADCAST if sum_multi_label_loss else ll
+    return Description((xl, ll, ll), (xl, loss), pending=None)
+
+
+register_described(
+    "c_softmax_with_multi_label_cross_entropy", describe_c_softmax_multi_label_ce,
+    inputs=[T("x"), T("label"), T("smooth_weight")], outputs=[T("softmax"), T("loss")],
+    attrs=[A("ignore_index", "int", -100), A("sum_multi_label_loss", "bool", True),
+           A("rank", "int", 0), A("nranks", "int", 1)],
+    op_attrs=[A("ring_id", "int", 0)],
+    doc="CSoftmaxWithMultiLabelCrossEntropyInferSpmd: the class dim keeps its shard (vocab "
+    "parallel); x, label and smooth_weight merged on the other dims; with the loss summed over "
+    "the labels, a label split is gathered.",
+)

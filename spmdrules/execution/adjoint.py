@@ -62,6 +62,7 @@ from spmdrules.execution.program import (
     counterpart_transfer,
 )
 from spmdrules.execution.vjp.cross_entropy import one_hot
+from spmdrules.execution.vocab_parallel_reverse import multi_label_reverse
 from spmdrules.runtime.decomposition import relative
 
 Array = NDArray[Any]
@@ -356,6 +357,9 @@ class _Reverse:
 
     def own_lowering(self, call: KernelCall) -> None:
         """Ops the lowering ran without their kernel: the vocab-parallel cross entropy."""
+        if call.op_type == "c_softmax_with_multi_label_cross_entropy":
+            multi_label_reverse(self, call, GRAD)
+            return
         if call.op_type not in ("cross_entropy_with_softmax", "softmax_with_cross_entropy",
                                 "c_softmax_with_cross_entropy"):
             raise UnsupportedError(f"op {call.op!r} ({call.op_type}): no reverse mode for its "

@@ -200,7 +200,8 @@ class _LocalMax:
     axis: int
 
     def __call__(self, coord: Coord, b: Sequence[Array]) -> tuple[Array, ...]:
-        return (np.max(b[0], axis=self.axis, keepdims=True),)
+        # an uneven split may leave a block no classes: -inf, the max's identity
+        return (np.max(b[0], axis=self.axis, keepdims=True, initial=-np.inf),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +217,10 @@ class _ExpSumPick:
         lo, hi = self.x.box(coord)[self.axis]
         lab = np.asarray(label).astype(np.int64)
         mine = (lab >= lo) & (lab < hi)
-        picked = np.take_along_axis(shifted, np.where(mine, lab - lo, 0), axis=self.axis)
+        if shifted.shape[self.axis] == 0:  # an uneven split left this block no classes
+            picked = np.zeros(lab.shape, dtype=x.dtype)
+        else:
+            picked = np.take_along_axis(shifted, np.where(mine, lab - lo, 0), axis=self.axis)
         return (np.sum(np.exp(shifted), axis=self.axis, keepdims=True),
                 np.where(mine, picked, 0).astype(x.dtype))
 
@@ -309,6 +313,66 @@ def _lower_vocab_parallel_ce(lw: _Lowering, call: KernelCall) -> bool:
     return True
 
 
+@dataclass(frozen=True, slots=True)
+class _MultiLabelLoss:
+    """softmax and each label's weighted loss from the reduced row statistics (summed over the
+    labels when ``sum_labels``)."""
+
+    ignore_index: int
+    sum_labels: bool
+
+    def __call__(self, coord: Coord, b: Sequence[Array]) -> tuple[Array, ...]:
+        x, label, weight, gmax, gsum, pick = b
+        loss = np.where(np.asarray(label) == self.ignore_index, 0.0,
+                        (np.log(gsum) - pick) * weight)
+        if self.sum_labels:
+            loss = np.sum(loss, axis=-1, keepdims=True)
+        return np.exp(x - gmax) / gsum, loss.astype(x.dtype)
+
+
+def _lower_vocab_parallel_multi_label(lw: _Lowering, call: KernelCall) -> bool:
+    """c_softmax_with_multi_label_cross_entropy with its classes sharded: as
+    :func:`_lower_vocab_parallel_ce`, the target logits gathered per label (label's layout)."""
+    x_attr, label_attr = call.input_attrs[0], call.input_attrs[1]
+    assert isinstance(x_attr, DistAttr) and isinstance(label_attr, DistAttr)
+    axis, class_dims = class_axis(call)
+    if not class_dims:
+        return False
+    if any(a.partial_items for a in call.input_attrs if isinstance(a, DistAttr)):
+        raise LoweringError(f"op {call.op!r} ({call.op_type}): an input arrives partial; the "
+                            "rule should have resharded it")
+    x_name, label_name, w_name = call.inputs[0], call.inputs[1], call.inputs[2]
+    soft_out, loss_out = call.outputs[0], call.outputs[1]
+    assert isinstance(x_name, str) and isinstance(label_name, str) and isinstance(w_name, str)
+    assert isinstance(soft_out, str) and isinstance(loss_out, str)
+    x_lay = lw.buffers[x_name]
+    mesh = x_attr.mesh
+    stat_shape = tuple(1 if d == axis else n for d, n in enumerate(x_lay.shape))
+    stat_mdm = tuple(() if d == axis else ms for d, ms in enumerate(x_attr.multi_dims_mapping))
+
+    def partial(mdm: Any, rt: str) -> DistAttr:
+        return DistAttr._make(mesh, mdm, tuple(sorted((m, rt) for m in class_dims)))
+
+    n = {k: f"{call.op}/{k}" for k in ("max_p", "max", "sum_p", "sum", "pick_p", "pick")}
+    lw.buffers[n["max_p"]] = Layout(stat_shape, x_lay.dtype, partial(stat_mdm, "max"))
+    lw.buffers[n["sum_p"]] = Layout(stat_shape, x_lay.dtype, partial(stat_mdm, "sum"))
+    lw.buffers[n["pick_p"]] = Layout(lw.buffers[label_name].shape, x_lay.dtype,
+                                     partial(label_attr.multi_dims_mapping, "sum"))
+    label = f"{call.op} (vocab-parallel)"
+    lw.code.append(LocalStep(call.op, mesh, _LocalMax(axis), (x_name,), (n["max_p"],)))
+    all_reduce_chain(lw.buffers, lw.code, n["max_p"], n["max"], class_dims, "max", label, call.op)
+    lw.code.append(LocalStep(call.op, mesh, _ExpSumPick(axis, x_lay),
+                             (x_name, label_name, n["max"]), (n["sum_p"], n["pick_p"])))
+    for k in ("sum", "pick"):
+        all_reduce_chain(lw.buffers, lw.code, n[f"{k}_p"], n[k], class_dims, "sum", label,
+                         call.op)
+    fn = _MultiLabelLoss(int(call.attrs.get("ignore_index", -100)),
+                         bool(call.attrs.get("sum_multi_label_loss", True)))
+    lw.code.append(LocalStep(call.op, mesh, fn, (x_name, label_name, w_name, n["max"], n["sum"],
+                                                 n["pick"]), (soft_out, loss_out)))
+    return True
+
+
 def _lower_halo(lw: _Lowering, call: KernelCall) -> bool:
     """A windowed op over a spatially sharded input: a HaloStep extends every block to the box
     its output block's windows read, then the kernel runs on the slabs."""
@@ -343,6 +407,7 @@ _SPECIAL: Final[dict[str, Callable[[_Lowering, KernelCall], bool]]] = {
     "cross_entropy_with_softmax": _lower_vocab_parallel_ce,
     "softmax_with_cross_entropy": _lower_vocab_parallel_ce,
     "c_softmax_with_cross_entropy": _lower_vocab_parallel_ce,
+    "c_softmax_with_multi_label_cross_entropy": _lower_vocab_parallel_multi_label,
     **{op: _lower_halo for op in halo.HALO_OPS},
 }
 

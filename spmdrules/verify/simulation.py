@@ -19,7 +19,11 @@ from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import AttrSlot, SpmdInfo, TensorSpec
 from spmdrules.engine.registry import TensorParam, get_rule
 from spmdrules.execution import halo
-from spmdrules.execution.kernels.cross_entropy import c_softmax_cross_entropy, cross_entropy
+from spmdrules.execution.kernels.cross_entropy import (
+    c_softmax_cross_entropy,
+    cross_entropy,
+    multi_label_cross_entropy,
+)
 from spmdrules.execution.local import Block, Kernel, LocalContext
 from spmdrules.verify.cases.case import Arg, Case, DomainArg, draw_values
 
@@ -187,6 +191,8 @@ def collective_for(op: str) -> Collective | None:
         return Collective(cross_entropy, _class_dims)
     if op == "c_softmax_with_cross_entropy":
         return Collective(c_softmax_cross_entropy, _class_dims)
+    if op == "c_softmax_with_multi_label_cross_entropy":
+        return Collective(multi_label_cross_entropy, _class_dims)
     return None
 
 

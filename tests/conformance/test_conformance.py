@@ -158,12 +158,12 @@ PART1_GRADS = ["argsort_grad", "cummax_grad", "cummin_grad", "expand_as_grad", "
                "index_put_grad", "index_select_grad", "pad_grad", "put_along_axis_grad",
                "roll_grad", "strided_slice_grad", "take_along_axis_grad", "topk_grad"]
 #: issue 12: attention, rotary embedding, mixture-of-experts combine, roi_align, the channel
-#: norms, the fused and vocab-parallel ops, the convolutions
+#: norms, the fused and vocab-parallel ops, convolution
 PART2 = ["flash_attention", "fused_rotary_position_embedding", "moe_combine", "roi_align",
          "batch_norm", "group_norm", "instance_norm", "linear_v2", "fused_gemm_epilogue",
          "label_smooth", "fused_dropout_add", "fused_linear_param_grad_add", "c_embedding",
-         "c_softmax_with_cross_entropy", "conv2d", "conv2d_transpose", "conv3d",
-         "depthwise_conv2d"]
+         "c_softmax_with_cross_entropy", "c_softmax_with_multi_label_cross_entropy",
+         "conv2d", "conv2d_transpose", "conv3d", "depthwise_conv2d"]
 #: ops models need for which Paddle 3.3.1 records no rule (proven by execution in verify)
 PART2_GRADS = ["moe_combine_grad", "roi_align_grad"]
 BEYOND_PADDLE = ["mean", "cast", "expand", "full", "full_like", "arange"]

@@ -235,6 +235,14 @@ CASES: dict[str, Build] = {
                                              start_index=1, vocab_size=6),
     "c_softmax_with_cross_entropy": lambda g: ops.c_softmax_with_cross_entropy(
         _f(g, "x", [2, 3, 5]), g.input("label", [2, 3, 1], "int64"), ignore_index=2),
+    "c_softmax_with_multi_label_cross_entropy": lambda g:
+        ops.c_softmax_with_multi_label_cross_entropy(
+            _f(g, "x", [2, 3, 6]), g.input("label", [2, 3, 4], "int64"),
+            _f(g, "smooth_weight", [2, 3, 4]), ignore_index=2),
+    "c_softmax_with_multi_label_cross_entropy-per-label": lambda g:
+        ops.c_softmax_with_multi_label_cross_entropy(
+            _f(g, "x", [3, 7]), g.input("label", [3, 2], "int64"),
+            _f(g, "smooth_weight", [3, 2]), sum_multi_label_loss=False),
     "instance_norm-no-scale": lambda g: ops.instance_norm(_f(g, "x", [3, 2, 5]), None,
                                                           _f(g, "bias", [2])),
 }

@@ -132,3 +132,45 @@ def c_softmax_cross_entropy(ctx: LocalContext, blocks: Sequence[Block],
 @register_kernel("c_softmax_with_cross_entropy")
 def c_softmax_cross_entropy_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     return c_softmax_cross_entropy(ctx, blocks)
+
+
+# ---- c_softmax_with_multi_label_cross_entropy: C weighted labels per row ----------------------
+def multi_label_cross_entropy(ctx: LocalContext, blocks: Sequence[Block],
+                              allreduce: AllReduce | None = None) -> tuple[Block, ...]:
+    """(softmax, loss): ``loss[..., j] = smooth_weight[..., j] * (logsumexp(x) - x[label[..., j]])``
+    (0 where the label is ``ignore_index``), summed over j when ``sum_multi_label_loss``. With the
+    classes (x's last dim) sharded, ``allreduce`` combines the row max, the row sum and the target
+    logits over the class shards, as the vocab-parallel kernel does."""
+    x = array(ctx, blocks, 0, "x")
+    label = array(ctx, blocks, 1, "label")
+    weight = array(ctx, blocks, 2, "smooth_weight")
+    for i, name in enumerate(("x", "label", "smooth_weight")):
+        local.require_whole(ctx, i, name)
+    if x.ndim == 0:
+        raise RuleArgumentError(f"{ctx.op}: 'x' is 0-d; cross entropy needs a class axis")
+    axis = x.ndim - 1
+    shape, x_attr = local.input_spec(ctx, 0, "x")
+    classes = local.block_range(ctx, shape, x_attr, axis)
+    sharded = shard_index(x_attr, axis, ctx.coord)[1] > 1
+    reduce_ = (allreduce or _no_allreduce(ctx, axis)) if sharded else None
+
+    def over_classes(part: Array, how: str) -> Array:
+        return part if reduce_ is None else reduce_(part, how)
+
+    m = _shift(over_classes(_local_max(x, axis), "max"))
+    z = x - m
+    e = np.exp(z)
+    total = over_classes(np.sum(e, axis=axis, keepdims=True), "sum")
+    logp = z - np.log(total)
+    ignore = int(ctx.attrs.get("ignore_index", -100))
+    picked = over_classes(_picked(ctx, logp, label, axis, classes, ignore, shape[axis]), "sum")
+    loss = -weight * picked  # _picked gives 0 on the ignored labels
+    if bool(ctx.attrs.get("sum_multi_label_loss", True)):
+        loss = np.sum(loss, axis=axis, keepdims=True)
+    return (e / total, np.asarray(loss).astype(x.dtype))
+
+
+@register_kernel("c_softmax_with_multi_label_cross_entropy")
+def multi_label_cross_entropy_kernel(ctx: LocalContext, blocks: Sequence[Block]
+                                     ) -> tuple[Block, ...]:
+    return multi_label_cross_entropy(ctx, blocks)

@@ -63,6 +63,8 @@ def one_hot(label: Array, axis: int, shape: tuple[int, ...], ignore_index: int,
     lo, hi = (0, shape[axis]) if classes is None else (classes.start, classes.stop)
     mine = (lab != ignore_index) & (lab >= lo) & (lab < hi)
     hot = np.zeros(shape)
+    if shape[axis] == 0:  # a block an uneven split left no classes
+        return hot
     np.put_along_axis(hot, np.where(mine, lab - lo, 0), np.where(mine, 1.0, 0.0), axis=axis)
     return hot
 
@@ -71,3 +73,47 @@ def one_hot(label: Array, axis: int, shape: tuple[int, ...], ignore_index: int,
 def c_softmax_cross_entropy_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
                                 cts: Sequence[Block]) -> tuple[Block, ...]:
     return cross_entropy_vjp(as_cross_entropy(ctx), ins, outs, cts)
+
+
+def multi_label_weights(label: Array, weight: Array, g_loss: Array, ignore_index: int) -> Array:
+    """Each label's weight in d(logits): its smooth weight times its loss cotangent (a summed
+    loss gives every label of a row the row's), 0 on ignored labels."""
+    return np.where(np.asarray(label) == ignore_index, 0.0, weight * g_loss)
+
+
+def multi_label_logits_grad(prob: Array, label: Array, w_eff: Array, ignore_index: int,
+                            classes: range | None = None) -> Array:
+    """sum_j w_eff[..., j] * (prob - one_hot(label[..., j])) on the classes a block holds."""
+    axis = prob.ndim - 1
+    dx = prob * np.sum(w_eff, axis=axis, keepdims=True)
+    for j in range(label.shape[axis]):  # a row may repeat a label: one one-hot per label slot
+        hot = one_hot(label[..., j : j + 1], axis, prob.shape, ignore_index, classes)
+        dx = dx - hot * w_eff[..., j : j + 1]
+    out: Array = dx
+    return out
+
+
+@register_vjp("c_softmax_with_multi_label_cross_entropy")
+def multi_label_cross_entropy_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                                  cts: Sequence[Block]) -> tuple[Block, ...]:
+    x = array(ctx, ins, 0, "x")
+    label, weight = array(ctx, ins, 1, "label"), array(ctx, ins, 2, "smooth_weight")
+    prob, loss = array(ctx, outs, 0, "softmax"), array(ctx, outs, 1, "loss")
+    axis = x.ndim - 1
+    _, x_attr = local.input_spec(ctx, 0, "x")
+    if shard_index(x_attr, axis, ctx.coord)[1] > 1:
+        raise UnsupportedError(
+            f"{ctx.op}: 'x' dim {axis} (the classes) is sharded; its reverse mode needs the "
+            "vocab-parallel lowering of spmdrules.execution.adjoint, not the local VJP"
+        )
+    ignore = int(ctx.attrs.get("ignore_index", -100))
+    g_prob, g_loss = local.cotangent(cts, 0, prob), local.cotangent(cts, 1, loss)
+    dx = prob * (g_prob - np.sum(g_prob * prob, axis=axis, keepdims=True))
+    dx = dx + multi_label_logits_grad(prob, label, multi_label_weights(label, weight, g_loss,
+                                                                         ignore), ignore)
+    logp = log_softmax_rows(x, axis)
+    kept = np.asarray(label) != ignore
+    at = np.where(kept, label, 0).astype(np.intp)
+    picked = np.where(kept, np.take_along_axis(logp, at, axis=axis), 0.0)
+    d_weight = -picked * g_loss
+    return (np.asarray(dx).astype(x.dtype), None, np.asarray(d_weight).astype(weight.dtype))

@@ -54,3 +54,28 @@ def _c_softmax_ce(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, An
 
 
 shape_rule.register(("c_softmax_with_cross_entropy",), _c_softmax_ce, _same_twice)
+
+
+def _c_softmax_multi_label_ce(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]
+                              ) -> Sequence[OutShape]:
+    x, label, weight = tensor_arg(args, 0), tensor_arg(args, 1), tensor_arg(args, 2)
+    if not x.shape:
+        raise ctx.fail("x", "is 0-d", "cross entropy needs a class axis (the last)")
+    if len(label.shape) != len(x.shape) or label.shape[:-1] != x.shape[:-1] or label.shape[-1] < 1:
+        raise ctx.fail("label", f"has shape {list(label.shape)} but must be "
+                       f"{[*x.shape[:-1], 'C']} with C >= 1",
+                       "give each row of x its C class ids on the last axis")
+    if label.dtype not in shape_rule.INTEGRAL_DTYPES or label.dtype == "bool":
+        raise ctx.fail("label", f"has dtype {label.dtype}", "labels are int64 class ids")
+    if weight.shape != label.shape:
+        raise ctx.fail("smooth_weight", f"has shape {list(weight.shape)} but label has "
+                       f"{list(label.shape)}", "give one weight per label")
+    if weight.dtype != x.dtype:
+        raise ctx.fail("smooth_weight", f"has dtype {weight.dtype} but x has {x.dtype}",
+                       "cast the weights to x's dtype")
+    loss = (*x.shape[:-1], 1) if attrs.get("sum_multi_label_loss", True) else label.shape
+    return (x.shape, loss)
+
+
+shape_rule.register(("c_softmax_with_multi_label_cross_entropy",), _c_softmax_multi_label_ce,
+                    _same_twice)

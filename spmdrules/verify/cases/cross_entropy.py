@@ -10,6 +10,8 @@ from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape, negat
 def cross_entropy(op: str, rng: Rng) -> Draft:
     if op == "c_softmax_with_cross_entropy":
         return c_softmax_cross_entropy(op, rng)
+    if op == "c_softmax_with_multi_label_cross_entropy":
+        return c_softmax_multi_label_cross_entropy(op, rng)
     x = draw_shape(rng, draw_rank(rng, 1, 3))
     nd = len(x)
     axis = nd - 1 if rng.random() < 0.6 else int(rng.integers(nd))
@@ -35,3 +37,12 @@ def c_softmax_cross_entropy(op: str, rng: Rng) -> Draft:
     ignore = int(rng.integers(x[-1])) if rng.random() < 0.3 else -100
     return Draft(op, (x, label), ("real", f"index:{x[-1]}"),
                  {"ignore_index": ignore, "rank": 0, "nranks": 1})
+
+
+def c_softmax_multi_label_cross_entropy(op: str, rng: Rng) -> Draft:
+    x = draw_shape(rng, draw_rank(rng, 1, 3))
+    label = (*x[:-1], int(rng.integers(1, 5)))
+    ignore = int(rng.integers(x[-1])) if rng.random() < 0.3 else -100
+    return Draft(op, (x, label, label), ("real", f"index:{x[-1]}", "positive"),
+                 {"ignore_index": ignore, "sum_multi_label_loss": bool(rng.random() < 0.5),
+                  "rank": 0, "nranks": 1})
