@@ -10,6 +10,7 @@ with the two interleaved call by call:
     SumReduce      (all -> 1 worker)            vs  Reduce(SUM)
     AllSumReduce   (all workers)                vs  Allreduce(SUM)
     Repartition    ([k, 1] -> [1, k] grid)      vs  Alltoallv
+    HaloExchange   (1-row halo each side, [k,1]) vs  2 Sendrecv into the slab (+ own copy)
 
 at 8 KiB, 1 MiB and 16 MiB of float64 per worker.  A call's time is the slowest rank's
 (barrier, then time, then max over ranks); the two alternate which goes first.  The table
@@ -130,7 +131,7 @@ class Case:
         self.same_result: Callable[[], object] | None = None
         self.primitive: Callable[[], object]
         self.baseline: Callable[[], object]
-        layer: Broadcast | SumReduce | AllSumReduce | Repartition
+        layer: Broadcast | SumReduce | AllSumReduce | Repartition | HaloExchange
         if name == "Broadcast":
             # the root sends, the other k - 1 workers receive: Bcast's data movement
             P_rest = P_world.create_partition_inclusive(np.arange(1, k))
@@ -190,6 +191,28 @@ class Case:
             )
             self.minimum = k * (k - 1) * piece * 8
             nbytes = x.nbytes
+        elif name == "HaloExchange":
+            # a window of 3 rows with padding 1 along the split axis: every worker needs one row
+            # (``nbytes``) from each neighbour; the slab holds its own 2 rows and the halo rows
+            P_x = P_world.create_cartesian_topology_partition([k, 1])
+            layer = HaloExchange(P_x, [Window(3, padding=1), None])
+            x = page_array((2, n), rng)
+            up = me - 1 if me > 0 else MPI.PROC_NULL
+            down = me + 1 if me < k - 1 else MPI.PROC_NULL
+            lo = 1 if me > 0 else 0
+            slab = page_array((2 + lo + (1 if me < k - 1 else 0), n))
+            nothing = page_array(n)  # the receive buffer of an exchange with PROC_NULL
+
+            def sendrecv() -> None:  # the same slab with plain MPI
+                np.copyto(slab[lo:lo + 2], x)
+                comm.Sendrecv(x[0], dest=up, recvbuf=slab[lo + 2] if me < k - 1 else nothing,
+                              source=down)
+                comm.Sendrecv(x[1], dest=down, recvbuf=slab[0] if me > 0 else nothing,
+                              source=up)
+
+            self.primitive = lambda: layer(x)
+            self.baseline = sendrecv
+            self.minimum = 2 * (k - 1) * nbytes
         else:  # pragma: no cover
             raise ValueError(name)
         self.layer = layer
@@ -259,6 +282,7 @@ BASELINE = {
     "SumReduce": "Reduce",
     "AllSumReduce": "Allreduce",
     "Repartition": "Alltoallv",
+    "HaloExchange": "Sendrecv",
 }
 
 
@@ -272,8 +296,8 @@ def main() -> int:
     halo = {label: halo_allocations(comm, nbytes) for label, nbytes in SIZES.items()}
     for check in (True, False):
         for name in BASELINE:
-            if args.only and name not in args.only:
-                continue
+            if (args.only and name not in args.only) or (name == "HaloExchange" and not check):
+                continue  # HaloExchange has no check_structure switch
             for label, nbytes in SIZES.items():
                 case = Case(name, comm, nbytes, check)
                 repeats = 3 if args.quick else REPEATS[label]

@@ -1,8 +1,10 @@
 """``python -m spmdrules.demo`` (``make demo``): annotate, complete, lower, run on MPI, check.
 
-Three models on a 2x2 mesh (dp, mp), annotated Megatron-style by :mod:`spmdrules.graph.examples`:
+Four models on a 2x2 mesh (dp, mp), annotated by :mod:`spmdrules.graph.examples`:
 the MLP block, a 2-layer GPT decoder and a 2-layer LLaMA decoder (grouped-query attention with
-rotary embeddings and a causal mask, SwiGLU), with small sizes. For each: complete the graph, print the
+rotary embeddings and a causal mask, SwiGLU), Megatron-style, and a ResNet block spatially
+sharded (H on mesh dim 0, W on mesh dim 1; its halo exchanges are printed with their bytes),
+with small sizes. For each: complete the graph, print the
 annotation table and the reshard plan with bytes, lower it, add its reverse mode
 (:mod:`spmdrules.execution.adjoint`), run forward and reverse under ``mpiexec -n 4`` (the venv's), compare
 every tensor with the same model run serially in numpy (float64 data) and every parameter's
@@ -30,9 +32,9 @@ from spmdrules.execution.adjoint import gradient_program
 from spmdrules.execution.executor import Traffic, max_error, random_feeds, run_serial
 from spmdrules.execution.gradcheck import check_gradients
 from spmdrules.execution.lowering import lower
-from spmdrules.execution.program import Program
+from spmdrules.execution.program import HaloStep, Program
 from spmdrules.execution.simulated import run_simulated
-from spmdrules.graph.examples import gpt_decoder, llama_decoder, mlp
+from spmdrules.graph.examples import gpt_decoder, llama_decoder, mlp, resnet_block
 from spmdrules.graph.graph import Graph
 from spmdrules.phases import Phases
 from spmdrules.runtime.errors import MPIUnavailableError
@@ -44,6 +46,7 @@ GRAD_TOLERANCE = 1e-7
 #: GPT sizes: small enough for a demo, every dim divisible by the mesh
 GPT_SIZES = {"batch": 4, "seq": 16, "hidden": 32, "heads": 4, "ffn": 64, "vocab": 128}
 MLP_SIZES = {"batch": 4, "seq": 16, "hidden": 32, "ffn": 64}
+RESNET_SIZES = {"batch": 4, "channels": 8, "size": 16}
 LLAMA_SIZES: dict[str, int] = {"batch": 4, "seq": 16, "hidden": 32, "heads": 4, "kv_heads": 2,
                                "ffn": 64, "vocab": 128}
 
@@ -69,7 +72,13 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return (self.error <= TOLERANCE and self.grad_error <= GRAD_TOLERANCE
-                and not self.traffic.mismatches(self.gradient))
+                and not self.traffic.mismatches(self.gradient)
+                and self.traffic.halo == halo_predictions(self.gradient))
+
+
+def halo_predictions(prog: Program) -> dict[str, int]:
+    """The bytes each HaloExchange of ``prog`` moves, as its boxes predict."""
+    return {i.edge: i.predicted_bytes for i in prog.instructions if isinstance(i, HaloStep)}
 
 
 def demo_mesh() -> ProcessMesh:
@@ -91,6 +100,9 @@ def models(mesh: ProcessMesh) -> list[tuple[str, Callable[[], Graph], dict[str, 
                                kv_heads=LLAMA_SIZES["kv_heads"], ffn=LLAMA_SIZES["ffn"],
                                vocab=LLAMA_SIZES["vocab"]),
          {"input_ids": LLAMA_SIZES["vocab"], "labels": LLAMA_SIZES["vocab"]}),
+        ("ResNet block, spatially sharded (H on dp, W on mp)",
+         lambda: resnet_block(mesh, layout="spatial", batch=RESNET_SIZES["batch"],
+                              channels=RESNET_SIZES["channels"], size=RESNET_SIZES["size"]), {}),
     ]
 
 
@@ -162,6 +174,12 @@ def report(o: Outcome) -> str:
         + ("equal" if not o.traffic.mismatches(gp) else
            f"DIFFERENT: {o.traffic.mismatches(gp)}"),
     ]
+    halos = halo_predictions(gp)
+    if halos:
+        lines.append("halo exchanges (HaloStep, forward and adjoint): counted vs predicted by "
+                     "their boxes")
+        lines += [f"  {label}: {fmt_bytes(o.traffic.halo.get(label, 0))} "
+                  f"(predicted {fmt_bytes(want)})" for label, want in halos.items()]
     ops_own = {k: v for k, v in o.traffic.internal.items() if not k.startswith("gradient of")}
     grad_sums = [v for k, v in o.traffic.internal.items() if k.startswith("gradient of")]
     if ops_own:

@@ -35,6 +35,7 @@ count is checked against the plans like the forward's (edges labelled ``grad[...
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -50,11 +51,13 @@ from spmdrules.execution.lowering import all_reduce_chain, class_axis
 from spmdrules.execution.program import (
     Collective,
     EdgePlan,
+    HaloStep,
     Instruction,
     KernelCall,
     Layout,
     LocalStep,
     Program,
+    SlabLayout,
     Slot,
     counterpart_transfer,
 )
@@ -208,7 +211,10 @@ class _Reverse:
         name = f"{GRAD}{buf}#{len(parts)}"
         parts.append(name)
         lay = self.buffers[buf]
-        self.buffers[name] = Layout(lay.shape, lay.dtype, dual_attr(lay.attr))
+        # a halo-extended slab's cotangent has the slab's boxes
+        self.buffers[name] = (dataclasses.replace(lay, attr=dual_attr(lay.attr))
+                              if isinstance(lay, SlabLayout)
+                              else Layout(lay.shape, lay.dtype, dual_attr(lay.attr)))
         return name
 
     def cot(self, buf: str) -> str | None:
@@ -263,6 +269,8 @@ class _Reverse:
         for ins in reversed(self.p.instructions):
             if isinstance(ins, KernelCall):
                 self.kernel(ins)
+            elif isinstance(ins, HaloStep):
+                self.halo_step(ins)
             elif ins.op is None:
                 self.reshard_step(ins)
             elif ins.op not in self.done_ops:  # a local step or reduction of an op's lowering
@@ -280,6 +288,15 @@ class _Reverse:
             call.op, call.op_type, call.mesh, (*call.inputs, *call.outputs, *cts), grads,
             call.input_shapes, call.input_attrs, call.output_shapes, call.output_attrs,
             call.attrs, mode="vjp"))
+
+    def halo_step(self, step: HaloStep) -> None:
+        """The halo's cotangent returned to the owners of the pieces, which add it up."""
+        ct = self.cot(step.dst)
+        if ct is None or step.src not in self.live:
+            return
+        target = self.contribute(step.src)
+        self.code.append(dataclasses.replace(step, src=ct, dst=target, edge=f"grad[{step.edge}]",
+                                             adjoint=True))
 
     def reshard_step(self, step: Collective) -> None:
         ct = self.cot(step.dst)

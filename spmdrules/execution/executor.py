@@ -46,6 +46,12 @@ class Traffic:
     #: bytes per element of the data each edge actually moved (the run may use another float
     #: width than the graph declares, e.g. float64 data through a float32 graph)
     itemsize: dict[str, int] = field(default_factory=dict)
+    #: bytes of each HaloExchange (by its label; the program's HaloSteps predict them)
+    halo: dict[str, int] = field(default_factory=dict)
+
+    def add_halo(self, label: str, nbytes: int, messages: int = 0) -> None:
+        self.halo[label] = self.halo.get(label, 0) + int(nbytes)
+        self.messages += messages
 
     def add(self, step: Collective, nbytes: int, messages: int = 0, itemsize: int = 0) -> None:
         book = self.internal if step.predicted_bytes is None else self.per_edge
@@ -55,7 +61,8 @@ class Traffic:
             self.itemsize[step.edge] = itemsize
 
     def merge(self, other: Traffic) -> None:
-        for mine, theirs in ((self.per_edge, other.per_edge), (self.internal, other.internal)):
+        for mine, theirs in ((self.per_edge, other.per_edge), (self.internal, other.internal),
+                             (self.halo, other.halo)):
             for k, v in theirs.items():
                 mine[k] = mine.get(k, 0) + v
         self.messages += other.messages

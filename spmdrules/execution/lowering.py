@@ -24,6 +24,7 @@ program.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -35,18 +36,22 @@ from spmdrules.completion.planning import Step
 from spmdrules.completion.result import ReshardEdge
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.spec import flat_slots
+from spmdrules.execution import halo
 from spmdrules.execution.program import (
     Array,
     Collective,
     Coord,
     EdgePlan,
+    HaloStep,
     Instruction,
     KernelCall,
     Layout,
     LocalStep,
     LoweringError,
     Program,
+    SlabLayout,
     Slot,
+    mesh_coords,
 )
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Op, Tensor
@@ -304,9 +309,40 @@ def _lower_vocab_parallel_ce(lw: _Lowering, call: KernelCall) -> bool:
     return True
 
 
+def _lower_halo(lw: _Lowering, call: KernelCall) -> bool:
+    """A windowed op over a spatially sharded input: a HaloStep extends every block to the box
+    its output block's windows read, then the kernel runs on the slabs."""
+    src = call.inputs[0]
+    assert isinstance(src, str)
+    out_attr = call.output_attrs[0]
+    boxes = []
+    for coord in mesh_coords(call.mesh).values():
+        box = halo.needed_box(call.op_type, call.attrs, call.input_shapes, call.input_attrs,
+                              call.output_shapes[0], out_attr, coord)
+        if box is not None:
+            boxes.append((coord, box))
+    if not boxes:
+        return False
+    lay = lw.buffers[src]
+    dst = f"{src}#halo@{call.op}"
+    slab = SlabLayout(lay.shape, lay.dtype, lay.attr, tuple(boxes))
+    lw.buffers[dst] = slab
+    x_attr = lay.attr
+    sp = set(halo.spatial_dims(lay.shape, call.attrs))
+    mesh_dims = tuple(sorted({m for d in sp for m in x_attr.multi_dims_mapping[d]}))
+    lw.code.append(HaloStep(call.op, call.mesh, src, dst, f"halo {src} -> {call.op}", mesh_dims,
+                            halo.predicted_bytes(lay, slab, mesh_dims)))
+    new = dataclasses.replace(call, inputs=(dst, *call.inputs[1:]),
+                              attrs={**call.attrs, halo.HALO: True})
+    lw.calls[call.op] = new
+    lw.code.append(new)
+    return True
+
+
 _SPECIAL: Final[dict[str, Callable[[_Lowering, KernelCall], bool]]] = {
     "cross_entropy_with_softmax": _lower_vocab_parallel_ce,
     "softmax_with_cross_entropy": _lower_vocab_parallel_ce,
+    **{op: _lower_halo for op in halo.HALO_OPS},
 }
 
 

@@ -45,6 +45,7 @@ from numpy.typing import NDArray
 from spmdrules.core.blocks import scatter
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
+from spmdrules.execution import halo
 from spmdrules.execution.executor import (
     ExecutionError,
     Traffic,
@@ -55,6 +56,7 @@ from spmdrules.execution.executor import (
 from spmdrules.execution.local import Block, list_kernels
 from spmdrules.execution.program import (
     Collective,
+    HaloStep,
     KernelCall,
     Layout,
     LocalStep,
@@ -119,6 +121,14 @@ class MPIExecutor:
         # move (and count) data twice.
         self._sum: dict[int, Any] = {}
         carts: dict[ProcessMesh, MPIPartition] = {}
+        # HaloExchange groups: the processes that differ only on the mesh dims cutting the
+        # spatial dims; one communicator per (mesh, those mesh dims), made in program order
+        self._halo_comms: dict[tuple[ProcessMesh, tuple[int, ...]], Any] = {}
+        self._halo_ex: dict[tuple[int, str], Any] = {}
+        for ins in program.instructions:
+            if isinstance(ins, HaloStep) and (ins.mesh, ins.mesh_dims) not in self._halo_comms:
+                self._halo_comms[(ins.mesh, ins.mesh_dims)] = self._split_halo(ins.mesh,
+                                                                               ins.mesh_dims)
         for k, ins in enumerate(program.instructions):
             if not isinstance(ins, Collective) or ins.mesh_dim is None:
                 continue
@@ -142,6 +152,51 @@ class MPIExecutor:
         shape = tuple(s for d, s in enumerate(mesh.shape) if d != m)
         color = int(np.ravel_multi_index(rest, shape)) if shape else 0
         return self.comm.Split(color, coord[m])
+
+    def _split_halo(self, mesh: ProcessMesh, dims: tuple[int, ...]) -> Any:
+        """This rank's neighbour group (ranks ordered by their coordinate on ``dims``)."""
+        coord = self._coords[mesh].get(self.rank)
+        if coord is None:
+            self.comm.Split(self.MPI.UNDEFINED, self.rank)
+            return None
+        rest = [(c, s) for d, (c, s) in enumerate(zip(coord, mesh.shape, strict=True))
+                if d not in dims]
+        mine = [(c, s) for d, (c, s) in enumerate(zip(coord, mesh.shape, strict=True))
+                if d in dims]
+        color = int(np.ravel_multi_index([c for c, _ in rest], [s for _, s in rest])) if rest \
+            else 0
+        key = int(np.ravel_multi_index([c for c, _ in mine], [s for _, s in mine])) if mine else 0
+        return self.comm.Split(color, key)
+
+    def _halo(self, k: int, step: HaloStep, x: Array | None, traffic: Traffic) -> Array | None:
+        """The runtime's BoxExchange within this rank's neighbour group: gather the needed box
+        (forward) or return the slab's cotangent to the owners and add it there (adjoint)."""
+        from spmdrules.runtime.box_exchange import BoxExchange
+
+        coords = self._coords[step.mesh]
+        if self.rank not in coords or x is None:
+            return None
+        lays = self.program.buffers
+        slab, own = ((lays[step.src], lays[step.dst]) if step.adjoint
+                     else (lays[step.dst], lays[step.src]))
+        group = halo.groups_of(coords, step.mesh_dims)[self.rank]
+        key = (k, x.dtype.str)
+        ex = self._halo_ex.get(key)
+        if ex is None:
+            ex = BoxExchange(self._halo_comms[(step.mesh, step.mesh_dims)],
+                             group.index(self.rank), x.dtype,
+                             [own.box(coords[q]) for q in group],
+                             [slab.box(coords[q]) for q in group])
+            self._halo_ex[key] = ex
+        if step.adjoint:
+            out = np.empty(own.local_shape(coords[self.rank]), dtype=x.dtype)
+            ex.scatter_add(x, out)
+            traffic.add_halo(step.edge, ex.bytes_scatter, len(ex.recvs))
+        else:
+            out = np.empty(slab.local_shape(coords[self.rank]), dtype=x.dtype)
+            ex.gather(x, out)
+            traffic.add_halo(step.edge, ex.bytes_gather, len(ex.sends))
+        return out
 
     # ---- running -----------------------------------------------------------------------------
     def run(self, feeds: Mapping[str, Any], rng_seed: int = 0, *,
@@ -182,6 +237,11 @@ class MPIExecutor:
                     outs = ins.fn(coord, [blocks[n] for n in ins.inputs])
                     blocks.update(zip(ins.outputs, (np.asarray(o) for o in outs), strict=True))
                 sec["local"] += time.perf_counter() - t0
+            elif isinstance(ins, HaloStep):
+                out = self._halo(k, ins, blocks.get(ins.src), report.traffic)
+                if out is not None:
+                    blocks[ins.dst] = out
+                sec["collective"] += time.perf_counter() - t0
             else:
                 if sync_collectives:
                     self.comm.Barrier()

@@ -209,7 +209,48 @@ class LocalStep:
     outputs: tuple[str, ...]
 
 
-Instruction = KernelCall | Collective | LocalStep
+@dataclass(frozen=True, slots=True)
+class SlabLayout(Layout):
+    """A halo-extended input: each process holds the box its windows read (``boxes``, by mesh
+    coordinate), its own block and the halo around it, instead of its block."""
+
+    boxes: tuple[tuple[Coord, Box], ...] = ()
+
+    def box(self, coord: Coord) -> Box:
+        for c, b in self.boxes:
+            if c == coord:
+                return b
+        return Layout.box(self, coord)
+
+
+@dataclass(frozen=True, slots=True)
+class HaloStep:
+    """HaloExchange of a spatially sharded input (seed 003; :mod:`spmdrules.execution.halo`).
+
+    Forward: every process of ``mesh`` receives, from the processes that hold the same blocks of
+    every other dim (they differ only on ``mesh_dims``, the mesh dims cutting the spatial dims),
+    the parts of its needed box it lacks (one-sided where its windows are). Adjoint: each
+    process returns the cotangent of those parts to their owners, which add them into their
+    blocks. ``predicted_bytes`` is what the boxes say the exchange moves, in the graph's dtype."""
+
+    op: str
+    mesh: ProcessMesh
+    src: str
+    dst: str
+    edge: str
+    mesh_dims: tuple[int, ...]
+    predicted_bytes: int
+    adjoint: bool = False
+    kind: str = "halo"
+    mesh_dim: None = None
+    reduce_type: None = None
+
+    @property
+    def primitive(self) -> str:
+        return "HaloExchange (BoxExchange of the needed boxes within each neighbour group)"
+
+
+Instruction = KernelCall | Collective | LocalStep | HaloStep
 
 
 @dataclass(frozen=True, slots=True)

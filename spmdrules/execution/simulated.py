@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 
 from spmdrules.core.blocks import scatter
 from spmdrules.core.errors import SpmdError
+from spmdrules.execution import halo
 from spmdrules.execution.executor import (
     ExecutionError,
     Traffic,
@@ -36,6 +37,7 @@ from spmdrules.execution.executor import (
 from spmdrules.execution.local import Block
 from spmdrules.execution.program import (
     Collective,
+    HaloStep,
     KernelCall,
     Layout,
     LocalStep,
@@ -45,7 +47,7 @@ from spmdrules.execution.program import (
     mesh_coords,
     owners,
 )
-from spmdrules.runtime.decomposition import Box, box_volume, intersect, relative
+from spmdrules.runtime.decomposition import Box, box_shape, box_volume, intersect, relative
 
 Array = NDArray[Any]
 Blocks = dict[int, Array]
@@ -218,6 +220,9 @@ class SimulatedMesh:
             elif isinstance(ins, LocalStep):
                 self._local(ins, blocks)
                 seconds["local"] += time.perf_counter() - t0
+            elif isinstance(ins, HaloStep):
+                blocks[ins.dst] = self._halo(ins, blocks[ins.src], traffic)
+                seconds["collective"] += time.perf_counter() - t0
             else:
                 blocks[ins.dst] = self._collective(ins, blocks[ins.src], traffic)
                 seconds["collective"] += time.perf_counter() - t0
@@ -244,6 +249,45 @@ class SimulatedMesh:
                                      f"{coord}: {type(e).__name__}: {e}") from e
             for n, arr in named.items():
                 blocks.setdefault(n, {})[pid] = arr
+
+    def _halo(self, step: HaloStep, src: Blocks, traffic: Traffic) -> Blocks:
+        """Forward: each process's needed box from its group's blocks. Adjoint: each slab's
+        cotangent added into the blocks of its group's owners."""
+        lays = self.program.buffers
+        slab_name, own_name = (step.src, step.dst) if step.adjoint else (step.dst, step.src)
+        slab, lay = lays[slab_name], lays[own_name]
+        coords = self._coords[step.mesh]
+        own = {p: lay.box(c) for p, c in coords.items()}
+        need = {p: slab.box(c) for p, c in coords.items()}
+        grp = halo.groups_of(coords, step.mesh_dims)
+        dtype = next(iter(src.values())).dtype
+        out: Blocks = {}
+        sent = msgs = 0
+        if not step.adjoint:
+            for p in coords:
+                arr = np.empty(box_shape(need[p]), dtype=dtype)
+                for q in grp[p]:
+                    inter = intersect(own[q], need[p])
+                    if inter is None:
+                        continue
+                    arr[relative(inter, need[p])] = src[q][relative(inter, own[q])]
+                    if q != p:
+                        sent += box_volume(inter) * arr.itemsize
+                        msgs += 1
+                out[p] = arr
+        else:
+            out = {p: np.zeros(box_shape(own[p]), dtype=dtype) for p in coords}
+            for p in coords:
+                for q in grp[p]:
+                    inter = intersect(own[p], need[q])
+                    if inter is None:
+                        continue
+                    out[p][relative(inter, own[p])] += src[q][relative(inter, need[q])]
+                    if q != p:
+                        sent += box_volume(inter) * out[p].itemsize
+                        msgs += 1
+        traffic.add_halo(step.edge, sent, msgs)
+        return out
 
     def _local(self, step: LocalStep, blocks: dict[str, Blocks]) -> None:
         for pid, coord in self._coords[step.mesh].items():

@@ -394,3 +394,66 @@ def _repeat_kv(t: Tensor, groups: int, heads: int, hd: int, n: str) -> Tensor:
     t = ops.unsqueeze(t, axis=[3], name=f"{n}.expand_dim")
     t = ops.tile(t, repeat_times=[1, 1, 1, groups, 1], name=f"{n}.repeat")
     return _one(ops.reshape(t, shape=[0, 0, heads, hd], name=f"{n}.repeated"))
+
+
+#: compute ops of the ResNet block (two conv+bn, relus, residual add, pools, flatten, head)
+RESNET_OPS = 12
+RESNET_LAYOUTS = ("data", "spatial", "both")
+
+
+def resnet_block(
+    mesh: ProcessMesh,
+    *,
+    layout: str = "spatial",
+    batch: int = 4,
+    channels: int = 4,
+    size: int = 8,
+    classes: int = 5,
+    training: bool = True,
+    dtype: str = "float64",
+) -> Graph:
+    """A small ResNet: a basic residual block, max pool, global average pool and a linear head.
+
+    ``conv3x3 -> batch_norm -> relu -> conv3x3 -> batch_norm -> + x -> relu -> max pool 3x3/2
+    -> global avg pool -> flatten -> matmul + bias`` (12 ops). The convolutions opt into spatial
+    sharding (``spatial_sharding=True``), so a sharded H/W stays sharded through them, with the
+    halos the lowering exchanges; batch_norm keeps only its channel shard (Paddle's rule), so
+    completion reshards around it. ``training`` selects batch statistics (else the running
+    statistics, inference).
+
+    ``layout`` annotates the input ``x`` [batch, channels, size, size] on a 2-D mesh:
+    ``"data"`` puts the batch on mesh dim 0, ``"spatial"`` H on mesh dim 0 and W on mesh dim 1,
+    ``"both"`` the batch on mesh dim 0 and H on mesh dim 1. The output is ``head.add``.
+    """
+    if not isinstance(mesh, ProcessMesh) or mesh.ndim != 2:
+        raise InvalidSpecError(f"resnet_block: needs a 2-D ProcessMesh, got {mesh!r}")
+    specs = {"data": (0, None, None, None), "spatial": (None, None, 0, 1),
+             "both": (0, None, 1, None)}
+    if layout not in specs:
+        raise InvalidSpecError(
+            f"resnet_block: layout {layout!r} is not one of {list(RESNET_LAYOUTS)}")
+    c = channels
+    g = Graph(f"resnet_block[{layout}]")
+    with g:
+        x = g.input("x", [batch, c, size, size], dtype)
+        shard(x, mesh, specs[layout])
+        h = x
+        for i in (1, 2):
+            w = g.param(f"conv{i}.weight", [c, c, 3, 3], dtype)
+            stats = [g.param(f"bn{i}.{n}", [c], dtype)
+                     for n in ("running_mean", "running_var", "weight", "bias")]
+            h = ops.conv2d(h, w, paddings=[1, 1], spatial_sharding=True, name=f"conv{i}")
+            h = _one(ops.batch_norm(h, *stats, is_test=not training, name=f"bn{i}")[0])
+            if i == 1:
+                h = ops.relu(h, name="relu1")
+        h = ops.add(h, x, name="residual")
+        h = ops.relu(h, name="relu2")
+        h = ops.pool2d(h, kernel_size=[3, 3], strides=[2, 2], paddings=[1, 1], name="maxpool")
+        h = ops.pool2d(h, kernel_size=[1, 1], global_pooling=True, pooling_type="avg",
+                       name="avgpool")
+        h = ops.flatten(h, start_axis=1, stop_axis=-1, name="flatten")
+        wf = g.param("head.weight", [c, classes], dtype)
+        bf = g.param("head.bias", [classes], dtype)
+        h = ops.matmul(h, wf, name="head.matmul")
+        ops.add(h, bf, name="head.add")
+    return g

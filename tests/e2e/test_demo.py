@@ -23,8 +23,9 @@ def test_demo_simulated_path_matches_serial() -> None:
         code = demo.main(["--sim"])
     text = out.getvalue()
     assert code == 0, text
-    assert text.count("MATCHES serial numpy") == 3
-    assert "== LLaMA decoder" in text and text.count("gradients MATCH") == 3
+    assert text.count("MATCHES serial numpy") == 4
+    assert "== LLaMA decoder" in text and text.count("gradients MATCH") == 4
+    assert "== ResNet block" in text and "halo x -> conv1:" in text
     assert "ran on: simulated mesh" in text and "-> equal" in text
     assert "annotation table" in text and "all-reduce(mp)" in text
     assert "demo passed" in text
@@ -38,7 +39,8 @@ def test_demo_command_runs_on_mpi_within_a_minute() -> None:
                           capture_output=True, text=True, timeout=80)
     elapsed = time.perf_counter() - t0
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert proc.stdout.count("ran on: MPI, 4 ranks") == 3
-    assert proc.stdout.count("MATCHES serial numpy") == 3
+    assert proc.stdout.count("ran on: MPI, 4 ranks") == 4
+    assert proc.stdout.count("MATCHES serial numpy") == 4
+    assert "grad[halo x -> conv1]:" in proc.stdout
     assert "wall time per phase" in proc.stdout and "demo passed" in proc.stdout
     assert elapsed < 60

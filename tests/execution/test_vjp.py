@@ -39,7 +39,37 @@ def _put_along(reduce: str, include_self: bool) -> Build:
                                         include_self=include_self)
 
 
+def _batch_norm(g: Graph, shape: list[int], c: int, **attrs: Any) -> Any:
+    return ops.batch_norm(_f(g, "x", shape), _f(g, "mean", [c]), _f(g, "variance", [c]),
+                          _f(g, "scale", [c]), _f(g, "bias", [c]), **attrs)
+
+
 CASES: dict[str, Build] = {
+    "pool2d-max": lambda g: ops.pool2d(_f(g, "x", [2, 3, 7, 6]), kernel_size=[3, 2],
+                                       strides=[2, 2], paddings=[1, 0, 1, 1], ceil_mode=True),
+    "pool2d-avg": lambda g: ops.pool2d(_f(g, "x", [2, 5, 6, 3]), kernel_size=[3, 3],
+                                       strides=[2, 1], paddings=[1, 2, 0, 1], exclusive=False,
+                                       pooling_type="avg", data_format="NHWC"),
+    "pool2d-avg-exclusive": lambda g: ops.pool2d(_f(g, "x", [1, 2, 5, 5]), kernel_size=[2, 3],
+                                                 paddings=[1, 1], pooling_type="avg"),
+    "pool3d-adaptive-max": lambda g: ops.pool3d(_f(g, "x", [1, 2, 5, 4, 3]),
+                                                kernel_size=[2, 3, 2], adaptive=True),
+    "pool2d-global-avg": lambda g: ops.pool2d(_f(g, "x", [2, 3, 4, 5]), kernel_size=[1, 1],
+                                              global_pooling=True, pooling_type="avg"),
+    "conv2d": lambda g: ops.conv2d(_f(g, "x", [2, 3, 6, 5]), _f(g, "w", [4, 3, 3, 2]),
+                                   strides=[2, 1], paddings=[1, 0, 2, 1], dilations=[1, 2]),
+    "conv2d-nhwc-groups": lambda g: ops.conv2d(_f(g, "x", [2, 5, 4, 4]), _f(g, "w", [6, 2, 2, 2]),
+                                               groups=2, data_format="NHWC",
+                                               padding_algorithm="SAME", strides=[2, 2]),
+    "conv3d": lambda g: ops.conv3d(_f(g, "x", [1, 2, 4, 3, 4]), _f(g, "w", [3, 2, 2, 2, 2]),
+                                   paddings=[1, 0, 1]),
+    "depthwise_conv2d": lambda g: ops.depthwise_conv2d(_f(g, "x", [2, 3, 5, 4]),
+                                                       _f(g, "w", [6, 1, 3, 3]), groups=3,
+                                                       paddings=[1, 1]),
+    "conv2d_transpose": lambda g: ops.conv2d_transpose(_f(g, "x", [2, 4, 3, 3]),
+                                                       _f(g, "w", [4, 3, 3, 2]), strides=[2, 1],
+                                                       paddings=[1, 0], output_padding=[1, 0],
+                                                       groups=2),
     "matmul": lambda g: ops.matmul(_f(g, "x", [2, 3, 4]), _f(g, "y", [4, 5])),
     "matmul-trans": lambda g: ops.matmul(_f(g, "x", [4, 3]), _f(g, "y", [2, 5, 4]),
                                          trans_x=True, trans_y=True),
@@ -161,6 +191,38 @@ CASES: dict[str, Build] = {
                                          pooled_width=2, spatial_scale=0.5, sampling_ratio=2,
                                          aligned=True),
     **{f"unary-{name}": _unary(name) for name in sorted(DERIVATIVES)},
+    "batch_norm-train": lambda g: _batch_norm(g, [3, 4, 2, 3], 4),
+    "batch_norm-global": lambda g: _batch_norm(g, [3, 4, 5], 4, use_global_stats=True),
+    "batch_norm-test-nhwc": lambda g: _batch_norm(g, [2, 3, 2, 5], 5, is_test=True,
+                                                  data_format="NHWC"),
+    "batch_norm-trainable-nhwc": lambda g: _batch_norm(g, [4, 3, 2], 2, is_test=True,
+                                                       trainable_statistics=True,
+                                                       data_format="NHWC"),
+    "group_norm": lambda g: ops.group_norm(_f(g, "x", [2, 6, 3, 2]), _f(g, "scale", [6]),
+                                           _f(g, "bias", [6]), groups=3),
+    "group_norm-nhwc-no-params": lambda g: ops.group_norm(_f(g, "x", [3, 5, 4]), None, None,
+                                                          groups=2, data_format="NHWC"),
+    "instance_norm": lambda g: ops.instance_norm(_f(g, "x", [2, 3, 4, 3]), _f(g, "scale", [3]),
+                                                 _f(g, "bias", [3])),
+    "linear_v2": lambda g: ops.linear_v2(_f(g, "input", [2, 3, 4]), _f(g, "weight", [4, 5]),
+                                         _f(g, "bias", [5])),
+    "linear_v2-no-bias": lambda g: ops.linear_v2(_f(g, "input", [4]), _f(g, "weight", [4, 3]),
+                                                 None),
+    "fused_gemm_epilogue": lambda g: ops.fused_gemm_epilogue(
+        _f(g, "x", [3, 4]), _f(g, "y", [4, 5]), _f(g, "bias", [5])),
+    "fused_gemm_epilogue-trans-gelu": lambda g: ops.fused_gemm_epilogue(
+        _f(g, "x", [2, 4, 3]), _f(g, "y", [5, 4]), _f(g, "bias", [5]), trans_x=True,
+        trans_y=True, activation="gelu"),
+    "fused_gemm_epilogue-relu": lambda g: ops.fused_gemm_epilogue(
+        _f(g, "x", [3, 4]), _f(g, "y", [4, 5]), _f(g, "bias", [5]), activation="relu"),
+    "label_smooth": lambda g: ops.label_smooth(_f(g, "label", [3, 5]), None, epsilon=0.1),
+    "label_smooth-prior": lambda g: ops.label_smooth(_f(g, "label", [2, 3, 5]),
+                                                     _f(g, "prior_dist", [1, 5]), epsilon=0.2),
+    "label_smooth-prior-rank": lambda g: ops.label_smooth(_f(g, "label", [5]),
+                                                          _f(g, "prior_dist", [1, 5]),
+                                                          epsilon=0.3),
+    "instance_norm-no-scale": lambda g: ops.instance_norm(_f(g, "x", [3, 2, 5]), None,
+                                                          _f(g, "bias", [2])),
 }
 #: float inputs that are constants of their op (Paddle's backward gives them no gradient)
 CONSTANT_INPUTS = {("roi_align", "boxes")}
@@ -188,7 +250,7 @@ def _values(op: Op, rng: np.random.Generator) -> dict[str, Any]:
                 hi = 3 if t.name.startswith("index") else (6 if t.name == "label" else 7)
                 vals[t.name] = rng.integers(0, hi, size=t.shape)
             elif (op.type in DERIVATIVES and op.type in POSITIVE) or (
-                    op.type == "divide" and t.name == "y"):
+                    op.type == "divide" and t.name == "y") or t.name == "variance":
                 vals[t.name] = np.abs(rng.standard_normal(t.shape)) + 0.5
             elif op.type.startswith(("softmax_with", "cross_entropy")) and t.name == "x" and \
                     not op.attr_dict.get("use_softmax", True):

@@ -30,20 +30,25 @@ from spmdrules.verify.cases.case import (
     pick,
 )
 from spmdrules.verify.cases.cast import cast
+from spmdrules.verify.cases.channel_norm import channel_norm
 from spmdrules.verify.cases.concat_split import concat_split
 from spmdrules.verify.cases.constant import constant
+from spmdrules.verify.cases.conv import conv
 from spmdrules.verify.cases.cross_entropy import cross_entropy
 from spmdrules.verify.cases.cumulative import cumulative
 from spmdrules.verify.cases.einsum_op import einsum
 from spmdrules.verify.cases.elementwise import elementwise
 from spmdrules.verify.cases.embedding import embedding
+from spmdrules.verify.cases.fused_linear import fused_linear
 from spmdrules.verify.cases.gather import gather
 from spmdrules.verify.cases.generic import REPLICATED_STAND_INS, data_parallel_draft
+from spmdrules.verify.cases.label_smooth import label_smooth
 from spmdrules.verify.cases.matmul import matmul
 from spmdrules.verify.cases.moe import moe
 from spmdrules.verify.cases.norm import norm
 from spmdrules.verify.cases.one_hot import one_hot
 from spmdrules.verify.cases.pad import pad
+from spmdrules.verify.cases.pool import pool
 from spmdrules.verify.cases.reduction import reduction
 from spmdrules.verify.cases.reshape import reshape
 from spmdrules.verify.cases.roi_align import roi_align
@@ -74,6 +79,9 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "rotary": rotary,
     "moe": moe,
     "roi_align": roi_align,
+    "channel_norm": channel_norm,
+    "fused_linear": fused_linear,
+    "label_smooth": label_smooth,
     "embedding": embedding,
     "cross_entropy": cross_entropy,
     "constant": constant,
@@ -90,6 +98,8 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "one_hot": one_hot,
     "selection": selection,
     "scatter": scatter_family,
+    "conv": conv,
+    "pool": pool,
 }
 
 

@@ -1,0 +1,150 @@
+"""Fused linear layers: linear_v2 (``input @ weight + bias``) and fused_gemm_epilogue
+(``act(x' @ y' + bias)``, ``'`` a transpose when ``trans_x`` / ``trans_y``).
+
+One notation for both, Paddle's for a matrix product: ``..mk,kn->..mn`` with ``n`` also the bias's
+letter. The operands' mesh dims are merged letter by letter (a letter sharded two ways is an error;
+a mesh dim wanted by two letters goes to the first that claimed it, x's letters before y's),
+partial inputs are resharded, and:
+
+* fused_gemm_epilogue keeps a sharded ``k``: the product is a pending sum over k's mesh dims, and
+  the bias takes the same pending sum (each rank adds its share of it once). With an activation
+  (``relu``, ``gelu``) the sum must be complete before it, so k is gathered instead (Paddle's rule
+  does not see the activation; no recorded case has one).
+* linear_v2 refuses the pending sum: where k would stay sharded the matrix letters m, k, n are
+  all replicated and only the batch letters keep their shards (Paddle: "a fused matmul +
+  elementwise op").
+
+Size-1 dims are replicated (nothing to split): those of the operands, as Paddle and matmul do, and
+(our deviation ``fused-linear-size-one-output-shard``) the output's batch and ``m`` dims, which
+Paddle keeps sharded although the local products, computed from replicated operands, do not
+produce such blocks. A size-1 ``n`` stays as Paddle has it: the bias shares its shard and cuts
+the product alike (without a bias, linear_v2 replicates it too).
+
+Both answer a second, 0-d output (Paddle's reserve/workspace slot, which its rules lay out as a
+rank-0 attribute).
+"""
+
+from __future__ import annotations
+
+from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
+from spmdrules.core.errors import RuleArgumentError
+from spmdrules.core.spec import SpmdInfo, TensorSpec
+from spmdrules.engine import einsum
+from spmdrules.engine.einsum import ALPHABET
+from spmdrules.engine.registry import A, Opt, T, register_rule
+from spmdrules.engine.rulekit import attr
+
+ACTIVATIONS = ("none", "relu", "gelu")
+
+
+def _swap(t: tuple[object, ...], flag: bool) -> tuple[object, ...]:
+    return (*t[:-2], t[-1], t[-2]) if flag else t
+
+
+def notation(x_ndim: int) -> tuple[str, str, str]:
+    """(x, y, out) letters for an ``x_ndim``-D x and a 2-D y, untransposed."""
+    if x_ndim < 1:
+        raise RuleArgumentError("'x' is 0-d; a linear layer needs x of rank >= 1")
+    batch = ALPHABET[: x_ndim - 2] if x_ndim >= 2 else ""
+    x = batch + "mk" if x_ndim >= 2 else "k"
+    return x, "kn", x[:-1] + "n"
+
+
+def _out_shape(x: tuple[int, ...], y: tuple[int, ...]) -> tuple[int, ...]:
+    return (*x[:-1], y[1])
+
+
+def _out_mapping(ol: str, lm: dict[str, tuple[int, ...]], shape: tuple[int, ...],
+                 bias: bool) -> MultiDims:
+    """The output's mapping with its size-1 dims replicated: the local products, computed from
+    replicated size-1 operand dims, hold them whole. A size-1 ``n`` keeps its shard when a bias
+    shares it: the bias block (empty where the output block is) then cuts the product alike."""
+    m = einsum.mapping_for(ol, lm, shape)
+    return (*m[:-1], lm.get("n", ())) if bias else m
+
+
+def _merge(x: TensorSpec, xl: str, y: TensorSpec, yl: str) -> dict[str, tuple[int, ...]]:
+    lm = einsum.merge(((xl, x.attr.multi_dims_mapping), (yl, y.attr.multi_dims_mapping)),
+                      names=("x", "y"))
+    return einsum.resolve_mesh_conflicts(lm)
+
+
+def _check(x: tuple[int, ...], y: tuple[int, ...], bias: tuple[int, ...] | None,
+           names: tuple[str, str]) -> None:
+    if len(y) != 2:
+        raise RuleArgumentError(f"{names[1]!r} has rank {len(y)}; give a 2-D [in, out] matrix")
+    if x[-1] != y[0]:
+        raise RuleArgumentError(
+            f"{names[0]!r} has {x[-1]} columns but {names[1]!r} has {y[0]} rows; the contracted "
+            "sizes must match (check the transposes)")
+    if bias is not None and bias != (y[1],):
+        raise RuleArgumentError(
+            f"'bias' has shape {list(bias)} but must be [{y[1]}] (one per output column); the "
+            "ndim of bias should be 1")
+
+
+# ---- linear_v2(input, weight, bias?) -> out, reserve ----------------------------------------------
+def linear_v2_forward(input: TensorSpec, weight: TensorSpec, bias: TensorSpec | None,
+                      transpose_weight: bool) -> SpmdInfo:
+    if transpose_weight:
+        raise RuleArgumentError(
+            "transpose_weight=True is not supported (nor by Paddle's SPMD rule); give the weight "
+            "as [in, out] and transpose_weight=False")
+    if bias is not None and bias.ndim != 1:
+        raise RuleArgumentError(f"the ndim of bias should be 1, but got {bias.ndim}")
+    _check(input.shape, weight.shape, None if bias is None else bias.shape, ("input", "weight"))
+    xl, yl, ol = notation(input.ndim)
+    lm = _merge(input, xl, weight, yl)
+    if lm.get("k"):
+        # the pending sum is refused: the matrix letters are gathered, the batch letters keep
+        lm = {ch: (() if ch in "mkn" else dims) for ch, dims in lm.items()}
+    mesh = input.attr.mesh
+    return SpmdInfo(
+        (attr(input, einsum.mapping_for(xl, lm, input.shape)),
+         attr(weight, einsum.mapping_for(yl, lm, weight.shape)),
+         None if bias is None else attr(bias, (lm.get("n", ()),))),
+        (DistAttr._make(mesh, _out_mapping(ol, lm, _out_shape(input.shape, weight.shape),
+                                           bias is not None), ()),
+         DistAttr._make(mesh, (), ())))
+
+
+register_rule(
+    "linear_v2", forward=linear_v2_forward, inputs=[T("input"), T("weight"), Opt("bias")],
+    outputs=[T("out"), T("reserve")], attrs=[A("transpose_weight", "bool", False)],
+    doc="LinearV2InferSpmd: a matmul merge; where k stays sharded every tensor is replicated.",
+)
+
+
+# ---- fused_gemm_epilogue(x, y, bias) -> out, reserve_space ----------------------------------------
+def fused_gemm_epilogue_forward(x: TensorSpec, y: TensorSpec, bias: TensorSpec, trans_x: bool,
+                                trans_y: bool, activation: str) -> SpmdInfo:
+    if activation not in ACTIVATIONS:
+        raise RuleArgumentError(f"activation {activation!r} is not one of {list(ACTIVATIONS)}")
+    if x.ndim < 2:
+        raise RuleArgumentError(f"'x' has rank {x.ndim}; fused_gemm_epilogue needs rank >= 2")
+    xs = _swap(x.shape, trans_x)
+    ys = _swap(y.shape, trans_y) if y.ndim == 2 else y.shape
+    _check(xs, ys, bias.shape, ("x", "y"))  # type: ignore[arg-type]
+    xl, yl, ol = notation(x.ndim)
+    xl, yl = "".join(_swap(tuple(xl), trans_x)), "".join(_swap(tuple(yl), trans_y))  # type: ignore[arg-type]
+    lm = _merge(x, xl, y, yl)
+    if lm.get("k") and activation != "none":
+        lm["k"] = ()  # the activation needs the complete sum
+    partial: PartialItems = tuple(sorted((d, "sum") for d in lm.get("k", ())))
+    mesh = x.attr.mesh
+    xm: MultiDims = einsum.mapping_for(xl, lm, x.shape)
+    return SpmdInfo(
+        (attr(x, xm), attr(y, einsum.mapping_for(yl, lm, y.shape)),
+         attr(bias, (lm.get("n", ()),), partial)),
+        (DistAttr._make(mesh, _out_mapping(ol, lm, _out_shape(xs, ys), True), partial),  # type: ignore[arg-type]
+         DistAttr._make(mesh, (), ())))
+
+
+register_rule(
+    "fused_gemm_epilogue", forward=fused_gemm_epilogue_forward,
+    inputs=[T("x"), T("y"), T("bias")], outputs=[T("out"), T("reserve_space")],
+    attrs=[A("trans_x", "bool", False), A("trans_y", "bool", False),
+           A("activation", "str", "none")],
+    doc="FusedGemmEpilogueInferSpmd: a matmul merge; a sharded k leaves out and bias pending sums "
+    "(gathered when an activation follows).",
+)

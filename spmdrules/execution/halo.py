@@ -1,0 +1,153 @@
+"""Halos of spatially sharded convolutions and pooling: which input box a rank's output needs.
+
+A windowed op (conv with ``spatial_sharding``, windowed pool2d/pool3d) whose input is cut along a
+spatial dim computes its output block from a slab: its own input block extended by what its
+windows read of the neighbouring blocks, one-sided where the windows are (seed 003). The lowering
+turns the boxes into a HaloExchange (forward: the neighbours' edges are copied in; adjoint: the
+halo's cotangent is added into the neighbours' blocks); the kernels read the slab's position from
+its own context (``needed_box``) when the op carries the attribute ``HALO``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from spmdrules.core.attr import DistAttr
+from spmdrules.core.blocks import block_slices
+from spmdrules.engine.windows import channels_last, geometry, needed_span
+from spmdrules.graph.shapes.conv import conv_shapes
+from spmdrules.graph.shapes.pool import kernel_of
+
+Box = tuple[tuple[int, int], ...]
+Coord = tuple[int, ...]
+Array = np.ndarray[Any, Any]
+
+HALO_OPS = ("conv2d", "conv3d", "depthwise_conv2d", "pool2d", "pool3d")
+#: attribute the lowering sets on an op whose input 0 is a halo-extended slab
+HALO = "_halo"
+
+__all__ = ["HALO", "HALO_OPS", "assemble", "needed_box", "slab_spans"]
+
+
+def spatial_dims(shape: Sequence[int], attrs: Mapping[str, Any]) -> list[int]:
+    nsp = len(shape) - 2
+    return list(range(1, nsp + 1)) if channels_last(attrs) else list(range(2, nsp + 2))
+
+
+def needed_box(op: str, attrs: Mapping[str, Any], input_shapes: Sequence[Any],
+               input_attrs: Sequence[Any], out_shape: Sequence[int], out_attr: DistAttr,
+               coord: Coord) -> Box | None:
+    """The global box of input 0 that the rank at ``coord`` needs, or None when its own block
+    suffices (no spatial dim is cut, or the op pools whole bins)."""
+    if op not in HALO_OPS:
+        return None
+    xs, x_attr = tuple(input_shapes[0]), input_attrs[0]
+    sp = spatial_dims(xs, attrs)
+    if not isinstance(x_attr, DistAttr) or not any(x_attr.multi_dims_mapping[d] for d in sp):
+        return None
+    if op.startswith("pool"):
+        if attrs.get("global_pooling", False) or attrs.get("adaptive", False):
+            return None
+        kernel = kernel_of(op, attrs, len(sp))
+        g = geometry(op, [xs[d] for d in sp], kernel, attrs,
+                     ceil_mode=bool(attrs.get("ceil_mode", False)))
+    else:
+        _, g = conv_shapes(op, xs, tuple(input_shapes[1]), attrs)
+    own = block_slices(xs, x_attr, coord)
+    outb = block_slices(tuple(out_shape), out_attr, coord)
+    box = [(s.start, s.stop) for s in own]
+    grown = False
+    for i, d in enumerate(sp):
+        o = range(outb[d].start, outb[d].stop)
+        lo, hi = needed_span(g.windows[i], xs[d], o)
+        if hi <= lo:
+            continue
+        a, b = box[d]
+        if lo < a or hi > b:
+            box[d] = (min(a, lo), max(b, hi))
+            grown = True
+    return tuple(box) if grown else None
+
+
+def slab_spans(ctx: Any) -> tuple[range, ...] | None:
+    """A kernel's view (its ``LocalContext``): the global range of its input slab along each
+    spatial dim, when the lowering gave it a halo-extended slab; None otherwise."""
+    if not ctx.attrs.get(HALO):
+        return None
+    xs = tuple(ctx.input_shapes[0])
+    box = needed_box(ctx.op.removesuffix("_grad"), ctx.attrs, ctx.input_shapes, ctx.input_attrs,
+                     ctx.output_shapes[0], ctx.output_attrs[0], ctx.coord)
+    if box is None:
+        box = tuple((s.start, s.stop) for s in block_slices(xs, ctx.input_attrs[0], ctx.coord))
+    return tuple(range(*box[d]) for d in spatial_dims(xs, ctx.attrs))
+
+
+def assemble(box: Box, blocks: Mapping[Coord, Array], shape: Sequence[int], attr: DistAttr
+             ) -> tuple[Array, int]:
+    """The box filled from the ranks' blocks (the first holder of each entry; the blocks are
+    whole, not partial, so every holder agrees) and the entries copied from other blocks."""
+    some = next(iter(blocks.values()))
+    arr = np.empty(tuple(hi - lo for lo, hi in box), dtype=some.dtype)
+    done = np.zeros(arr.shape, dtype=bool)
+    moved = 0
+    for c, blk in blocks.items():
+        own = block_slices(shape, attr, c)
+        inter = [(max(lo, s.start), min(hi, s.stop)) for (lo, hi), s in zip(box, own, strict=True)]
+        if any(hi <= lo for lo, hi in inter):
+            continue
+        dst = tuple(slice(lo - b0, hi - b0) for (lo, hi), (b0, _) in zip(inter, box, strict=True))
+        src = tuple(slice(lo - s.start, hi - s.start) for (lo, hi), s in zip(inter, own,
+                                                                           strict=True))
+        fresh = ~done[dst]
+        if fresh.any():
+            arr[dst] = np.where(fresh, blk[src], arr[dst])
+            moved += int(fresh.sum())
+            done[dst] = True
+        if done.all():
+            break
+    if not done.all():
+        raise ValueError(f"the box {box} is not covered by the blocks of {attr.mapping_str()}")
+    return arr, moved
+
+
+def groups_of(coords: Mapping[int, Coord], mesh_dims: Sequence[int]) -> dict[int, list[int]]:
+    """Process id -> the processes of its neighbour group (the same coordinate on every mesh dim
+    but ``mesh_dims``), ordered by their coordinate on ``mesh_dims``."""
+    key = {p: tuple(x for m, x in enumerate(c) if m not in mesh_dims) for p, c in coords.items()}
+    out: dict[int, list[int]] = {}
+    for p in coords:
+        members = [q for q in coords if key[q] == key[p]]
+        out[p] = sorted(members, key=lambda q: tuple(coords[q][m] for m in mesh_dims))
+    return out
+
+
+def exchange_pieces(own: Mapping[int, Box], need: Mapping[int, Box], group: Sequence[int],
+                    p: int) -> list[tuple[int, Box]]:
+    """(owner, box) of every piece of ``p``'s needed box that another member of its group owns."""
+    from spmdrules.runtime.decomposition import intersect
+
+    out = []
+    for q in group:
+        if q == p:
+            continue
+        inter = intersect(own[q], need[p])
+        if inter is not None:
+            out.append((q, inter))
+    return out
+
+
+def predicted_bytes(lay: Any, slab: Any, mesh_dims: Sequence[int]) -> int:
+    """Bytes the HaloExchange of ``lay`` (its blocks) to ``slab`` (the needed boxes) moves."""
+    from spmdrules.graph.shapes.shape_rule import DTYPE_BYTES
+    from spmdrules.runtime.decomposition import box_volume
+
+    coords = {p: c for p, c in zip(lay.mesh.process_ids, np.ndindex(*lay.mesh.shape),
+                                   strict=True)}
+    own = {p: lay.box(c) for p, c in coords.items()}
+    need = {p: slab.box(c) for p, c in coords.items()}
+    grp = groups_of(coords, mesh_dims)
+    total = sum(box_volume(b) for p in coords for _, b in exchange_pieces(own, need, grp[p], p))
+    return int(total) * DTYPE_BYTES[lay.dtype]

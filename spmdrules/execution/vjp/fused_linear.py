@@ -1,0 +1,40 @@
+"""Vector-Jacobian products of linear_v2 and fused_gemm_epilogue
+(:mod:`spmdrules.execution.kernels.fused_linear`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from spmdrules.execution.kernels.fused_linear import activation_derivative, gemm_pre, swap_last2
+from spmdrules.execution.local import Array, Block, LocalContext, array, cotangent, register_vjp
+
+
+def _product_grads(x: Array, y: Array, g: Array) -> tuple[Array, Array, Array]:
+    """d/dx, d/dy, d/dbias of ``sum(g * (x @ y + bias))`` for an n-D x and a 2-D y."""
+    k, n = y.shape
+    dx = np.matmul(g, y.T)
+    dy = np.matmul(x.reshape(-1, k).T, g.reshape(-1, n))
+    return np.asarray(dx), np.asarray(dy), np.asarray(g.reshape(-1, n).sum(axis=0))
+
+
+@register_vjp("linear_v2")
+def linear_v2_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                  cts: Sequence[Block]) -> tuple[Block, ...]:
+    x, w = array(ctx, ins, 0, "input"), array(ctx, ins, 1, "weight")
+    flag = bool(ctx.attrs.get("transpose_weight", False))
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
+    dx, dw, db = _product_grads(x, swap_last2(w, flag), g)
+    return (dx, swap_last2(dw, flag), None if ins[2] is None else db)
+
+
+@register_vjp("fused_gemm_epilogue")
+def fused_gemm_epilogue_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
+                            cts: Sequence[Block]) -> tuple[Block, ...]:
+    x, y, pre = gemm_pre(ctx, ins)
+    g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
+    g = g * activation_derivative(str(ctx.attrs.get("activation", "none")), pre)
+    dx, dy, db = _product_grads(x, y, g)
+    return (swap_last2(dx, bool(ctx.attrs.get("trans_x", False))),
+            swap_last2(dy, bool(ctx.attrs.get("trans_y", False))), db)

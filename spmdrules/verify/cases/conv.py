@@ -1,0 +1,65 @@
+"""Cases of the convolutions: random kernels, strides, paddings (one or two per dim, SAME,
+VALID), dilations, groups and layouts; spatial sharding on or off."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spmdrules.verify.cases.case import Draft, Rng, pick
+
+
+def _window(rng: Rng, n: int, nsp: int) -> tuple[list[int], list[int], list[int], list[int]]:
+    """kernel, strides, paddings (2 per dim), dilations that fit an input of n per dim."""
+    k, s, p, d = [], [], [], []
+    for _ in range(nsp):
+        ki = int(rng.integers(1, 4))
+        di = int(rng.integers(1, 3)) if ki > 1 else 1
+        pb, pa = int(rng.integers(0, 3)), int(rng.integers(0, 3))
+        while n + pb + pa < di * (ki - 1) + 1:
+            pa += 1
+        k.append(ki)
+        s.append(int(rng.integers(1, 4)))
+        p += [pb, pa]
+        d.append(di)
+    return k, s, p, d
+
+
+def conv(op: str, rng: Rng) -> Draft:
+    base = op.removesuffix("_grad")
+    nsp = 3 if base == "conv3d" else 2
+    last = rng.random() < 0.3
+    n = int(pick(rng, (1, 2, 3, 4)))
+    sp = [int(pick(rng, (3, 4, 5, 6, 7))) for _ in range(nsp)]
+    k, s, p, d = _window(rng, min(sp), nsp)
+    groups = 1
+    if base == "depthwise_conv2d":
+        groups = int(pick(rng, (1, 2, 3, 4)))
+        c, m = groups, groups * int(pick(rng, (1, 2)))
+    else:
+        groups = int(pick(rng, (1, 1, 1, 2)))
+        c = groups * int(pick(rng, (1, 2, 3)))
+        m = groups * int(pick(rng, (1, 2, 3)))
+    attrs: dict[str, Any] = {
+        "strides": s, "dilations": d, "groups": groups,
+        "data_format": ("NDHWC" if nsp == 3 else "NHWC") if last else
+        ("NCDHW" if nsp == 3 else "NCHW"),
+        "spatial_sharding": bool(rng.random() < 0.4),
+    }
+    algo = pick(rng, ("EXPLICIT", "EXPLICIT", "EXPLICIT", "SAME", "VALID"))
+    if base == "conv2d_transpose":
+        algo = "EXPLICIT" if algo == "SAME" else algo
+        p = [min(v, (ki - 1) * di // 2) for v, ki, di in zip(p, [x for x in k for _ in (0, 1)],
+                                                             [x for x in d for _ in (0, 1)],
+                                                             strict=True)]
+        f = (c, m // groups, *k)
+        if rng.random() < 0.3:
+            attrs["output_padding"] = [int(rng.integers(0, max(si, di))) for si, di
+                                       in zip(s, d, strict=True)]
+    else:
+        f = (m, c // groups, *k)
+    attrs["padding_algorithm"] = algo
+    attrs["paddings"] = p if rng.random() < 0.6 else p[0::2]
+    if base == "conv2d_transpose" and attrs["paddings"] == p[0::2]:
+        attrs["paddings"] = p[0::2]
+    x = (n, *sp, c) if last else (n, c, *sp)
+    return Draft(base, (x, f), ("real", "real"), attrs)
