@@ -295,7 +295,9 @@ def transitions(
     keep: frozenset[DistAttr] = frozenset(),
 ) -> list[Step]:
     """Every single same-mesh step from ``attr``. Intermediate states must split evenly; states
-    in ``keep`` (a plan's source and destination) are allowed even when they do not.
+    in ``keep`` (a plan's source and destination) are allowed even when they do not, and so is
+    what an all-gather leaves of an unevenly split state (it only joins blocks: gathering a
+    [1, 64, 55, 55] tensor split on H and W, one mesh dim at a time).
     ``partial_types`` are the reduce types ``zero_partial`` may create (the destination's)."""
     mesh = attr.mesh
     item = DTYPE_BYTES[dtype]
@@ -303,8 +305,11 @@ def transitions(
     local = local_numel(attr, shape) * item
     out: list[Step] = []
 
+    uneven_src = not divisible(attr, shape)
+
     def add(kind: StepKind, m: int, new: DistAttr, rounds: int, per_proc: float) -> None:
-        if new != attr and (new in keep or divisible(new, shape)):
+        joins = kind == "all_gather" and uneven_src
+        if new != attr and (new in keep or joins or divisible(new, shape)):
             b = round(per_proc)
             out.append(Step(kind, m, attr, new, b, b * mesh.size,
                             cost.step_time(mesh, m, rounds, b)))
