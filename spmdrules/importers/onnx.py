@@ -30,10 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from spmdrules.graph.graph import Graph
-from spmdrules.graph.nodes import Tensor
 from spmdrules.importers.errors import (
     ControlFlowError,
     DynamicShapeError,

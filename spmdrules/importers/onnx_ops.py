@@ -237,9 +237,14 @@ def _batch_norm(c: Ctx) -> list[Value]:
     if c.opset < 7 and not int(c.attr("spatial", 1)):
         raise c.fail("spatial=0 (per-activation statistics) is not mapped")
     x, scale, bias, mean, var = (c.tensor(i) for i in range(5))
-    op = ops.call("batch_norm", x, mean, var, scale, bias, is_test=True,
-                  epsilon=float(c.attr("epsilon", 1e-5)),
-                  momentum=float(c.attr("momentum", 0.9)), name=c.name)
+    # the normalised output keeps the ONNX name; the statistics outputs inference leaves unread
+    # are named after it
+    parts = ("", "mean_out", "variance_out", "saved_mean", "saved_variance", "reserve_space")
+    op = c.imp.graph.add_op(
+        "batch_norm", [x, mean, var, scale, bias],
+        {"is_test": True, "epsilon": float(c.attr("epsilon", 1e-5)),
+         "momentum": float(c.attr("momentum", 0.9))},
+        name=c.name, results=[f"{c.name}.{p}" if p else c.name for p in parts])
     return [op.results[0]]
 
 
