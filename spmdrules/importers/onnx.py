@@ -25,26 +25,18 @@ widened batch is refused at that Reshape, naming the option.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from spmdrules.graph.graph import Graph
 from spmdrules.importers.errors import (
-    ControlFlowError,
-    DynamicShapeError,
     ImporterError,
     MissingExtraError,
-    UnmappedOpError,
 )
+from spmdrules.importers.onnx_graph import Importer
+from spmdrules.importers.onnx_ops import DTYPES, safe_name
 from spmdrules.importers.torch import Imported
-
-#: ONNX TensorProto element types -> graph dtypes
-DTYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
-          10: "float16", 11: "float64", 16: "bfloat16"}
-CONTROL_FLOW = ("If", "Loop", "Scan", "SequenceMap")
-_SAFE = re.compile(r"[^A-Za-z0-9_.\-/:\[\]]")
 
 
 def _onnx() -> Any:
@@ -54,12 +46,6 @@ def _onnx() -> Any:
         raise MissingExtraError("spmdrules.importers.onnx needs the onnx package; install the "
                                 "extra: pip install 'spmdrules[onnx]'") from e
     return onnx
-
-
-def safe_name(name: str) -> str:
-    """An ONNX value name as a graph name (characters the graph refuses become ``_``)."""
-    s = _SAFE.sub("_", name) or "_"
-    return s if re.match(r"[A-Za-z0-9_]", s) else f"_{s}"
 
 
 def load(path_or_model: Any, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -92,49 +78,8 @@ def import_model(path_or_model: Any, *, input_shapes: Mapping[str, Sequence[int]
     else:
         raise ImporterError(f"onnx importer: expected a path or an onnx.ModelProto, got "
                             f"{type(path_or_model).__name__}")
-    from spmdrules.importers.onnx_graph import Importer
-
     return Importer(onnx, model, name or model.graph.name or "onnx", dict(input_shapes or {}),
                     follow_batch=follow_batch, spatial_sharding=spatial_sharding).run()
-
-
-def check_graph(model: Any) -> None:
-    """Refuse control flow and subgraphs before anything is mapped."""
-    for node in model.graph.node:
-        if node.op_type in CONTROL_FLOW or any(a.type in (5, 10) for a in node.attribute):
-            raise ControlFlowError(
-                f"node {node.name or node.output[0]!r}: {node.op_type} is control flow (it holds "
-                "subgraphs); spmdrules plans straight-line programs. Export the model with the "
-                "branch fixed (or the loop unrolled) instead")
-
-
-def static_shape(value_info: Any, name: str, override: Sequence[int] | None) -> list[int]:
-    """An input's shape: its static dims, or the override; symbolic dims are refused."""
-    dims = value_info.type.tensor_type.shape.dim
-    declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
-    if override is not None:
-        shape = [int(d) for d in override]
-        if len(shape) != len(declared):
-            raise ImporterError(f"input {name!r}: input_shapes gives rank {len(shape)} "
-                                f"{shape} but the model declares rank {len(declared)} {declared}")
-        for i, (d, want) in enumerate(zip(declared, shape, strict=True)):
-            if want < 1:
-                raise ImporterError(f"input {name!r}: input_shapes dim {i} is {want}; give >= 1")
-            del d
-        return shape
-    if not value_info.type.tensor_type.HasField("shape") or not all(
-            isinstance(d, int) and d > 0 for d in declared):
-        raise DynamicShapeError(
-            f"input {name!r}: shape {declared} is not static; give it with "
-            f"input_shapes={{{name!r}: [...]}}")
-    return [int(d) for d in declared]
-
-
-def graph_dtype(elem_type: int, where: str) -> str:
-    if elem_type not in DTYPES:
-        raise UnmappedOpError(where, f"element type {elem_type}", [],
-                              "spmdrules has no such dtype")
-    return DTYPES[elem_type]
 
 
 __all__ = ["DTYPES", "Imported", "import_model", "load", "safe_name"]

@@ -15,10 +15,55 @@ import numpy as np
 from spmdrules.core.errors import SpmdError
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Tensor
-from spmdrules.importers.errors import ImporterError, UnmappedOpError
-from spmdrules.importers.onnx import check_graph, graph_dtype, safe_name, static_shape
-from spmdrules.importers.onnx_ops import OPS, Ctx, Static, nearest
+from spmdrules.importers.errors import (
+    ControlFlowError,
+    DynamicShapeError,
+    ImporterError,
+    UnmappedOpError,
+)
+from spmdrules.importers.onnx_ops import DTYPES, OPS, Ctx, Static, nearest, safe_name
 from spmdrules.importers.torch import Imported
+
+CONTROL_FLOW = ("If", "Loop", "Scan", "SequenceMap")
+
+
+def check_graph(model: Any) -> None:
+    """Refuse control flow and subgraphs before anything is mapped."""
+    for node in model.graph.node:
+        if node.op_type in CONTROL_FLOW or any(a.type in (5, 10) for a in node.attribute):
+            raise ControlFlowError(
+                f"node {node.name or node.output[0]!r}: {node.op_type} is control flow (it holds "
+                "subgraphs); spmdrules plans straight-line programs. Export the model with the "
+                "branch fixed (or the loop unrolled) instead")
+
+
+def static_shape(value_info: Any, name: str, override: Sequence[int] | None) -> list[int]:
+    """An input's shape: its static dims, or the override; symbolic dims are refused."""
+    dims = value_info.type.tensor_type.shape.dim
+    declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
+    if override is not None:
+        shape = [int(d) for d in override]
+        if len(shape) != len(declared):
+            raise ImporterError(f"input {name!r}: input_shapes gives rank {len(shape)} "
+                                f"{shape} but the model declares rank {len(declared)} {declared}")
+        for i, (d, want) in enumerate(zip(declared, shape, strict=True)):
+            if want < 1:
+                raise ImporterError(f"input {name!r}: input_shapes dim {i} is {want}; give >= 1")
+            del d
+        return shape
+    if not value_info.type.tensor_type.HasField("shape") or not all(
+            isinstance(d, int) and d > 0 for d in declared):
+        raise DynamicShapeError(
+            f"input {name!r}: shape {declared} is not static; give it with "
+            f"input_shapes={{{name!r}: [...]}}")
+    return [int(d) for d in declared]
+
+
+def graph_dtype(elem_type: int, where: str) -> str:
+    if elem_type not in DTYPES:
+        raise UnmappedOpError(where, f"element type {elem_type}", [],
+                              "spmdrules has no such dtype")
+    return DTYPES[elem_type]
 
 
 class Importer:
@@ -145,4 +190,4 @@ class Importer:
         return out
 
 
-__all__ = ["Importer"]
+__all__ = ["CONTROL_FLOW", "Importer", "check_graph", "graph_dtype", "static_shape"]

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -22,12 +23,22 @@ from spmdrules.graph import ops
 from spmdrules.graph.nodes import Op, Tensor
 from spmdrules.importers.errors import DynamicShapeError, UnmappedOpError
 
-if TYPE_CHECKING:
-    from spmdrules.importers.onnx_graph import Importer
+#: the walk's state (``onnx_graph.Importer``: graph, env, opset, options), which converters read
+Importer = Any
 
 Value = Any  # Tensor | Static
 Converter = Callable[["Ctx"], Sequence[Value]]
 OPS: dict[str, Converter] = {}
+#: ONNX TensorProto element types -> graph dtypes
+DTYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
+          10: "float16", 11: "float64", 16: "bfloat16"}
+_SAFE = re.compile(r"[^A-Za-z0-9_.\-/:\[\]]")
+
+
+def safe_name(name: str) -> str:
+    """An ONNX value name as a graph name (characters the graph refuses become ``_``)."""
+    s = _SAFE.sub("_", name) or "_"
+    return s if re.match(r"[A-Za-z0-9_]", s) else f"_{s}"
 
 
 def onnx_op(*names: str) -> Callable[[Converter], Converter]:
@@ -56,8 +67,6 @@ class Static:
 
     def tensor(self, imp: Importer) -> Tensor:
         if not self.made:
-            from spmdrules.importers.onnx import safe_name
-
             v = self.value
             dtype = {np.dtype(np.bool_): "bool"}.get(v.dtype, str(v.dtype))
             t = imp.graph.param(safe_name(self.name), list(v.shape), dtype)
@@ -70,8 +79,6 @@ class Ctx:
     """One node's conversion: its attributes, its inputs as tensors or constants, its op names."""
 
     def __init__(self, imp: Importer, node: Any, where: str) -> None:
-        from spmdrules.importers.onnx import safe_name
-
         self.imp = imp
         self.node = node
         self.where = where
@@ -421,8 +428,6 @@ def _concat(c: Ctx) -> list[Value]:
 # ---- constants ----------------------------------------------------------------------------------
 @onnx_op("ConstantOfShape")
 def _constant_of_shape(c: Ctx) -> list[Value]:
-    from spmdrules.importers.onnx import DTYPES
-
     shape = [int(v) for v in c.static(0).reshape(-1)]
     t = c.attrs.get("value")
     value, dtype = 0.0, "float32"
@@ -449,4 +454,4 @@ def _constant(c: Ctx) -> list[Value]:
     return [Static(c.node.output[0], np.asarray(arr))]
 
 
-__all__ = ["OPS", "Ctx", "Static", "nearest", "onnx_op"]
+__all__ = ["DTYPES", "OPS", "Ctx", "Static", "nearest", "onnx_op", "safe_name"]
