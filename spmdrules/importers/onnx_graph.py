@@ -46,10 +46,8 @@ def static_shape(value_info: Any, name: str, override: Sequence[int] | None) -> 
         if len(shape) != len(declared):
             raise ImporterError(f"input {name!r}: input_shapes gives rank {len(shape)} "
                                 f"{shape} but the model declares rank {len(declared)} {declared}")
-        for i, (d, want) in enumerate(zip(declared, shape, strict=True)):
-            if want < 1:
-                raise ImporterError(f"input {name!r}: input_shapes dim {i} is {want}; give >= 1")
-            del d
+        if min(shape, default=1) < 1:
+            raise ImporterError(f"input {name!r}: input_shapes gives {shape}; every dim is >= 1")
         return shape
     if not value_info.type.tensor_type.HasField("shape") or not all(
             isinstance(d, int) and d > 0 for d in declared):
