@@ -176,9 +176,11 @@ def transitions(
     keep: frozenset[DistAttr] = frozenset(),
 ) -> list[Step]:
     """Every single same-mesh step from ``attr``. Intermediate states must split evenly; states
-    in ``keep`` (a plan's source and destination) are allowed even when they do not, and a
-    step whose nested blocks are not the flat ones is left out (``nested_is_flat``); a slice
-    over several mesh dims reaches a ``keep`` state those would have reached.
+    in ``keep`` (a plan's source and destination) are allowed even when they do not, and so is
+    what an all-gather leaves of an unevenly split state (it only joins blocks: gathering a
+    [1, 64, 55, 55] tensor split on H and W, one mesh dim at a time). A step whose nested
+    blocks are not the flat ones is left out (``nested_is_flat``); a slice over several mesh
+    dims reaches a ``keep`` state those would have reached.
     ``partial_types`` are the reduce types ``zero_partial`` may create (the destination's)."""
     mesh = attr.mesh
     item = DTYPE_BYTES[dtype]
@@ -206,8 +208,12 @@ def transitions(
             return (held_total(new, shape) - overlap_total(attr, new, shape)) * item
         return b * mesh.size
 
+    # an all-gather only joins blocks, so it may leave an uneven state (refines() holds)
+    uneven_src = not divisible(attr, shape)
+
     def add(kind: StepKind, m: int, new: DistAttr, rounds: int, per_proc: float) -> None:
-        if new != attr and (new in keep or divisible(new, shape)):
+        joins = kind == "all_gather" and uneven_src
+        if new != attr and (new in keep or joins or divisible(new, shape)):
             b = round(per_proc)
             out.append(Step(kind, m, attr, new, b, total(kind, mesh.shape[m], new, b),
                             cost.step_time(mesh, m, rounds, b)))

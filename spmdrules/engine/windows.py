@@ -155,6 +155,11 @@ def channels_last(attrs: Mapping[str, Any]) -> bool:
     return str(attrs.get("data_format", "NCHW")) in ("NHWC", "NDHWC")
 
 
+def channel_axis(data_format: str, rank: int) -> int:
+    """Where the channels are: 1 in NC... layouts, the last dim in N...C ones (NLC, NHWC)."""
+    return rank - 1 if data_format.upper().endswith("C") and rank > 2 else 1
+
+
 def needed_span(w: Window, n: int, out: range) -> tuple[int, int]:
     """Input positions in ``[0, n)`` that outputs ``out`` read (``(0, 0)`` for none)."""
     return w.input_span((out.start, out.stop), n) if len(out) else (0, 0)

@@ -2,7 +2,7 @@
 
 A reader turns a file into a Graph; each importer registers one per suffix it reads (torch's
 ``.pt2``, an ExportedProgram saved by ``torch.export.save``). A reader imports its framework
-only when called. ONNX plugs in the same way: ``@reader(".onnx")``.
+only when called. ONNX files (``.onnx``) are read by ``spmdrules.importers.onnx``.
 """
 
 from __future__ import annotations
@@ -48,3 +48,10 @@ def _pt2(path: Path) -> Graph:
         raise ImporterError(f"{path.name}: torch.export.load failed: {type(e).__name__}: "
                             f"{str(e)[:1000]}") from e
     return torch_import.from_exported(ep.run_decompositions(), name=path.stem).graph
+
+
+@reader(".onnx")
+def _onnx(path: Path) -> Graph:
+    from spmdrules.importers import onnx as onnx_import
+
+    return onnx_import.load(path, name=path.stem)

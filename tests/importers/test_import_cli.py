@@ -23,5 +23,5 @@ def test_a_pt2_file_becomes_a_model_file(tmp_path: Path,
     assert main(["import", str(src), "-o", str(out)]) == 0
     assert load(out) == torch_import.load(m, (x,), name="mlp")
     assert main(["import", str(tmp_path / "model.tflite"), "-o", str(out)]) == 1
-    assert "no importer reads '.tflite' files; the readable suffixes are .pt2" in (
+    assert "no importer reads '.tflite' files; the readable suffixes are .onnx, .pt2" in (
         capsys.readouterr().err)

@@ -44,6 +44,7 @@ from spmdrules.verify.cases.fused_linear import fused_linear
 from spmdrules.verify.cases.gather import gather
 from spmdrules.verify.cases.generic import REPLICATED_STAND_INS, data_parallel_draft
 from spmdrules.verify.cases.label_smooth import label_smooth
+from spmdrules.verify.cases.lrn import lrn
 from spmdrules.verify.cases.matmul import matmul
 from spmdrules.verify.cases.moe import moe
 from spmdrules.verify.cases.norm import norm
@@ -102,6 +103,7 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "scatter": scatter_family,
     "conv": conv,
     "pool": pool,
+    "lrn": lrn,
 }
 
 

@@ -1,0 +1,86 @@
+"""``load(path_or_model)``: an ONNX model as a Graph (extra ``[onnx]``: the ``onnx`` package).
+
+* The graph's inputs that are not initializers are inputs, with their static shapes;
+  ``input_shapes={name: shape}`` overrides them (widen a batch of 1 to 4). Every shape is then
+  re-inferred by our own shape inference, op by op (each mapped op infers its results), and
+  cross-checked against ``onnx.shape_inference`` run on the same input shapes: a shape the model
+  cannot take (a Reshape whose target no longer holds the elements) is an ``ImporterError``
+  naming the node.
+* Initializers keep their names: a float initializer read as data is a parameter (its value in
+  ``Imported.values``); an integer one read as a shape (Reshape's target, ConstantOfShape's
+  shape, Unsqueeze's axes) is folded into the op's attributes. ``Constant`` and
+  ``ConstantOfShape`` are constant sources (``full`` for a fill, a named parameter for a tensor).
+* Every tensor of the graph keeps its ONNX value name; an op named after its node's first output
+  writes it (ops a mapping adds on the way are named ``<output>.<part>``).
+* Refused with a typed error (``spmdrules.importers.errors``) naming the node: symbolic dims
+  without an override (``DynamicShapeError``), If/Loop/Scan (``ControlFlowError``), any op with
+  no mapping (``UnmappedOpError``, with the nearest mapped ops), and any attribute a mapping
+  cannot honour (a training-mode BatchNormalization, MaxPool's indices, a dilated pool).
+
+``follow_batch=True`` lets a Reshape whose constant target fixes the model's batch (a leading
+``1`` where the input had its batch) follow a widened batch: the ONNX files of the model zoo
+write ``Reshape(x, [1, 9216])``, which no batch but 1 can take. Without it such a model with a
+widened batch is refused at that Reshape, naming the option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from spmdrules.graph.graph import Graph
+from spmdrules.importers.errors import (
+    ImporterError,
+    MissingExtraError,
+)
+from spmdrules.importers.onnx_graph import Importer
+from spmdrules.importers.onnx_ops import DTYPES, safe_name
+from spmdrules.importers.torch import Imported
+
+
+def _onnx() -> Any:
+    try:
+        import onnx
+    except ImportError as e:
+        raise MissingExtraError("spmdrules.importers.onnx needs the onnx package; install the "
+                                "extra: pip install 'spmdrules[onnx]'") from e
+    return onnx
+
+
+def load(path_or_model: Any, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
+         follow_batch: bool = False, spatial_sharding: bool = False,
+         name: str | None = None) -> Graph:
+    """The Graph of an ONNX model (a path or a ``ModelProto``); see the module docs."""
+    return import_model(path_or_model, input_shapes=input_shapes, follow_batch=follow_batch,
+                        spatial_sharding=spatial_sharding, name=name).graph
+
+
+def import_model(path_or_model: Any, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                 follow_batch: bool = False, spatial_sharding: bool = False,
+                 name: str | None = None) -> Imported:
+    """Import an ONNX model with the values of its parameters (``Imported.feeds``).
+
+    ``spatial_sharding`` sets the conv opt-in (docs/rules.md) on every Conv, so a spatially
+    sharded input stays sharded through them, with halos."""
+    onnx = _onnx()
+    if isinstance(path_or_model, str | Path):
+        p = Path(path_or_model)
+        if not p.exists():
+            raise ImporterError(f"{p}: no such ONNX file")
+        try:
+            model = onnx.load(str(p))
+        except Exception as e:
+            raise ImporterError(f"{p.name}: onnx.load failed: {type(e).__name__}: {e}") from e
+        name = name or p.stem
+    elif isinstance(path_or_model, onnx.ModelProto):
+        model = path_or_model
+    else:
+        raise ImporterError(f"onnx importer: expected a path or an onnx.ModelProto, got "
+                            f"{type(path_or_model).__name__}")
+    return Importer(onnx, model, name or model.graph.name or "onnx", dict(input_shapes or {}),
+                    follow_batch=follow_batch, spatial_sharding=spatial_sharding).run()
+
+
+__all__ = ["DTYPES", "Imported", "import_model", "load", "safe_name"]
+

@@ -1,0 +1,191 @@
+"""The ONNX importer's walk: sources, nodes in order, the shape cross-check, outputs.
+
+Values are either graph tensors or constants known at import time (integer initializers, Constant
+nodes read as shapes): a converter asks ``Ctx.tensor(i)`` for a tensor (a constant becomes a named
+parameter source the first time) or ``Ctx.static(i)`` for a constant's value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from spmdrules.core.errors import SpmdError
+from spmdrules.graph.graph import Graph
+from spmdrules.graph.nodes import Tensor
+from spmdrules.importers.errors import (
+    ControlFlowError,
+    DynamicShapeError,
+    ImporterError,
+    UnmappedOpError,
+)
+from spmdrules.importers.onnx_ops import DTYPES, OPS, Ctx, Static, nearest, safe_name
+from spmdrules.importers.torch import Imported
+
+CONTROL_FLOW = ("If", "Loop", "Scan", "SequenceMap")
+
+
+def check_graph(model: Any) -> None:
+    """Refuse control flow and subgraphs before anything is mapped."""
+    for node in model.graph.node:
+        if node.op_type in CONTROL_FLOW or any(a.type in (5, 10) for a in node.attribute):
+            raise ControlFlowError(
+                f"node {node.name or node.output[0]!r}: {node.op_type} is control flow (it holds "
+                "subgraphs); spmdrules plans straight-line programs. Export the model with the "
+                "branch fixed (or the loop unrolled) instead")
+
+
+def static_shape(value_info: Any, name: str, override: Sequence[int] | None) -> list[int]:
+    """An input's shape: its static dims, or the override; symbolic dims are refused."""
+    dims = value_info.type.tensor_type.shape.dim
+    declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
+    if override is not None:
+        shape = [int(d) for d in override]
+        if len(shape) != len(declared):
+            raise ImporterError(f"input {name!r}: input_shapes gives rank {len(shape)} "
+                                f"{shape} but the model declares rank {len(declared)} {declared}")
+        if min(shape, default=1) < 1:
+            raise ImporterError(f"input {name!r}: input_shapes gives {shape}; every dim is >= 1")
+        return shape
+    if not value_info.type.tensor_type.HasField("shape") or not all(
+            isinstance(d, int) and d > 0 for d in declared):
+        raise DynamicShapeError(
+            f"input {name!r}: shape {declared} is not static; give it with "
+            f"input_shapes={{{name!r}: [...]}}")
+    return [int(d) for d in declared]
+
+
+def graph_dtype(elem_type: int, where: str) -> str:
+    if elem_type not in DTYPES:
+        raise UnmappedOpError(where, f"element type {elem_type}", [],
+                              "spmdrules has no such dtype")
+    return DTYPES[elem_type]
+
+
+class Importer:
+    def __init__(self, onnx: Any, model: Any, name: str, input_shapes: dict[str, Sequence[int]],
+                 *, follow_batch: bool, spatial_sharding: bool) -> None:
+        self.onnx = onnx
+        self.model = model
+        self.graph = Graph(safe_name(name))
+        self.imported = Imported(self.graph)
+        self.input_shapes = input_shapes
+        self.follow_batch = follow_batch
+        self.spatial_sharding = spatial_sharding
+        self.env: dict[str, Tensor | Static] = {}
+        #: the batch of the model as declared, and as widened (for follow_batch)
+        self.batch: tuple[int, int] | None = None
+        #: whether a Reshape's target followed the widened batch (follow_batch)
+        self.followed = False
+
+    def run(self) -> Imported:
+        onnx, model = self.onnx, self.model
+        check_graph(model)
+        self.opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+                         default=1)
+        inits = {i.name: i for i in model.graph.initializer}
+        unknown = set(self.input_shapes) - {i.name for i in model.graph.input if i.name not in inits}
+        if unknown:
+            real = [i.name for i in model.graph.input if i.name not in inits]
+            raise ImporterError(f"input_shapes names {sorted(unknown)}, which are not inputs of "
+                                f"the model; its inputs are {real}")
+        expected = self._onnx_shapes()
+        with self.graph:
+            for init in model.graph.initializer:
+                value = onnx.numpy_helper.to_array(init)
+                self.env[init.name] = Static(init.name, np.asarray(value))
+            for vi in model.graph.input:
+                if vi.name in inits:
+                    continue
+                shape = static_shape(vi, vi.name, self.input_shapes.get(vi.name))
+                declared = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+                if self.batch is None and shape and declared and declared[0] > 0:
+                    self.batch = (declared[0], shape[0])
+                t = self.graph.input(safe_name(vi.name),
+                                     shape, graph_dtype(vi.type.tensor_type.elem_type, vi.name))
+                self.imported.inputs.append(t.name)
+                self.env[vi.name] = t
+            for node in model.graph.node:
+                self._node(node, expected)
+            for vo in model.graph.output:
+                got = self.env.get(vo.name)
+                if got is None:
+                    raise ImporterError(f"output {vo.name!r} is produced by no node")
+                t = got if isinstance(got, Tensor) else got.tensor(self)
+                self.imported.outputs.append(t.name)
+        self.graph.validate()
+        return self.imported
+
+    def _node(self, node: Any, expected: Mapping[str, tuple[int, ...]]) -> None:
+        where = node.name or (node.output[0] if node.output else node.op_type)
+        if node.domain not in ("", "ai.onnx"):
+            raise UnmappedOpError(where, f"{node.domain}.{node.op_type}", [],
+                                  "only the default ONNX domain is mapped")
+        conv = OPS.get(node.op_type)
+        if conv is None:
+            raise UnmappedOpError(where, node.op_type, nearest(node.op_type))
+        c = Ctx(self, node, where)
+        try:
+            outs = conv(c)
+        except ImporterError:
+            raise
+        except SpmdError as e:
+            hint = ""
+            if node.op_type == "Reshape" and self.batch and self.batch[0] != self.batch[1]:
+                hint = (" (the batch was widened: load(..., follow_batch=True) lets a Reshape "
+                        "target's leading batch follow it)")
+            raise ImporterError(f"node {where!r} ({node.op_type}): the model cannot take these "
+                                f"shapes: {e}{hint}") from e
+        except Exception as e:
+            raise UnmappedOpError(where, node.op_type, nearest(node.op_type),
+                                  f"mapping failed: {type(e).__name__}: {e}") from e
+        for name, v in zip(node.output, outs, strict=False):
+            if not name:
+                continue
+            if isinstance(v, Tensor) and name in expected and not self._agrees(
+                    tuple(v.shape), expected[name]):
+                raise ImporterError(
+                    f"node {where!r} ({node.op_type}): output {name!r} has shape "
+                    f"{list(v.shape)} here but onnx.shape_inference gives "
+                    f"{list(expected[name])}; this is a bug of the mapping: please report it")
+            self.env[name] = v
+
+    def _agrees(self, ours: tuple[int, ...], theirs: tuple[int, ...]) -> bool:
+        """Our shape is ONNX's, but for the batch once a Reshape let it follow a widening."""
+        if ours == theirs:
+            return True
+        return (self.followed and self.batch is not None and len(ours) == len(theirs) > 0
+                and ours[1:] == theirs[1:] and (ours[0], theirs[0]) == self.batch[::-1])
+
+    def _onnx_shapes(self) -> dict[str, tuple[int, ...]]:
+        """onnx.shape_inference on the model with the overridden input shapes: the cross-check.
+
+        Where ONNX's inference fails or gives no static shape, our own inference stands alone."""
+        onnx = self.onnx
+        m = onnx.ModelProto()
+        m.CopyFrom(self.model)
+        for vi in m.graph.input:
+            if vi.name in self.input_shapes:
+                dims = vi.type.tensor_type.shape.dim
+                for d, v in zip(dims, self.input_shapes[vi.name], strict=False):
+                    d.Clear()
+                    d.dim_value = int(v)
+        del m.graph.value_info[:]
+        if self.input_shapes:  # the declared output shapes are those of the declared inputs
+            for vo in m.graph.output:
+                vo.type.tensor_type.ClearField("shape")
+        try:
+            m = onnx.shape_inference.infer_shapes(m, strict_mode=False)
+        except Exception:
+            return {}
+        out: dict[str, tuple[int, ...]] = {}
+        for vi in [*m.graph.value_info, *m.graph.output]:
+            tt = vi.type.tensor_type
+            if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+                out[vi.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
+        return out
+
+
+__all__ = ["CONTROL_FLOW", "Importer", "check_graph", "graph_dtype", "static_shape"]

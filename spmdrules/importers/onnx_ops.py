@@ -1,0 +1,457 @@
+"""ONNX ops onto registered ops: one small converter per ONNX op type, registered by decorator.
+
+A converter gets the node's context and returns the node's outputs in order (graph tensors, or
+``Static`` constants known at import time). It honours every attribute or refuses the node with
+``UnmappedOpError``: ONNX's ``pads`` ``[x1_begin, x2_begin, x1_end, x2_end]`` become the graph's
+``[x1_begin, x1_end, x2_begin, x2_end]``, LRN's ``alpha`` is divided by ``size`` (the registered
+``lrn`` takes Paddle's, undivided), AveragePool's ``count_include_pad`` is ``exclusive``'s
+negation, opset < 13 Softmax's flattening to 2-D is a reshape around the softmax.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from spmdrules.graph import ops
+from spmdrules.graph.nodes import Op, Tensor
+from spmdrules.importers.errors import DynamicShapeError, UnmappedOpError
+
+#: the walk's state (``onnx_graph.Importer``: graph, env, opset, options), which converters read
+Importer = Any
+
+Value = Any  # Tensor | Static
+Converter = Callable[["Ctx"], Sequence[Value]]
+OPS: dict[str, Converter] = {}
+#: ONNX TensorProto element types -> graph dtypes
+DTYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
+          10: "float16", 11: "float64", 16: "bfloat16"}
+_SAFE = re.compile(r"[^A-Za-z0-9_.\-/:\[\]]")
+
+
+def safe_name(name: str) -> str:
+    """An ONNX value name as a graph name (characters the graph refuses become ``_``)."""
+    s = _SAFE.sub("_", name) or "_"
+    return s if re.match(r"[A-Za-z0-9_]", s) else f"_{s}"
+
+
+def onnx_op(*names: str) -> Callable[[Converter], Converter]:
+    def reg(fn: Converter) -> Converter:
+        for n in names:
+            OPS[n] = fn
+        return fn
+    return reg
+
+
+def nearest(op_type: str) -> list[str]:
+    """The mapped ONNX ops closest to ``op_type`` by name."""
+    low = {k.lower(): k for k in OPS}
+    close = difflib.get_close_matches(op_type.lower(), list(low), n=3, cutoff=0.3)
+    return [low[c] for c in close]
+
+
+@dataclass
+class Static:
+    """A value known at import time: an initializer or a Constant. Read as a shape it folds into
+    an attribute; read as data it becomes a parameter source named after it (once)."""
+
+    name: str
+    value: np.ndarray
+    made: list[Tensor] = field(default_factory=list)
+
+    def tensor(self, imp: Importer) -> Tensor:
+        if not self.made:
+            v = self.value
+            dtype = {np.dtype(np.bool_): "bool"}.get(v.dtype, str(v.dtype))
+            t = imp.graph.param(safe_name(self.name), list(v.shape), dtype)
+            imp.imported.values[t.name] = v
+            self.made.append(t)
+        return self.made[0]
+
+
+class Ctx:
+    """One node's conversion: its attributes, its inputs as tensors or constants, its op names."""
+
+    def __init__(self, imp: Importer, node: Any, where: str) -> None:
+        self.imp = imp
+        self.node = node
+        self.where = where
+        self.attrs = {a.name: imp.onnx.helper.get_attribute_value(a) for a in node.attribute}
+        self.name = safe_name(node.output[0]) if node.output and node.output[0] else \
+            safe_name(where)
+
+    @property
+    def opset(self) -> int:
+        return int(self.imp.opset)
+
+    def fail(self, why: str) -> UnmappedOpError:
+        return UnmappedOpError(self.where, self.node.op_type, nearest(self.node.op_type), why)
+
+    def has(self, i: int) -> bool:
+        return i < len(self.node.input) and bool(self.node.input[i])
+
+    def _value(self, i: int) -> Value:
+        if not self.has(i):
+            raise self.fail(f"input {i} is missing")
+        name = self.node.input[i]
+        if name not in self.imp.env:
+            raise self.fail(f"input {name!r} is produced by no earlier node (the graph must be "
+                            "topologically sorted)")
+        return self.imp.env[name]
+
+    def tensor(self, i: int) -> Tensor:
+        v = self._value(i)
+        return v if isinstance(v, Tensor) else v.tensor(self.imp)
+
+    def tensors(self) -> list[Tensor]:
+        return [self.tensor(i) for i in range(len(self.node.input)) if self.has(i)]
+
+    def static(self, i: int) -> np.ndarray:
+        v = self._value(i)
+        if not isinstance(v, Static):
+            raise DynamicShapeError(
+                f"node {self.where!r} ({self.node.op_type}): input {self.node.input[i]!r} is "
+                "computed at run time but must be a constant (an initializer or Constant); "
+                "spmdrules plans static shapes")
+        return v.value
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        v = self.attrs.get(name, default)
+        return v.decode() if isinstance(v, bytes) else v
+
+    def call(self, op_type: str, *args: Any, part: str = "", **attrs: Any) -> Tensor:
+        op: Op = ops.call(op_type, *args, name=f"{self.name}.{part}" if part else self.name,
+                          **attrs)
+        out = op.results[0]
+        assert isinstance(out, Tensor)
+        return out
+
+
+def _ints(v: Any) -> list[int]:
+    return [int(e) for e in v]
+
+
+# ---- convolution and pooling ---------------------------------------------------------------------
+def _window_attrs(c: Ctx, x: Tensor, kernel: Sequence[int], *, conv: bool) -> dict[str, Any]:
+    nsp = x.ndim - 2
+    strides = _ints(c.attr("strides", [1] * nsp))
+    dil = _ints(c.attr("dilations", [1] * nsp))
+    auto = c.attr("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        p = _ints(c.attr("pads", [0] * 2 * nsp))
+        before, after = p[:nsp], p[nsp:]
+    elif auto == "VALID":
+        before, after = [0] * nsp, [0] * nsp
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        before, after = [], []
+        for n, k, s, d in zip(x.shape[2:], kernel, strides, dil, strict=True):
+            total = max((math.ceil(n / s) - 1) * s + (k - 1) * d + 1 - n, 0)
+            small = total // 2
+            before.append(small if auto == "SAME_UPPER" else total - small)
+            after.append(total - before[-1])
+    else:
+        raise c.fail(f"auto_pad {auto!r} is not an ONNX value")
+    out: dict[str, Any] = {"strides": strides,
+                           "paddings": [v for ba in zip(before, after, strict=True) for v in ba]}
+    if conv:
+        out["dilations"] = dil
+    elif any(d != 1 for d in dil):
+        raise c.fail(f"dilations {dil}: the registered pools have no dilation")
+    return out
+
+
+@onnx_op("Conv")
+def _conv(c: Ctx) -> list[Value]:
+    x, w = c.tensor(0), c.tensor(1)
+    if x.ndim not in (4, 5):
+        raise c.fail(f"input rank {x.ndim}: only 2-D and 3-D convolutions (rank 4, 5) are "
+                     "registered (conv2d, conv3d)")
+    k = list(w.shape[2:])
+    if "kernel_shape" in c.attrs and _ints(c.attr("kernel_shape")) != k:
+        raise c.fail(f"kernel_shape {c.attr('kernel_shape')} differs from the weight's {k}")
+    op = "conv2d" if x.ndim == 4 else "conv3d"
+    attrs = _window_attrs(c, x, k, conv=True)
+    has_bias = c.has(2)
+    y = c.call(op, x, w, groups=int(c.attr("group", 1)),
+               spatial_sharding=c.imp.spatial_sharding, part="conv" if has_bias else "", **attrs)
+    if not has_bias:
+        return [y]
+    b = c.call("reshape", c.tensor(2), shape=[1, -1] + [1] * (x.ndim - 2), part="bias")
+    return [c.call("add", y, b)]
+
+
+def _pool(c: Ctx, kind: str) -> list[Value]:
+    x = c.tensor(0)
+    if x.ndim not in (4, 5):
+        raise c.fail(f"input rank {x.ndim}: only 2-D and 3-D pools are registered")
+    if len(c.node.output) > 1 and c.node.output[1]:
+        raise c.fail("MaxPool's Indices output is not mapped")
+    if int(c.attr("storage_order", 0)) != 0:
+        raise c.fail("storage_order=1 (column-major indices) is not mapped")
+    k = _ints(c.attr("kernel_shape"))
+    attrs = _window_attrs(c, x, k, conv=False)
+    return [c.call("pool2d" if x.ndim == 4 else "pool3d", x, kernel_size=k, pooling_type=kind,
+                   ceil_mode=bool(c.attr("ceil_mode", 0)),
+                   exclusive=not bool(c.attr("count_include_pad", 0)), **attrs)]
+
+
+@onnx_op("MaxPool")
+def _maxpool(c: Ctx) -> list[Value]:
+    return _pool(c, "max")
+
+
+@onnx_op("AveragePool")
+def _avgpool(c: Ctx) -> list[Value]:
+    return _pool(c, "avg")
+
+
+def _global(c: Ctx, kind: str) -> list[Value]:
+    x = c.tensor(0)
+    if x.ndim not in (4, 5):
+        raise c.fail(f"input rank {x.ndim}: only 2-D and 3-D pools are registered")
+    return [c.call("pool2d" if x.ndim == 4 else "pool3d", x, kernel_size=[1] * (x.ndim - 2),
+                   global_pooling=True, pooling_type=kind)]
+
+
+@onnx_op("GlobalAveragePool")
+def _gap(c: Ctx) -> list[Value]:
+    return _global(c, "avg")
+
+
+@onnx_op("GlobalMaxPool")
+def _gmp(c: Ctx) -> list[Value]:
+    return _global(c, "max")
+
+
+@onnx_op("LRN")
+def _lrn(c: Ctx) -> list[Value]:
+    size = int(c.attr("size"))
+    return [c.call("lrn", c.tensor(0), n=size, k=float(c.attr("bias", 1.0)),
+                   alpha=float(c.attr("alpha", 1e-4)) / size, beta=float(c.attr("beta", 0.75)))]
+
+
+@onnx_op("BatchNormalization")
+def _batch_norm(c: Ctx) -> list[Value]:
+    if int(c.attr("training_mode", 0)) or any(c.node.output[1:]):
+        raise c.fail("training mode (batch statistics, running outputs) is not mapped; export "
+                     "the model for inference")
+    if c.opset < 7 and not int(c.attr("spatial", 1)):
+        raise c.fail("spatial=0 (per-activation statistics) is not mapped")
+    x, scale, bias, mean, var = (c.tensor(i) for i in range(5))
+    # the normalised output keeps the ONNX name; the statistics outputs inference leaves unread
+    # are named after it
+    parts = ("", "mean_out", "variance_out", "saved_mean", "saved_variance", "reserve_space")
+    op = c.imp.graph.add_op(
+        "batch_norm", [x, mean, var, scale, bias],
+        {"is_test": True, "epsilon": float(c.attr("epsilon", 1e-5)),
+         "momentum": float(c.attr("momentum", 0.9))},
+        name=c.name, results=[f"{c.name}.{p}" if p else c.name for p in parts])
+    return [op.results[0]]
+
+
+# ---- matmuls ------------------------------------------------------------------------------------
+@onnx_op("Gemm")
+def _gemm(c: Ctx) -> list[Value]:
+    a, b = c.tensor(0), c.tensor(1)
+    alpha, beta = float(c.attr("alpha", 1.0)), float(c.attr("beta", 1.0))
+    last = not c.has(2) and alpha == 1.0
+    y = c.call("matmul", a, b, trans_x=bool(c.attr("transA", 0)),
+               trans_y=bool(c.attr("transB", 0)), part="" if last else "mm")
+    if alpha != 1.0:
+        y = c.call("scale", y, scale=alpha, part="" if not c.has(2) else "alpha")
+    if not c.has(2):
+        return [y]
+    bias = c.tensor(2)
+    if beta != 1.0:
+        bias = c.call("scale", bias, scale=beta, part="beta")
+    return [c.call("add", y, bias)]
+
+
+@onnx_op("MatMul")
+def _matmul(c: Ctx) -> list[Value]:
+    return [c.call("matmul", c.tensor(0), c.tensor(1))]
+
+
+# ---- elementwise --------------------------------------------------------------------------------
+def _binary(op_type: str) -> Converter:
+    def convert(c: Ctx) -> list[Value]:
+        if c.opset < 7 and int(c.attr("broadcast", 0)):
+            raise c.fail("opset < 7 broadcast with an axis is not mapped; update the model's "
+                         "opset (onnx.version_converter)")
+        return [c.call(op_type, c.tensor(0), c.tensor(1))]
+    return convert
+
+
+for _onnx_name, _op in (("Add", "add"), ("Sub", "subtract"), ("Mul", "multiply"),
+                        ("Div", "divide"), ("Max", "maximum"), ("Min", "minimum")):
+    onnx_op(_onnx_name)(_binary(_op))
+
+
+@onnx_op("Sum")
+def _sum(c: Ctx) -> list[Value]:
+    xs = c.tensors()
+    if len(xs) == 1:
+        return [c.call("assign", xs[0])]
+    y = xs[0]
+    for i, x in enumerate(xs[1:], start=1):
+        y = c.call("add", y, x, part="" if i == len(xs) - 1 else f"sum{i}")
+    return [y]
+
+
+_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log",
+          "Sqrt": "sqrt", "Abs": "abs", "Neg": None, "Reciprocal": "reciprocal", "Erf": "erf",
+          "Floor": "floor", "Ceil": "ceil", "Softplus": "softplus", "Softsign": "softsign"}
+
+
+def _unary(op_type: str) -> Converter:
+    def convert(c: Ctx) -> list[Value]:
+        return [c.call(op_type, c.tensor(0))]
+    return convert
+
+
+for _onnx_name, _op2 in _UNARY.items():
+    if _op2 is not None:
+        onnx_op(_onnx_name)(_unary(_op2))
+
+
+@onnx_op("Neg")
+def _neg(c: Ctx) -> list[Value]:
+    return [c.call("scale", c.tensor(0), scale=-1.0)]
+
+
+@onnx_op("LeakyRelu")
+def _leaky(c: Ctx) -> list[Value]:
+    return [c.call("leaky_relu", c.tensor(0), negative_slope=float(c.attr("alpha", 0.01)))]
+
+
+@onnx_op("Dropout")
+def _dropout(c: Ctx) -> list[Value]:
+    if c.has(2) and bool(np.asarray(c.static(2)).item()):
+        raise c.fail("training_mode=True dropout is random; export the model for inference")
+    x = c.tensor(0)
+    outs: list[Value] = [c.call("assign", x)]
+    if len(c.node.output) > 1 and c.node.output[1]:
+        # inference keeps every element: the mask is all true
+        outs.append(c.call("full", shape=list(x.shape), value=1.0, dtype="bool", part="mask"))
+    return outs
+
+
+@onnx_op("Identity")
+def _identity(c: Ctx) -> list[Value]:
+    return [c.call("assign", c.tensor(0))]
+
+
+@onnx_op("Softmax", "LogSoftmax")
+def _softmax(c: Ctx) -> list[Value]:
+    x = c.tensor(0)
+    op = "softmax" if c.node.op_type == "Softmax" else "log_softmax"
+    if c.opset >= 13:
+        return [c.call(op, x, axis=int(c.attr("axis", -1)))]
+    axis = int(c.attr("axis", 1))
+    axis = axis + x.ndim if axis < 0 else axis
+    if axis == x.ndim - 1:
+        return [c.call(op, x, axis=axis)]
+    # opset < 13: the input is flattened to 2-D at ``axis`` and normalised over the second dim
+    lead, rest = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))
+    flat = c.call("reshape", x, shape=[lead, rest], part="flat")
+    y = c.call(op, flat, axis=1, part=op)
+    return [c.call("reshape", y, shape=list(x.shape))]
+
+
+# ---- shapes -------------------------------------------------------------------------------------
+@onnx_op("Reshape")
+def _reshape(c: Ctx) -> list[Value]:
+    x = c.tensor(0)
+    target = [int(v) for v in c.static(1).reshape(-1)]
+    allow_zero = bool(c.attr("allowzero", 0))
+    shape = [x.shape[i] if v == 0 and not allow_zero and i < x.ndim else v
+             for i, v in enumerate(target)]
+    b = c.imp.batch
+    if (c.imp.follow_batch and b is not None and b[0] != b[1] and x.ndim and target
+            and x.shape[0] == b[1] and target[0] == b[0]):
+        shape[0] = b[1]
+        c.imp.followed = True
+    return [c.call("reshape", x, shape=shape)]
+
+
+@onnx_op("Flatten")
+def _flatten(c: Ctx) -> list[Value]:
+    x = c.tensor(0)
+    axis = int(c.attr("axis", 1))
+    axis = axis + x.ndim if axis < 0 else axis
+    shape = [int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))]
+    return [c.call("reshape", x, shape=shape)]
+
+
+@onnx_op("Transpose")
+def _transpose(c: Ctx) -> list[Value]:
+    x = c.tensor(0)
+    perm = _ints(c.attr("perm", list(range(x.ndim))[::-1]))
+    return [c.call("transpose", x, perm=perm)]
+
+
+def _axes(c: Ctx) -> list[int]:
+    if c.opset >= 13 and c.node.op_type in ("Unsqueeze", "Squeeze"):
+        return [int(v) for v in c.static(1).reshape(-1)] if c.has(1) else []
+    return _ints(c.attr("axes", []))
+
+
+@onnx_op("Unsqueeze")
+def _unsqueeze(c: Ctx) -> list[Value]:
+    x = c.tensor(0)
+    rank = x.ndim + len(_axes(c))
+    axes = sorted(a + rank if a < 0 else a for a in _axes(c))
+    return [c.call("unsqueeze", x, axis=axes)]
+
+
+@onnx_op("Squeeze")
+def _squeeze(c: Ctx) -> list[Value]:
+    x = c.tensor(0)
+    axes = [a + x.ndim if a < 0 else a for a in _axes(c)] or [
+        i for i, d in enumerate(x.shape) if d == 1]
+    return [c.call("squeeze", x, axis=axes)]
+
+
+@onnx_op("Concat")
+def _concat(c: Ctx) -> list[Value]:
+    xs = c.tensors()
+    axis = int(c.attr("axis"))
+    return [c.call("concat", xs, axis=axis + xs[0].ndim if axis < 0 else axis)]
+
+
+# ---- constants ----------------------------------------------------------------------------------
+@onnx_op("ConstantOfShape")
+def _constant_of_shape(c: Ctx) -> list[Value]:
+    shape = [int(v) for v in c.static(0).reshape(-1)]
+    t = c.attrs.get("value")
+    value, dtype = 0.0, "float32"
+    if t is not None:
+        arr = c.imp.onnx.numpy_helper.to_array(t)
+        value, dtype = float(arr.reshape(-1)[0]), DTYPES.get(t.data_type, str(arr.dtype))
+    return [c.call("full", shape=shape, value=value, dtype=dtype)]
+
+
+@onnx_op("Constant")
+def _constant(c: Ctx) -> list[Value]:
+    onnx = c.imp.onnx
+    if "value" in c.attrs:
+        arr = onnx.numpy_helper.to_array(c.attrs["value"])
+    elif "value_float" in c.attrs or "value_int" in c.attrs:
+        arr = np.asarray(c.attrs.get("value_float", c.attrs.get("value_int")),
+                         dtype=np.float32 if "value_float" in c.attrs else np.int64)
+    elif "value_floats" in c.attrs or "value_ints" in c.attrs:
+        arr = np.asarray(c.attrs.get("value_floats", c.attrs.get("value_ints")),
+                         dtype=np.float32 if "value_floats" in c.attrs else np.int64)
+    else:
+        raise c.fail(f"attributes {sorted(c.attrs)}: only value, value_float(s) and "
+                     "value_int(s) constants are mapped")
+    return [Static(c.node.output[0], np.asarray(arr))]
+
+
+__all__ = ["DTYPES", "OPS", "Ctx", "Static", "nearest", "onnx_op", "safe_name"]

@@ -1,0 +1,234 @@
+"""spmdrules.importers.onnx: every mapped op equals ONNX's reference evaluator; names, constants,
+input_shapes and the shape cross-check; typed refusals; the CLI; the documented op list."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="needs the onnx extra (make test installs it)")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+import spmdrules as sr  # noqa: E402
+from spmdrules.cli import main  # noqa: E402
+from spmdrules.execution.executor import run_serial  # noqa: E402
+from spmdrules.graph.exchange import load as load_json  # noqa: E402
+from spmdrules.importers import errors  # noqa: E402
+from spmdrules.importers import onnx as onnx_import  # noqa: E402
+from spmdrules.importers.onnx_ops import OPS  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+F = TensorProto.FLOAT
+
+
+def _model(nodes: Sequence[Any], inputs: dict[str, Sequence[Any]], outputs: Sequence[str],
+           inits: dict[str, np.ndarray] | None = None, opset: int = 13) -> Any:
+    g = helper.make_graph(
+        list(nodes), "t", [helper.make_tensor_value_info(k, F, list(v)) for k, v in inputs.items()],
+        [helper.make_tensor_value_info(o, F, None) for o in outputs],
+        [numpy_helper.from_array(v, k) for k, v in (inits or {}).items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _check(model: Any, feeds: dict[str, np.ndarray], rtol: float = 1e-5) -> None:
+    want = ReferenceEvaluator(model).run(None, feeds)
+    im = onnx_import.import_model(model)
+    got = run_serial(im.graph, {**im.values, **feeds})
+    for name, w in zip(im.outputs, want, strict=True):
+        np.testing.assert_allclose(got[name], w, rtol=rtol, atol=1e-6, err_msg=name)
+
+
+RNG = np.random.default_rng(0)
+
+
+def _r(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+N = helper.make_node
+CASES: dict[str, tuple[list[Any], dict[str, Any], list[str], dict[str, np.ndarray], int]] = {
+    "conv-bias-pads-stride-group": (
+        [N("Conv", ["x", "w", "b"], ["y"], pads=[1, 0, 2, 1], strides=[2, 1], group=2)],
+        {"x": _r(1, 4, 7, 6)}, ["y"], {"w": _r(6, 2, 3, 3), "b": _r(6)}, 13),
+    "conv-same-dilated": (
+        [N("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER", dilations=[2, 1], strides=[2, 2])],
+        {"x": _r(2, 3, 7, 8)}, ["y"], {"w": _r(4, 3, 3, 2)}, 13),
+    "conv3d": ([N("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1, 1, 1])],
+               {"x": _r(1, 2, 4, 5, 3)}, ["y"], {"w": _r(3, 2, 3, 3, 3)}, 13),
+    "maxpool-asym-ceil": (
+        [N("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[0, 0, 1, 1], strides=[2, 2],
+           ceil_mode=1)], {"x": _r(1, 3, 8, 9)}, ["y"], {}, 13),
+    "avgpool-exclusive": (
+        [N("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])],
+        {"x": _r(1, 2, 5, 5)}, ["y"], {}, 13),
+    "avgpool-count-pad": (
+        [N("AveragePool", ["x"], ["y"], kernel_shape=[2, 3], pads=[1, 1, 1, 1], strides=[2, 1],
+           count_include_pad=1)], {"x": _r(1, 2, 5, 5)}, ["y"], {}, 13),
+    "global-pools": ([N("GlobalAveragePool", ["x"], ["a"]), N("GlobalMaxPool", ["x"], ["m"])],
+                     {"x": _r(2, 3, 4, 5)}, ["a", "m"], {}, 13),
+    # onnx 1.23's reference LRN loops over range(N) as channels: N == C keeps it right
+    "lrn": ([N("LRN", ["x"], ["y"], size=3, alpha=1e-2, beta=0.75, bias=2.0)],
+            {"x": _r(5, 5, 3, 3)}, ["y"], {}, 13),
+    # (onnx 1.23's reference BatchNormalization before opset 14 does not give the inference
+    # formula; opset 15's does, and the mapping is the same)
+    "batchnorm": ([N("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3)],
+                  {"x": _r(2, 3, 4, 4)}, ["y"],
+                  {"s": _r(3), "b": _r(3), "m": _r(3), "v": np.abs(_r(3)) + 0.5}, 15),
+    "gemm-alpha-beta-transA": (
+        [N("Gemm", ["a", "w", "c"], ["y"], transA=1, alpha=0.5, beta=2.0)],
+        {"a": _r(4, 3)}, ["y"], {"w": _r(4, 5), "c": _r(5)}, 13),
+    "gemm-transB": ([N("Gemm", ["a", "w", "c"], ["y"], transB=1)],
+                    {"a": _r(3, 4)}, ["y"], {"w": _r(5, 4), "c": _r(5)}, 9),
+    "matmul": ([N("MatMul", ["a", "b"], ["y"])], {"a": _r(2, 3, 4), "b": _r(4, 5)}, ["y"], {},
+               13),
+    "elementwise": (
+        [N("Add", ["a", "b"], ["s"]), N("Mul", ["s", "a"], ["p"]), N("Sub", ["p", "b"], ["d"]),
+         N("Div", ["d", "c"], ["q"]), N("Sum", ["q", "a", "s"], ["y"]), N("Relu", ["y"], ["r"]),
+         N("Sigmoid", ["r"], ["z"]), N("Tanh", ["z"], ["t"]), N("Neg", ["t"], ["n"]),
+         N("Max", ["n", "a"], ["mx"]), N("Min", ["mx", "b"], ["mn"]),
+         N("LeakyRelu", ["mn"], ["lk"], alpha=0.1), N("Exp", ["lk"], ["e"]),
+         N("Abs", ["e"], ["ab"]), N("Sqrt", ["ab"], ["sq"]), N("Log", ["sq"], ["lg"])],
+        {"a": _r(2, 3), "b": _r(3)}, ["lg"], {"c": np.full((1, 3), 2.0, np.float32)}, 13),
+    "unary": ([N(op, ["x"], [op]) for op in ("Softplus", "Softsign", "Reciprocal", "Erf",
+                                              "Floor", "Ceil")],
+              {"x": _r(2, 3)}, ["Softplus", "Softsign", "Reciprocal", "Erf", "Floor", "Ceil"],
+              {}, 13),
+    "softmax-opset13": ([N("Softmax", ["x"], ["y"], axis=1)], {"x": _r(2, 3, 4)}, ["y"], {}, 13),
+    "dropout-identity-flatten": (
+        [N("Dropout", ["x"], ["d", "mask"], ratio=0.3), N("Identity", ["d"], ["i"]),
+         N("Flatten", ["i"], ["y"], axis=2)], {"x": _r(2, 3, 4, 2)}, ["y"], {}, 9),
+    "shapes-opset9": (
+        [N("Unsqueeze", ["x"], ["u"], axes=[0, 3]), N("Transpose", ["u"], ["t"]),
+         N("Squeeze", ["t"], ["s"], axes=[0]), N("Reshape", ["s", "shape"], ["r"]),
+         N("Concat", ["r", "r"], ["y"], axis=-1)],
+        {"x": _r(2, 3)}, ["y"], {"shape": np.array([0, -1], np.int64)}, 9),
+    "shapes-opset13": (
+        [N("Unsqueeze", ["x", "ax"], ["u"]), N("Squeeze", ["u", "ax"], ["y"])],
+        {"x": _r(2, 3)}, ["y"], {"ax": np.array([1], np.int64)}, 13),
+    "constants": (
+        [N("ConstantOfShape", ["shape"], ["c"],
+           value=numpy_helper.from_array(np.array([0.5], np.float32))),
+         N("Constant", [], ["k"], value=numpy_helper.from_array(_r(2, 3))),
+         N("Add", ["x", "c"], ["s"]), N("Mul", ["s", "k"], ["y"])],
+        {"x": _r(2, 3)}, ["y"], {"shape": np.array([2, 3], np.int64)}, 13),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_mapped_ops_equal_onnx_reference(case: str) -> None:
+    nodes, feeds, outs, inits, opset = CASES[case]
+    model = _model(nodes, {k: v.shape for k, v in feeds.items()}, outs, inits, opset)
+    _check(model, feeds)
+
+
+def test_softmax_before_opset_13_flattens_at_axis() -> None:
+    """Opset < 13 Softmax normalises the input coerced to 2-D at ``axis`` (default 1): over
+    C*H*W of an NCHW tensor, as SqueezeNet's shipped output (0.001 everywhere) shows. onnx 1.23's
+    reference evaluator normalises the last axis only, so numpy is the reference here."""
+    x = _r(2, 3, 2, 1)
+    m = _model([N("Softmax", ["x"], ["y"]), N("LogSoftmax", ["x"], ["z"])], {"x": x.shape},
+               ["y", "z"], opset=9)
+    im = onnx_import.import_model(m)
+    got = run_serial(im.graph, {"x": x})
+    flat = x.reshape(2, 6).astype(np.float64)
+    want = np.exp(flat) / np.exp(flat).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(got["y"], want.reshape(x.shape), rtol=1e-6)
+    np.testing.assert_allclose(got["z"], np.log(want).reshape(x.shape), rtol=1e-6)
+
+
+def test_the_tested_cases_cover_every_mapped_op() -> None:
+    used = {n.op_type for nodes, *_ in CASES.values() for n in nodes}
+    assert used | {"Softmax", "LogSoftmax"} == set(OPS)
+
+
+def test_names_initializers_and_constants() -> None:
+    m = _model([N("Gemm", ["x", "fc/w", "fc/b"], ["out"], transB=1)], {"x": (2, 4)}, ["out"],
+               {"fc/w": _r(3, 4), "fc/b": _r(3)})
+    im = onnx_import.import_model(m)
+    g = im.graph
+    assert {t.name for t in g.params} == {"fc/w", "fc/b"}
+    assert im.inputs == ["x"] and im.outputs == ["out"]
+    assert g.tensor("out").producer is not None
+    np.testing.assert_array_equal(im.values["fc/w"], numpy_helper.to_array(m.graph.initializer[0]))
+
+
+def test_input_shapes_widen_and_are_checked() -> None:
+    m = _model([N("Relu", ["x"], ["y"])], {"x": (1, 3)}, ["y"])
+    assert onnx_import.load(m, input_shapes={"x": [4, 3]}).tensor("y").shape == (4, 3)
+    with pytest.raises(errors.ImporterError, match="rank 3"):
+        onnx_import.load(m, input_shapes={"x": [4, 3, 1]})
+    with pytest.raises(errors.ImporterError, match="not inputs of the model; its inputs are"):
+        onnx_import.load(m, input_shapes={"data": [4, 3]})
+
+
+def test_a_batch_fixed_by_a_reshape_is_refused_or_followed() -> None:
+    m = _model([N("Reshape", ["x", "shape"], ["y"])], {"x": (1, 2, 3)}, ["y"],
+               {"shape": np.array([1, 6], np.int64)}, 9)
+    with pytest.raises(errors.ImporterError, match=r"'y' \(Reshape\).*follow_batch=True"):
+        onnx_import.load(m, input_shapes={"x": [4, 2, 3]})
+    assert onnx_import.load(m, input_shapes={"x": [4, 2, 3]},
+                            follow_batch=True).tensor("y").shape == (4, 6)
+
+
+def test_dynamic_shapes_are_refused() -> None:
+    m = _model([N("Relu", ["x"], ["y"])], {"x": ("batch", 3)}, ["y"])
+    with pytest.raises(errors.DynamicShapeError, match=r"'x'.*input_shapes"):
+        onnx_import.load(m)
+    assert onnx_import.load(m, input_shapes={"x": [2, 3]}).tensor("y").shape == (2, 3)
+    runtime_shape = _model([N("Reshape", ["x", "s"], ["y"])], {"x": (2, 3), "s": (2,)}, ["y"])
+    with pytest.raises(errors.DynamicShapeError, match="computed at run time"):
+        onnx_import.load(runtime_shape)
+
+
+def test_control_flow_is_refused() -> None:
+    branch = helper.make_graph([N("Relu", ["x"], ["z"])], "b", [],
+                               [helper.make_tensor_value_info("z", F, None)])
+    m = _model([N("If", ["c"], ["y"], then_branch=branch, else_branch=branch, name="gate")],
+               {"x": (2,), "c": ()}, ["y"])
+    with pytest.raises(errors.ControlFlowError, match="'gate': If is control flow"):
+        onnx_import.load(m)
+
+
+def test_unmapped_ops_and_attributes_name_the_node() -> None:
+    m = _model([N("Resize", ["x"], ["y"], name="up")], {"x": (1, 1, 2, 2)}, ["y"])
+    with pytest.raises(errors.UnmappedOpError, match=r"node 'up': op Resize .* nearest"):
+        onnx_import.load(m)
+    m = _model([N("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"],
+                  training_mode=1)], {"x": (2, 3, 2, 2)}, ["y"],
+               {k: np.ones(3, np.float32) for k in "sbmv"}, 15)
+    with pytest.raises(errors.UnmappedOpError, match="training mode"):
+        onnx_import.load(m)
+    m = _model([N("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2])], {"x": (1, 1, 4, 4)}, ["y"])
+    with pytest.raises(errors.UnmappedOpError, match="Indices"):
+        onnx_import.load(m)
+
+
+def test_errors_are_spmd_errors_and_a_missing_extra_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert issubclass(errors.UnmappedOpError, sr.SpmdError)
+    with pytest.raises(errors.ImporterError, match="no such ONNX file"):
+        onnx_import.load("/nonexistent/model.onnx")
+    monkeypatch.setitem(sys.modules, "onnx", None)
+    with pytest.raises(errors.MissingExtraError, match=r"spmdrules\[onnx\]"):
+        onnx_import.load("model.onnx")
+
+
+def test_cli_imports_an_onnx_file(tmp_path: Path) -> None:
+    src = LIGHT / "light_squeezenet.onnx"
+    out = tmp_path / "squeezenet.json"
+    assert main(["import", str(src), "-o", str(out)]) == 0
+    assert load_json(out) == onnx_import.load(src)
+
+
+def test_docs_list_the_mapped_ops() -> None:
+    text = (REPO / "docs" / "importers.md").read_text()
+    section = text.split("The ONNX ops mapped")[1].split("\n\n")[1]
+    assert sorted(re.findall(r"`([A-Za-z]+)`", section)) == sorted(OPS)

@@ -1,0 +1,111 @@
+"""The ONNX models shipped in the onnx wheel (``onnx/backend/test/data/light``), imported and run
+on MPI in two layouts:
+
+* spatially sharded on 4 ranks (H and W of the input on a 2x2 mesh, every Conv with the spatial
+  opt-in, so the halos are exchanged) at the shipped batch of 1: the output equals the expected
+  output shipped beside the model, within that model's tolerance (``data.json`` of
+  ``onnx/backend/test/data/real/test_<model>``), for the input ONNX's backend test feeds it
+  (``arange(n) / n``, its ``generate_dummy_data``);
+* data parallel on 2 ranks with the batch widened to 4 (``follow_batch``): the output equals our
+  serial numpy run of the same graph.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="needs the onnx extra (make test installs it)")
+
+import spmdrules as sr  # noqa: E402
+from spmdrules import plan  # noqa: E402
+from spmdrules.completion import complete  # noqa: E402
+from spmdrules.execution.executor import serial_op  # noqa: E402
+from spmdrules.execution.lowering import lower  # noqa: E402
+from spmdrules.execution.mpi import run_mpi  # noqa: E402
+from spmdrules.execution.program import HaloStep  # noqa: E402
+from spmdrules.importers import onnx as onnx_import  # noqa: E402
+
+DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
+LIGHT = DATA / "light"
+MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
+          "shufflenet", "squeezenet", "vgg19", "zfnet512"]
+
+
+def test_the_wheel_ships_these_models() -> None:
+    assert sorted(p.stem.removeprefix("light_") for p in LIGHT.glob("*.onnx")) == MODELS
+
+
+def _tolerance(model: str) -> tuple[float, float]:
+    spec = json.loads((DATA / "real" / f"test_{model}" / "data.json").read_text())
+    return float(spec.get("rtol", 1e-3)), float(spec.get("atol", 1e-7))
+
+
+def _serial(g: Any, feeds: dict[str, Any], out: str) -> np.ndarray:
+    """Our serial numpy run (each op's kernel, unsharded, in graph order), freeing each tensor
+    after its last reader: DenseNet121 at batch 4 holds GBs otherwise."""
+    last: dict[str, int] = {}
+    for i, op in enumerate(g.ops):
+        for t in op.inputs:
+            if t is not None and hasattr(t, "name"):
+                last[t.name] = i
+    values = {k: np.asarray(v) for k, v in feeds.items()}
+    for i, op in enumerate(g.ops):
+        values.update(serial_op(op, values))
+        for t in op.inputs:
+            if t is not None and hasattr(t, "name") and last.get(t.name) == i and t.name != out:
+                values.pop(t.name, None)
+    return values[out]
+
+
+def _dummy(shape: tuple[int, ...]) -> np.ndarray:
+    """The input ONNX's backend test gives a light model (generate_dummy_data, random=False)."""
+    n = int(np.prod(shape))
+    return (np.arange(n).reshape(shape) / n).astype(np.float32)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("model", MODELS)
+def test_spatial_on_4_ranks_equals_the_shipped_output(model: str) -> None:
+    path = LIGHT / f"light_{model}.onnx"
+    im = onnx_import.import_model(path, spatial_sharding=True)
+    g = im.graph
+    mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["h", "w"])
+    (x_name,) = im.inputs
+    plan.apply(g, mesh, {x_name: plan.Spatial(dims={"H": "h", "W": "w"})})
+    prog = lower(complete(g))
+    halos = [i for i in prog.instructions if isinstance(i, HaloStep)]
+    assert halos, "the spatially sharded convolutions exchange halos"
+    x = _dummy(g.tensor(x_name).shape)
+    (out,) = im.outputs
+    run = run_mpi(prog, im.feeds(x), nprocs=4, fetch=[out], timeout=560)
+    want = onnx.numpy_helper.to_array(onnx.load_tensor(str(LIGHT / f"light_{model}_output_0.pb")))
+    rtol, atol = _tolerance(model)
+    np.testing.assert_allclose(run.values[out], want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("model", MODELS)
+def test_data_parallel_on_2_ranks_batch_4_equals_serial(model: str) -> None:
+    path = LIGHT / f"light_{model}.onnx"
+    m = onnx.load(str(path))
+    inits = {i.name for i in m.graph.initializer}
+    (vi,) = [i for i in m.graph.input if i.name not in inits]
+    shape = [4, *(d.dim_value for d in vi.type.tensor_type.shape.dim[1:])]
+    im = onnx_import.import_model(m, input_shapes={vi.name: shape}, follow_batch=True,
+                                  name=model)
+    g = im.graph
+    mesh = sr.ProcessMesh([0, 1], dim_names=["dp"])
+    (x_name,) = im.inputs
+    plan.apply(g, mesh, {x_name: plan.DataParallel(dim="dp")})
+    prog = lower(complete(g))
+    x = _dummy(tuple(shape))
+    (out,) = im.outputs
+    assert g.tensor(out).shape[0] == 4
+    feeds: dict[str, Any] = im.feeds(x)
+    run = run_mpi(prog, feeds, nprocs=2, fetch=[out], timeout=560)
+    np.testing.assert_allclose(run.values[out], _serial(g, feeds, out), rtol=1e-9, atol=1e-12)
