@@ -44,11 +44,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from spmdrules.runtime.abort import JOB_DIR_ENV
+
 # the first line of spmdrules.runtime.abort.failure_report
 _FAILED_LINE = re.compile(r"^spmdrules: rank (\d+) of \d+ failed(.*)$", re.M)
 
 #: environment variable naming the directory where ranks leave their completion markers
-DONE_DIR_ENV: Final = "SPMDRULES_DONE_DIR"
+DONE_DIR_ENV: Final = JOB_DIR_ENV
 #: how often the watcher walks the job's processes for shared-memory files
 POLL_SECONDS: Final = 0.05
 #: where MPICH (and POSIX shm_open) puts shared-memory segments
@@ -338,7 +340,14 @@ def launch(nprocs: int, argv: Sequence[str], *, timeout: float, mpiexec: str | P
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
                 removed.append(path)
-        completed = frozenset(int(n.split(".")[1]) for n in os.listdir(done) if n.startswith("done."))
+        names = sorted(os.listdir(done))
+        completed = frozenset(int(n.split(".")[1]) for n in names if n.startswith("done."))
+        # a failing rank's own report (abort.fail), which its stderr may not have delivered
+        for n in names:
+            if n.startswith("failed."):
+                report = Path(done, n).read_text()
+                if report not in err:
+                    err += report
         wall = time.perf_counter() - t0
     return JobResult(-9 if timed_out else proc.returncode, out, err, timed_out, wall, nprocs,
                      completed, tuple(removed), tuple(sorted(watcher.segments)),

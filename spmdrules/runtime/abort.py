@@ -21,17 +21,23 @@ launched by spmdrules also checks that every rank reached its completion marker
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 import traceback
 from collections.abc import Iterator
+from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 from spmdrules.runtime._mpi import mpi
 
 #: exit status of a job that a failing worker aborted
 ABORT_STATUS = 13
+#: the folder a launcher gives its job (:mod:`spmdrules.execution.launch`). A failing worker also
+#: writes its report there: the copy on stderr goes through MPICH's output forwarding, which the
+#: abort may kill before it reaches ``mpiexec``, and then the job would end without the error.
+JOB_DIR_ENV: Final = "SPMDRULES_DONE_DIR"
 
 
 def failure_report(exc: BaseException, comm: Any = None, where: str = "") -> str:
@@ -48,7 +54,11 @@ def fail(exc: BaseException, comm: Any = None, where: str = "") -> NoReturn:
     """Print who failed and why, then ``MPI_Abort`` the whole job."""
     comm = comm if comm is not None else mpi().COMM_WORLD
     with contextlib.suppress(Exception):
-        sys.stderr.write(failure_report(exc, comm, where))
+        report = failure_report(exc, comm, where)
+        job = os.environ.get(JOB_DIR_ENV)
+        if job:
+            Path(job, f"failed.{comm.Get_rank()}").write_text(report)
+        sys.stderr.write(report)
         sys.stderr.flush()
     comm.Abort(ABORT_STATUS)
     raise SystemExit(ABORT_STATUS)  # pragma: no cover - Abort does not return
@@ -82,4 +92,4 @@ def install_excepthook(comm: Any = None) -> None:
     threading.excepthook = thread_hook
 
 
-__all__ = ["ABORT_STATUS", "abort_on_error", "fail", "failure_report", "install_excepthook"]
+__all__ = ["ABORT_STATUS", "JOB_DIR_ENV", "abort_on_error", "fail", "failure_report", "install_excepthook"]

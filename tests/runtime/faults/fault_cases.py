@@ -167,6 +167,21 @@ def raise_before() -> None:
         reduce(x)
 
 
+def raise_silent() -> None:
+    """As raise_before, but rank VICTIM's stderr goes nowhere: its report must still reach the
+    launcher (MPICH's output forwarding may be killed by the abort before it delivers)."""
+    P_x, reduce, _, _ = _layers()
+    x = _block(P_x)
+    reduce(x)
+    if rank == VICTIM:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - this rank ends with the abort
+        raise ValueError(f"injected error on rank {rank}, with no stderr")
+    for _ in range(3):
+        reduce(x)
+
+
 def raise_inside() -> None:
     """Rank VICTIM raises inside Repartition's data movement."""
     P_x, _, _, repart = _layers()
@@ -276,7 +291,7 @@ def executor_dies() -> None:
 
 CASES: dict[str, Callable[[], None]] = {f.__name__: f for f in (
     shapes, shapes_sum_reduce, rank_sets, rank_sets_layer, missing_rank, global_shapes, axes,
-    raise_before, raise_inside, exit_sum_reduce, exit_broadcast, exit_repartition, exit_zero,
+    raise_before, raise_silent, raise_inside, exit_sum_reduce, exit_broadcast, exit_repartition, exit_zero,
     executor_program, executor_feeds, executor_kernel, executor_dies,
 )}
 

@@ -34,6 +34,7 @@ CASES = [
     ("global_shapes", 4, "typed"),
     ("axes", 4, "typed"),
     ("raise_before", 4, "abort"),
+    ("raise_silent", 4, "abort"),
     ("raise_inside", 8, "abort"),
     ("exit_broadcast", 4, "died"),
     ("exit_sum_reduce", 4, "died"),
