@@ -58,7 +58,9 @@ def _normalise_partial(mesh: ProcessMesh, partial: Any, where: str) -> PartialIt
         )
     out: dict[int, str] = {}
     for d, rt in items:
-        md = _mesh_dim(mesh, int(d) if isinstance(d, str) and d.isdigit() else d, where)
+        # ASCII digits only: '¹' and '١' are digits to str.isdigit, not to int()
+        ascii_int = isinstance(d, str) and d.isascii() and d.isdigit()
+        md = _mesh_dim(mesh, int(d) if ascii_int else d, where)
         if isinstance(rt, Partial):
             rt = rt.reduce_type
         if rt not in REDUCE_TYPES:

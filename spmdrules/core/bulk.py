@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
+import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Final, TypeVar
 
 T_ = TypeVar("T_")
 
@@ -26,3 +29,28 @@ def without_gc(fn: Callable[[], T_]) -> T_:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    if sys.platform != "linux":
+        return None
+    try:
+        fn: Callable[[int], int] = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        return None
+    return fn
+
+
+_TRIM: Final = _malloc_trim()
+
+
+def release_scratch() -> None:
+    """Give the C heap's free pages back to the system.
+
+    pydantic-core parses a model file into a JSON tree on the C heap (about three times the
+    file's size) before it builds the records; Python's own objects live in separate arenas, so
+    the later phases never reuse those freed pages and the process would keep them resident
+    until it ends: 200 MB of a 60 MB file's load. glibc's ``malloc_trim`` returns them; elsewhere
+    this does nothing."""
+    if _TRIM is not None:
+        _TRIM(0)

@@ -25,6 +25,16 @@ from spmdrules.graph.shapes.shape_rule import DTYPES, Arg, OutMeta, TensorMeta, 
 
 NAME: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/:\[\]]*")
 
+#: an op bound: the rule's attribute values, the op's further ones, the result metas as the
+#: shape rule gives them (a tuple for a list result) and flat
+Bound = tuple[tuple[Any, ...], tuple[Any, ...], tuple[OutMeta, ...], tuple[TensorMeta, ...]]
+
+#: ops bound before, by schema, operand shapes and dtypes, and attributes with their types (so
+#: that ``0.0`` never answers for ``False``): the layers of a model repeat, and binding them
+#: again would give the same answer. Only successes are kept, so every error names its own op.
+_BOUND: dict[Any, Bound] = {}
+_BOUND_MAX: Final = 4096
+
 
 def check_name(name: Any, what: str) -> None:
     if not isinstance(name, str) or not NAME.fullmatch(name):  # "x\n" is not a name
@@ -75,10 +85,15 @@ def _resolve(graph: OwnerGraph, node: str, param: str, v: Any) -> Tensor:
     )
 
 
+#: the sequences checked by type alone (the ABC check costs more than the rest of a small op)
+_PLAIN_SEQUENCES: Final = (list, tuple)
+
+
 def bind_operands(
     graph: OwnerGraph, name: str, schema: OpSchema, operands: Sequence[Any]
 ) -> tuple[Tensor | tuple[Tensor, ...] | None, ...]:
-    if isinstance(operands, str | Tensor) or not isinstance(operands, Sequence):
+    if type(operands) not in _PLAIN_SEQUENCES and (
+            isinstance(operands, str | Tensor) or not isinstance(operands, Sequence)):
         raise ArityError(
             f"op {name!r} ({schema.name}): operands must be a list with one entry per tensor "
             f"parameter; the signature is {schema.signature()}"
@@ -93,7 +108,8 @@ def bind_operands(
     for i, p in enumerate(params):
         v = operands[i] if i < len(operands) else None
         if p.kind == "list":
-            if isinstance(v, Tensor | str) or not isinstance(v, Sequence):
+            if not isinstance(v, _PLAIN_SEQUENCES) and (
+                    isinstance(v, Tensor | str) or not isinstance(v, Sequence)):
                 raise ArityError(
                     f"op {name!r} ({schema.name}): operand {p.name!r} is a list of tensors; "
                     f"pass a list, got {v!r}"
@@ -109,6 +125,58 @@ def bind_operands(
         else:
             out.append(_resolve(graph, name, p.name, v))
     return tuple(out)
+
+
+def bind_op(
+    name: str,
+    schema: OpSchema,
+    ops_in: tuple[Tensor | tuple[Tensor, ...] | None, ...],
+    attrs: Mapping[str, Any] | None,
+    result_metas: Sequence[tuple[Sequence[int], str]] | None,
+) -> Bound:
+    """Check the attributes and infer the results of one op (``Graph.add_op``'s checks)."""
+    key = None if result_metas is not None else _bound_key(schema, ops_in, attrs)
+    if key is not None:
+        try:
+            hit = _BOUND.get(key)
+        except TypeError:  # an unhashable attribute value: bind it afresh
+            key = hit = None
+        if hit is not None:
+            return hit
+    values, extra = schema.bind_attrs(name, attrs)
+    attr_map = dict(zip((a.name for a in schema.attrs), values, strict=True))
+    attr_map.update(zip((a.name for a in schema.op_attrs), extra, strict=True))
+    metas = infer_metas(name, schema, ops_in, attr_map, result_metas)
+    flat = tuple(m for ms in metas for m in ((ms,) if isinstance(ms, TensorMeta) else ms))
+    bound = (values, extra, metas, flat)
+    if key is not None:
+        if len(_BOUND) >= _BOUND_MAX:
+            _BOUND.clear()
+        _BOUND[key] = bound
+    return bound
+
+
+def _bound_key(
+    schema: OpSchema, ops_in: tuple[Tensor | tuple[Tensor, ...] | None, ...], attrs: Any
+) -> tuple[Any, ...] | None:
+    if attrs is None:
+        given: tuple[Any, ...] = ()
+    elif isinstance(attrs, dict):
+        given = tuple((k, _typed(v)) for k, v in attrs.items())
+    else:
+        return None
+    metas = tuple(
+        None if v is None else (v._shape, v._dtype) if isinstance(v, Tensor)
+        else tuple((t._shape, t._dtype) for t in v)
+        for v in ops_in
+    )
+    return schema, metas, given
+
+
+def _typed(v: Any) -> Any:
+    if isinstance(v, list | tuple):
+        return type(v), tuple(_typed(x) for x in v)
+    return type(v), v
 
 
 def infer_metas(
@@ -152,6 +220,9 @@ def result_names(
     name: str, schema: OpSchema, metas: tuple[OutMeta, ...], results: Sequence[str] | None
 ) -> list[str]:
     n_flat = sum(1 if isinstance(m, TensorMeta) else len(m) for m in metas)
+    if results is not None and len(results) == n_flat == 1 and not isinstance(results, str):
+        check_name(results[0], "tensor")  # the common case, one result named
+        return [results[0]]
     if results is not None:
         if isinstance(results, str) or len(results) != n_flat:
             raise ArityError(
@@ -178,13 +249,14 @@ def result_names(
 
 
 def adopted_results(
-    tensors: Mapping[str, Tensor], name: str, names: list[str], metas: list[TensorMeta]
+    tensors: Mapping[str, Tensor], name: str, names: list[str], metas: Sequence[TensorMeta]
 ) -> dict[str, Tensor]:
     adopt: dict[str, Tensor] = {}
-    for r, m in zip(names, metas, strict=True):
+    for k, r in enumerate(names):
         t = tensors.get(r)
         if t is None:
             continue
+        m = metas[k]
         if t.role != "value":
             raise ProducerError(
                 f"op {name!r}: result {r!r} is a graph {t.role}, which no op may produce; "

@@ -2,22 +2,26 @@
 
 The nodes, ``Tensor`` and ``Op``, are in ``spmdrules.graph.nodes``.
 
-Design. The DiGraph is bipartite: every op and every tensor is a node, with an edge tensor -> op
-for each operand and op -> tensor for each result. Tensors are nodes (not edge labels) because a
-tensor has one producer but many consumers, graph inputs and parameters have no producer at all,
-and the completion pass keeps one attribute per tensor, not per use. The node keys are the
-slotted ``Op`` and ``Tensor`` objects themselves (hashed by identity, empty attribute dicts), so
-networkx algorithms hand back the objects with no lookups, and per-node data stays in ``__slots__``:
-a 21k-op model costs a few tens of MB. Attributes set for every tensor at once (``set_attrs``,
-which completion uses, and ``reset_attrs``) stay in one list on the graph until a single tensor's
-attribute is set or the graph changes: writing into each scattered Tensor object costs a cache
-miss per tensor on large models. ``Tensor.attr`` reads either the same way.
+Design. Ops and tensors are slotted objects that link each other: ``Op.operands`` and
+``Op.results`` keep the rule's argument order, ``Tensor.producer`` is the op that makes a tensor
+and each tensor keeps the ops that read it. Tensors are nodes of their own (not edge labels)
+because a tensor has one producer but many consumers, graph inputs and parameters have no
+producer at all, and the completion pass keeps one attribute per tensor, not per use. A 200k-op
+model costs about 100 MB this way; ``Graph.nx``, the bipartite networkx DiGraph (an edge
+tensor -> op for each operand, op -> tensor for each result), is built from the links when asked
+for, and networkx runs the graph algorithms: the topological sort and the search for a cycle.
+Attributes set for every tensor at once (``set_attrs``, which completion uses, and
+``reset_attrs``) stay in one list on the graph until a single tensor's attribute is set or the
+graph changes: writing into each scattered Tensor object costs a cache miss per tensor on large
+models. ``Tensor.attr`` reads either the same way.
 
-Order. ``Op.operands`` and ``Op.results`` keep the rule's argument order (networkx edges have
-none). ``Graph.topological_order()`` is networkx's lexicographical topological sort keyed by
-natural name order, so it depends on the names only, never on insertion order; it is cached,
-and each op's position is stored in ``Op.order``. ``Tensor.producer`` is a slot; consumers are the
-node's successors in the DiGraph, sorted by ``Op.order``.
+Order. ``Graph.topological_order()`` is the lexicographical topological sort of the ops (an op
+after the producers of its operands), keyed by natural name order with the name itself as the
+last tie-break: a total order, so it depends on the graph's content only, never on insertion
+order. When the ops sorted by that key are already in topological order, that sorted order is
+the lexicographical sort itself (at each step the least remaining op is ready), so no graph is
+built; otherwise networkx sorts. The order is cached, and each op's position is stored in
+``Op.order``. Consumers are sorted by ``Op.order``.
 
 The graph also keeps its annotated tensors (``Tensor.annotation`` registers them) and a count of
 declared tensors no op produces yet, so neither completion nor ``validate`` visits every tensor.
@@ -32,9 +36,8 @@ by networkx on ``validate()``, which also runs when a ``with Graph():`` block en
 from __future__ import annotations
 
 import contextvars
-import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 import networkx as nx
 
@@ -44,6 +47,7 @@ from spmdrules.core.spec import flat_slots
 from spmdrules.graph.annotation import Annotation
 from spmdrules.graph.binding import (
     adopted_results,
+    bind_op,
     bind_operands,
     check_dtype,
     check_name,
@@ -63,21 +67,12 @@ from spmdrules.graph.errors import (
 )
 from spmdrules.graph.nodes import Op, Role, Tensor
 from spmdrules.graph.opschema import op_schema
+from spmdrules.graph.order import lexicographic_order, natural_key
 from spmdrules.graph.shapes.shape_rule import TensorMeta
-
-_DIGITS: Final = re.compile(r"(\d+)")
 
 _CURRENT: contextvars.ContextVar[tuple[Graph, ...]] = contextvars.ContextVar(
     "spmdrules_graph_stack", default=()
 )
-
-
-def _natural_key(name: str) -> tuple[tuple[str | int, ...], str]:
-    """'layer10' after 'layer9': strings at even positions, ints at odd ones, so keys compare;
-    then the name itself, so that names equal in natural order ('c1', 'c01') still have one
-    order: a total order, so the result never depends on insertion order."""
-    parts = _DIGITS.split(name)
-    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts)), name
 
 
 class Graph:
@@ -99,7 +94,7 @@ class Graph:
     __hash__ = None  # type: ignore[assignment]  # compares by content, so not hashable
 
     name: str
-    _nx: nx.DiGraph
+    _nx: nx.DiGraph | None
     _tensors: dict[str, Tensor]
     _ops: dict[str, Op]
     _topo: tuple[Op, ...] | None
@@ -111,7 +106,7 @@ class Graph:
 
     def __init__(self, name: str = "graph") -> None:
         self.name = name
-        self._nx = nx.DiGraph()
+        self._nx = None  # the networkx view, built when asked for
         self._tensors = {}
         self._ops = {}
         self._topo = None
@@ -171,7 +166,6 @@ class Graph:
         self._tensors[name] = t
         if role == "value":
             self._unproduced += 1
-        self._nx.add_node(t)
         return t
 
 
@@ -221,42 +215,43 @@ class Graph:
                     f"op {name!r} already exists in graph {self.name!r}; give the new op another name"
                 )
         ops_in = bind_operands(self, name, schema, operands)
-        attr_values, extra = schema.bind_attrs(name, attrs)
-        attr_map = dict(zip((a.name for a in schema.attrs), attr_values, strict=True))
-        attr_map.update(zip((a.name for a in schema.op_attrs), extra, strict=True))
-        metas = infer_metas(name, schema, ops_in, attr_map, result_metas)
-        flat_metas = [m for ms in metas for m in (ms if isinstance(ms, tuple) and not
-                                                  isinstance(ms, TensorMeta) else (ms,))]
+        attr_values, extra, metas, flat_metas = bind_op(name, schema, ops_in, attrs, result_metas)
         names = result_names(name, schema, metas, results)
         adopt = adopted_results(self._tensors, name, names, flat_metas)
 
         self._changed()
         op = Op(name, schema, attr_values, ops_in, extra)
-        g = self._nx
-        g.add_node(op)
         for t in flat_slots(ops_in, Tensor):
-            g.add_edge(t, op)
+            readers = t._consumers
+            if not readers or readers[-1] is not op:  # an op reading t twice reads it once
+                readers.append(op)
+        tensors = self._tensors
         flat: list[Tensor] = []
         for i, (rname, meta) in enumerate(zip(names, flat_metas, strict=True)):
             # an adopted tensor that already has consumers may close a cycle: validate() finds it
-            t = adopt.get(rname) or Tensor(self, rname, meta.shape, meta.dtype, "value")
-            if rname in adopt:
+            old = adopt.get(rname) if adopt else None
+            if old is None:
+                t = Tensor(self, rname, meta.shape, meta.dtype, "value")
+                tensors[rname] = t
+            else:
+                t = old
                 self._unproduced -= 1
-            self._tensors[rname] = t
             t.producer = op
             t.index = i
-            g.add_edge(op, t)
             flat.append(t)
-        structured: list[Tensor | tuple[Tensor, ...]] = []
-        k = 0
-        for ms in metas:
-            if isinstance(ms, TensorMeta):
-                structured.append(flat[k])
-                k += 1
-            else:
-                structured.append(tuple(flat[k : k + len(ms)]))
-                k += len(ms)
-        op.results = tuple(structured)
+        if len(flat) == len(metas):  # no list result: the structure is the flat list
+            op.results = tuple(flat)
+        else:
+            structured: list[Tensor | tuple[Tensor, ...]] = []
+            k = 0
+            for ms in metas:
+                if isinstance(ms, TensorMeta):
+                    structured.append(flat[k])
+                    k += 1
+                else:
+                    structured.append(tuple(flat[k : k + len(ms)]))
+                    k += len(ms)
+            op.results = tuple(structured)
         self._ops[name] = op
         return op
 
@@ -271,8 +266,17 @@ class Graph:
     # ---- queries ------------------------------------------------------------------------------
     @property
     def nx(self) -> nx.DiGraph:
-        """The networkx DiGraph (nodes: Op and Tensor objects). Read it; change the graph through
-        ``add_op`` so the caches stay right."""
+        """The graph as a networkx DiGraph: Op and Tensor objects are its nodes, with an edge
+        tensor -> op for each operand and op -> tensor for each result. Built on the first call
+        and kept until the graph changes; read it, and change the graph through ``add_op``."""
+        if self._nx is None:
+            g = nx.DiGraph()
+            g.add_nodes_from(self._tensors.values())
+            g.add_nodes_from(self._ops.values())
+            g.add_edges_from((t, op) for t in self._tensors.values() for op in t._consumers)
+            g.add_edges_from((t.producer, t) for t in self._tensors.values()
+                             if t.producer is not None)
+            self._nx = g
         return self._nx
 
     @property
@@ -350,6 +354,7 @@ class Graph:
         """The graph's content changes: per-topology caches and the tensor order are stale."""
         self._store_attrs()
         self._topo = None
+        self._nx = None
 
     def producer(self, t: Tensor | str) -> Op | None:
         return (self.tensor(t) if isinstance(t, str) else t).producer
@@ -357,11 +362,11 @@ class Graph:
     def consumers(self, t: Tensor | str) -> tuple[Op, ...]:
         """The ops that read ``t``, each once, in topological order."""
         tt = self.tensor(t) if isinstance(t, str) else t
-        succ = self._nx._succ[tt]
-        if len(succ) <= 1:
-            return tuple(succ)
+        readers = tt._consumers
+        if len(readers) <= 1:
+            return tuple(readers)
         self.topological_order()
-        return tuple(sorted(succ, key=_op_order))
+        return tuple(sorted(readers, key=_op_order))
 
     def topological_order(self) -> tuple[Op, ...]:
         """Ops in an order where every op comes after the producers of its operands.
@@ -372,14 +377,13 @@ class Graph:
         if self._topo is not None:
             return self._topo
         try:
-            nodes = nx.lexicographical_topological_sort(self._nx, key=_node_key)
-            order = tuple(n for n in nodes if isinstance(n, Op))
+            order = lexicographic_order(self._ops.values())
         except nx.NetworkXUnfeasible:
             raise self._cycle_error() from None
         for i, op in enumerate(order):
             op.order = i
         src = sorted((t for t in self._tensors.values() if t.producer is None),
-                     key=lambda t: _natural_key(t.name))
+                     key=lambda t: natural_key(t.name))
         tensors = (*src, *(t for op in order for t in flat_slots(op.results, Tensor)))
         for i, t in enumerate(tensors):
             t.order = i
@@ -388,7 +392,7 @@ class Graph:
         return order
 
     def _cycle_error(self) -> GraphCycleError:
-        edges = nx.find_cycle(self._nx)
+        edges = nx.find_cycle(self.nx)
         ops = [u.name for u, _ in edges if isinstance(u, Op)]
         via = [u.name for u, _ in edges if isinstance(u, Tensor)]
         return GraphCycleError(
@@ -455,7 +459,11 @@ class Graph:
     def __contains__(self, item: object) -> bool:
         if isinstance(item, str):
             return item in self._tensors or item in self._ops
-        return item in self._nx._node
+        if isinstance(item, Tensor):
+            return self._tensors.get(item.name) is item
+        if isinstance(item, Op):
+            return self._ops.get(item.name) is item
+        return False
 
     def __repr__(self) -> str:
         return (f"Graph({self.name!r}: {self.num_ops} ops, {self.num_tensors} tensors, "
@@ -468,10 +476,6 @@ class Graph:
             outs = ", ".join(f"{t.name}{list(t.shape)}" for t in op.outputs)
             lines.append(f"  {outs} = {op.type}({', '.join(t.name for t in op.inputs)})")
         return "\n".join(lines)
-
-
-def _node_key(n: Op | Tensor) -> tuple[tuple[str | int, ...], str]:
-    return _natural_key(n.name)
 
 
 def _op_order(op: Op) -> int:

@@ -50,8 +50,8 @@ class Tensor:
     """
 
     __slots__ = (
-        "_annotation", "_attr", "_dtype", "_shape", "graph", "index", "name", "order", "producer",
-        "role",
+        "_annotation", "_attr", "_consumers", "_dtype", "_shape", "graph", "index", "name",
+        "order", "producer", "role",
     )
 
     name: str
@@ -64,6 +64,8 @@ class Tensor:
     order: int
     _attr: DistAttr | None
     _annotation: Annotation | None
+    #: the ops that read this tensor, each once, in the order they were added
+    _consumers: list[Op]
 
     def __init__(
         self, graph: OwnerGraph, name: str, shape: tuple[int, ...], dtype: str, role: Role
@@ -78,6 +80,7 @@ class Tensor:
         self.order = -1  # position in Graph.tensors, set with the topological order
         self._attr = None
         self._annotation = None
+        self._consumers = []
 
     @property
     def attr(self) -> DistAttr | None:

@@ -129,6 +129,20 @@ def _t(d: dict[str, Any], name: str) -> dict[str, Any]:
      None),
     (lambda d: d["ops"][0].update(attrs={"trans_x": "__import__('os')"}),
      "attribute 'trans_x' must be a bool", GraphError),
+    # a value tensor is made by its producer, then checked against the file: listed results
+    # whose shape or dtype disagree, or that no op produces, fail as when declared first
+    (lambda d: _t(d, "gelu").update(shape=[2, 4, 17]),
+     "op 'gelu': result 'gelu' was declared [2, 4, 17] float32 but the op produces [2, 4, 16]",
+     GraphError),
+    (lambda d: _t(d, "gelu").update(dtype="float33"), "tensor 'gelu': dtype 'float33'",
+     GraphError),
+    (lambda d: d["ops"].reverse() or _t(d, "gelu").update(shape=[2, 4, 17]),  # read first
+     "op 'fc2.matmul' (matmul): y: contracted dim has size 16 but x's has size 17", GraphError),
+    (lambda d: d["tensors"].append({**_t(d, "gelu"), "name": "spare"}),
+     "tensor 'spare' was declared but no op produces it", GraphError),
+    (lambda d: d["tensors"].append(_t(d, "gelu")), "tensor 'gelu' already exists", GraphError),
+    (lambda d: d["tensors"].append({**_t(d, "gelu"), "role": "param"}),
+     "tensor 'gelu' already exists", GraphError),
 ])
 def test_untrusted_files_fail_precisely(mutate: Any, message: str, cause: type | None) -> None:
     d = _doc()
@@ -139,6 +153,16 @@ def test_untrusted_files_fail_precisely(mutate: Any, message: str, cause: type |
     assert str(info.value).startswith("m.json: ")
     if cause is not None:
         assert isinstance(info.value.__cause__, cause)
+
+
+@pytest.mark.parametrize("order", ["reversed", "rotated"])
+def test_a_file_loads_whatever_the_order_of_its_ops(order: str) -> None:
+    """Value tensors read before their producer in the file are declared, the others come from
+    their producers: any order of ops gives the same graph."""
+    g = examples.gpt_decoder(2, MESH, **SMALL)
+    d = json.loads(dumps(g))
+    d["ops"] = d["ops"][::-1] if order == "reversed" else d["ops"][7:] + d["ops"][:7]
+    assert loads(json.dumps(d)) == g
 
 
 def test_not_json_and_not_an_object() -> None:

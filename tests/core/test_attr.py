@@ -85,6 +85,9 @@ def test_every_reduce_type(reduce_type: str) -> None:
         ({"dims_mapping": [-1], "partial": {0: "mean"}}, "reduce type 'mean'"),
         ({"dims_mapping": ["tp"]}, "'tp' is not a dim name"),
         ({}, "exactly one of"),
+        # str.isdigit accepts '¹' and '١', int() does not: a typed error, never a ValueError
+        ({"dims_mapping": [-1], "partial": {"¹": "sum"}}, "'¹' is not a dim name"),
+        ({"dims_mapping": [-1], "partial": {"١": "sum"}}, "'١' is not a dim name"),
     ],
 )
 def test_dist_attr_errors(kwargs: dict[str, object], fragment: str) -> None:

@@ -1,0 +1,50 @@
+"""The order of a graph's ops: topological, with ties broken by name, so it depends on the
+graph's content alone (never on the order in which ops were added or listed in a file)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Final
+
+import networkx as nx
+
+from spmdrules.core.spec import flat_slots
+from spmdrules.graph.nodes import Op, Tensor
+
+_DIGITS: Final = re.compile(r"(\d+)")
+
+
+def natural_key(name: str) -> tuple[tuple[str | int, ...], str]:
+    """'layer10' after 'layer9': strings at even positions, ints at odd ones, so keys compare;
+    then the name itself, so that names equal in natural order ('c1', 'c01') still have one
+    order: a total order, so the result never depends on insertion order."""
+    parts: list[str | int] = list(_DIGITS.split(name))
+    parts[1::2] = map(int, parts[1::2])
+    return tuple(parts), name
+
+
+def lexicographic_order(ops: Iterable[Op]) -> tuple[Op, ...]:
+    """The lexicographical topological sort of ``ops`` (each after the producers of its
+    operands) keyed by ``natural_key``; sets ``Op.order``. A cycle raises
+    ``networkx.NetworkXUnfeasible``.
+
+    When the ops sorted by key are already in topological order, that sorted order is the
+    lexicographical sort itself (at each step the least remaining op is ready), so no graph is
+    built: models whose names count up along the data flow (``layers.0`` ... ``layers.31``, a
+    generated chain) skip networkx. Otherwise networkx sorts the op dependency graph."""
+    keys = {op: natural_key(op.name) for op in ops}
+    ranked = sorted(keys, key=keys.__getitem__)
+    for i, op in enumerate(ranked):
+        op.order = i
+    if all(t.producer.order < op.order for op in ranked
+           for t in flat_slots(op.operands, Tensor) if t.producer is not None):
+        return tuple(ranked)
+    deps = nx.DiGraph()
+    deps.add_nodes_from(ranked)
+    deps.add_edges_from((t.producer, op) for op in ranked
+                        for t in flat_slots(op.operands, Tensor) if t.producer is not None)
+    order = tuple(nx.lexicographical_topological_sort(deps, key=keys.__getitem__))
+    for i, op in enumerate(order):
+        op.order = i
+    return order
