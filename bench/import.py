@@ -2,7 +2,7 @@
 3.3.1's PIR propagation of the same LLaMA, measured in the same run.
 
     .venv/bin/python bench/import.py [--paddle-python PATH] [--layers 32] [--hidden 256]
-                                     [--repeat 3] [--paddle-repeat 7]
+                                     [--repeat 3] [--fast-repeat 7] [--paddle-repeat 7]
 
 The models (built or read, not run):
 
@@ -21,12 +21,14 @@ The models (built or read, not run):
 
 Then for both: ``plan`` (spmdrules.plan.apply), ``complete`` (complete(g.reset_attrs()), from
 the annotations alone) and ``planning`` (every reshard edge's plan, with the plan cache cleared
-first). Each phase runs ``--repeat`` times: ``first`` is the first run in this process (for
-``complete``: the rules' memo caches and completion's per-topology index empty for this graph),
-``again`` the median of the other runs (warm caches, as in a compiler that completes many
-graphs). Each is wall time (``perf_counter``) and this process's CPU time (``process_time``):
-the machine is shared, and CPU time is the less disturbed figure. ``ops`` counts every op of our
-graph, constant sources (``full``, ``arange``) included; ``ops with an input`` leaves those out.
+first). The torch phases (export, decompose, map: seconds each) run ``--repeat`` times, the
+others (well under a second) ``--fast-repeat`` times (column ``n``). ``first`` is the first run
+in this process (for ``complete``: the rules' memo caches and completion's per-topology index
+empty for this graph), ``again`` the median of the other runs (warm caches, as in a compiler
+that completes many graphs). Each is wall time (``perf_counter``) and this process's CPU time
+(``process_time``): the machine is shared, and CPU time is the less disturbed figure. ``ops``
+counts every op of our graph, constant sources (``full``, ``arange``) included; ``ops with an
+input`` leaves those out.
 
 Paddle. In Paddle 3.3.1's PIR, propagation happens as each op is built: an op with a dist operand
 runs its phi SPMD rule forward and gives its results the answer (bench/paddle_pir.py explains
@@ -137,7 +139,7 @@ def _complete_and_plan(m: Model, g: Any, mesh: Any, plan_spec: dict[str, Any], r
     return result
 
 
-def llama(layers: int, hidden: int, repeat: int) -> Model:
+def llama(layers: int, hidden: int, repeat: int, fast: int) -> Model:
     import torch
     from hf_models import LLAMA_PLAN, MESH
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -155,7 +157,7 @@ def llama(layers: int, hidden: int, repeat: int) -> Model:
     ep = m.timed("export (torch)", lambda: torch.export.export(model, (ids,)), repeat)
     core = m.timed("decompose (torch)", ep.run_decompositions, repeat)
     g = m.timed("map onto registered ops", lambda: torch_import.from_exported(core), repeat).graph
-    result = _complete_and_plan(m, g, MESH, LLAMA_PLAN, repeat)
+    result = _complete_and_plan(m, g, MESH, LLAMA_PLAN, fast)
     m.ops, m.ops_with_input = _counts(g)
     m.summary = (f"LLaMA L={layers} hidden={hidden} (torch.export), 2x2 (dp, mp) Megatron plan: "
                  f"{m.ops} ops ({m.ops_with_input} with an input), {g.num_tensors} tensors, "
@@ -211,7 +213,7 @@ def paddle_pir(python: str | None, layers: int, hidden: int, repeat: int) -> tup
 
 
 def _table(models: list[Model]) -> None:
-    head = (f"{'model':9s} {'phase':28s} {'first s':>8s} {'cpu s':>8s} {'again s':>8s} "
+    head = (f"{'model':9s} {'phase':28s} {'n':>2s} {'first s':>8s} {'cpu s':>8s} {'again s':>8s} "
             f"{'cpu s':>8s} {'us/op 1st':>9s} {'us/op again':>11s}")
     print(head)
     print("-" * len(head))
@@ -220,7 +222,7 @@ def _table(models: list[Model]) -> None:
             (w1, c1), again = p.first(), p.again()
             a = f"{again[0]:8.4f} {again[1]:8.4f}" if again else f"{'-':>8s} {'-':>8s}"
             per = f"{again[0] / m.ops * 1e6:11.2f}" if again else f"{'-':>11s}"
-            print(f"{m.label:9s} {p.name:28s} {w1:8.4f} {c1:8.4f} {a} "
+            print(f"{m.label:9s} {p.name:28s} {len(p.runs):2d} {w1:8.4f} {c1:8.4f} {a} "
                   f"{w1 / m.ops * 1e6:9.2f} {per}")
 
 
@@ -254,14 +256,14 @@ def _ratios(ours: Model, pd: dict[str, Any]) -> None:
           f"{prop_w / n_rule * 1e6:6.2f} us wall {prop_c / n_rule * 1e6:6.2f} us cpu")
     print("ratio = ours per op / Paddle's per op (target: at most 0.2x)")
     head = (f"  {'ours':28s} {'all ops: wall':>13s} {'cpu':>7s}   {'ops running a rule: wall':>24s} "
-            f"{'cpu':>7s}   {'whole model: wall':>17s}")
+            f"{'cpu':>7s}   {'whole model: wall':>17s} {'cpu':>7s}")
     print(head)
     for name, (w, c) in rows:
         r_all = (w / ours.ops) / (prop_w / n_all), (c / ours.ops) / (prop_c / n_all)
         r_rule = ((w / ours.ops_with_input) / (prop_w / n_rule),
                   (c / ours.ops_with_input) / (prop_c / n_rule))
         print(f"  {name:28s} {r_all[0]:12.3f}x {r_all[1]:6.3f}x   {r_rule[0]:23.3f}x "
-              f"{r_rule[1]:6.3f}x   {w / prop_w:16.3f}x")
+              f"{r_rule[1]:6.3f}x   {w / prop_w:16.3f}x {c / prop_c:6.3f}x")
     print("  (whole model: our time for the graph over Paddle's propagation time for its program)")
 
 
@@ -270,16 +272,19 @@ def main() -> None:
     ap.add_argument("--paddle-python", help="an interpreter with paddlepaddle==3.3.1 installed")
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of the torch phases")
+    ap.add_argument("--fast-repeat", type=int, default=7,
+                    help="runs of the other phases (each well under a second)")
     ap.add_argument("--paddle-repeat", type=int, default=7,
                     help="repeats of Paddle's two builds (each well under a second)")
     args = ap.parse_args()
 
-    models = [llama(args.layers, args.hidden, args.repeat), resnet50(args.repeat)]
+    models = [llama(args.layers, args.hidden, args.repeat, args.fast_repeat),
+              resnet50(args.fast_repeat)]
     for m in models:
         print(m.summary)
-    print(f"(first: the first run in this process; again: median of the other {args.repeat - 1}; "
-          f"us/op over all the graph's ops)")
+    print("(first: the first run in this process; again: the median of the other n - 1 runs; "
+          "us/op over all the graph's ops)")
     _table(models)
     pd, why = paddle_pir(args.paddle_python, args.layers, args.hidden, args.paddle_repeat)
     if pd is None:
