@@ -7,41 +7,42 @@ Where Paddle 3.3.1 propagates. In PIR, each operator's generated ``InferMeta`` (
 ``Build``) has an auto-parallel branch (``GenDistBranch`` of
 ``paddle/fluid/pir/dialect/op_generator/op_build_gen.py``): when an operand has a dist type
 (``HasDistInput``), it converts every operand to a dist type (``CvtAllInputsToDist``), runs the
-op's phi SPMD rule forward on their dist attributes, and gives the results dist types carrying the
-rule's answer (and the op its ``op_dist_attr``). That is the whole of Paddle's semi-auto
-propagation: ``Engine._parallel_pir`` (``dist.to_static``) builds the program this way, its
-``apply_mix2dist_pass`` only removes the ``shard_tensor`` ops, and its "Part 2" (entire-graph
-completion) is a TODO that does nothing in 3.3.1. One forward rule run per op, in build order.
+op's phi SPMD rule (or a replicating fallback for an op without one) forward on their dist
+attributes, and gives the results dist types carrying the rule's answer (and the op its
+``op_dist_attr``). That is the whole of Paddle's semi-auto propagation: ``Engine._parallel_pir``
+(``dist.to_static``) builds the program this way, its ``apply_mix2dist_pass`` only removes the
+``shard_tensor`` ops, and its "Part 2" (entire-graph completion) is a TODO that does nothing in
+3.3.1. One forward rule run per op, in build order.
 
 What is timed. A static PIR program (``paddle.enable_static()``; one process: a ProcessMesh needs
-no launch) of the LLaMA forward, written as PaddleNLP's LlamaForCausalLM writes it with its fused
-kernels off: embedding; per layer RMSNorm as pow/mean/+eps/rsqrt/multiply/multiply, q/k/v
-projections (matmul with [in, out] weights), reshape/transpose to heads, RoPE (slice, negate,
-concat, multiply, add), GQA's repeat of k and v (unsqueeze/expand/reshape), scores (matmul with
-transpose_y, scale), the additive causal mask, softmax, the context matmul, transpose/reshape
-back, o_proj, residual add, RMSNorm, SwiGLU (gate/up matmul, silu, multiply, down matmul),
-residual add; final RMSNorm and the LM head. The rotary cos/sin are made from position ids
-(cast, multiply by inv_freq, concat, cos, sin), the mask is an input. The inputs and parameters
-are created (and, in the dist build, annotated with ``dist.shard_tensor`` Megatron-style on the
-2x2 (dp, mp) mesh: ids, positions and mask Shard(0) on dp; embedding rows and o/down_proj rows
-Shard(0) on mp; q/k/v/gate/up and the LM head Shard(1) on mp; norms and inv_freq replicated)
-before the timer starts; the timer covers building the forward ops only.
+no launch) of the LLaMA forward, written op for op after transformers' LlamaForCausalLM (the model
+bench/import.py exports) with Paddle's unfused functional ops: embedding; per layer RMSNorm as
+pow/mean/+eps/rsqrt/multiply/multiply, q/k/v projections (matmul with [in, out] weights),
+reshape/transpose to heads, RoPE (slice, negate, concat, multiply, add), GQA's repeat of k and v
+(unsqueeze/expand/reshape), scores (matmul with transpose_y, scale), the additive causal mask,
+softmax, the context matmul, transpose/reshape back, o_proj, residual add, RMSNorm, SwiGLU (gate/up
+matmul, silu, multiply, down matmul), residual add; final RMSNorm and the LM head. The rotary
+cos/sin are made from position ids (cast, multiply by inv_freq, concat, cos, sin), the mask is an
+input. The inputs and parameters are created (and, in the dist build, annotated with
+``dist.shard_tensor`` Megatron-style on the 2x2 (dp, mp) mesh: ids, positions and mask Shard(0) on
+dp; embedding rows and o/down_proj rows Shard(0) on mp; q/k/v/gate/up and the LM head Shard(1) on
+mp; norms and inv_freq replicated) before the timer starts; the timer covers building the forward
+ops only.
 
-The same forward is built twice: ``plain`` without annotations (dense types: shape inference
-only) and ``dist`` with them (shape inference, plus the dist branch of every op with a dist
-operand). ``propagation = dist - plain`` is then the time Paddle spends propagating: the Python
-API calls, op creation and shape inference are the same on both sides and cancel. Each variant is
-built once untimed first (lazy imports, first-use registrations), then ``--repeat`` times, in
-fresh Programs, the two builds of a repeat next to each other (their order alternating).
-``propagation`` is the median over the repeats of ``dist - plain`` within a repeat (a paired
-difference: the shared machine's drift between repeats cancels), in wall time (``perf_counter``)
-and in this process's CPU time (``process_time``); the builds' own times are medians too. The
-difference charges Paddle with everything its dist mode adds to building an op, in C++ and in
-Python: its rule run, the conversion of the operands to dist types, and the dist types and
-``op_dist_attr`` that record the answer. The op counts are read from
-the built program: ``ops`` every op the forward added (constants such as ``full_int_array`` of
-reshape shapes and ``builtin.combine`` of concat included) and ``ops_spmd`` the ops that carry an
-``op_dist_attr`` and have an operand, i.e. the ops that ran an SPMD rule.
+The same forward is built twice: ``plain`` without annotations (dense types: shape inference only)
+and ``dist`` with them (shape inference, plus the dist branch of every op with a dist operand).
+``propagation = dist - plain`` is then the time Paddle spends propagating: the Python API calls, op
+creation and shape inference are the same on both sides and cancel. Each variant is built once
+untimed first (lazy imports, first-use registrations), then ``--repeat`` times, in fresh Programs,
+the two builds of a repeat next to each other (their order alternating). ``propagation`` is the
+median over the repeats of ``dist - plain`` within a repeat (a paired difference: the shared
+machine's drift between repeats cancels), in wall time (``perf_counter``) and in this process's CPU
+time (``process_time``); the builds' own times are medians too. The difference charges Paddle with
+everything its dist mode adds to building an op, in C++ and in Python: its rule run, the conversion
+of the operands to dist types, and the dist types and ``op_dist_attr`` that record the answer. The
+op counts are read from the built program: ``ops`` every op the forward added (constants such as
+``full_int_array`` of reshape shapes and ``builtin.combine`` of concat included) and ``ops_spmd``
+the ops that carry an ``op_dist_attr`` and have an operand, i.e. the ops that ran an SPMD rule.
 """
 
 from __future__ import annotations
