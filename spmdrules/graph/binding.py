@@ -165,12 +165,13 @@ def _bound_key(
         given = tuple((k, _typed(v)) for k, v in attrs.items())
     else:
         return None
-    metas = tuple(
-        None if v is None else (v._shape, v._dtype) if isinstance(v, Tensor)
-        else tuple((t._shape, t._dtype) for t in v)
-        for v in ops_in
-    )
-    return schema, metas, given
+    metas: list[Any] = []
+    for v in ops_in:
+        if isinstance(v, Tensor):
+            metas.append((v._shape, v._dtype))
+        else:
+            metas.append(None if v is None else tuple((t._shape, t._dtype) for t in v))
+    return schema, tuple(metas), given
 
 
 def _typed(v: Any) -> Any:
@@ -217,9 +218,10 @@ def infer_metas(
 
 
 def result_names(
-    name: str, schema: OpSchema, metas: tuple[OutMeta, ...], results: Sequence[str] | None
+    name: str, schema: OpSchema, metas: tuple[OutMeta, ...], results: Sequence[str] | None,
+    n_flat: int,
 ) -> list[str]:
-    n_flat = sum(1 if isinstance(m, TensorMeta) else len(m) for m in metas)
+    """The flat results' names (``n_flat`` of them): the given ones, checked, or the defaults."""
     if results is not None and len(results) == n_flat == 1 and not isinstance(results, str):
         check_name(results[0], "tensor")  # the common case, one result named
         return [results[0]]

@@ -308,6 +308,8 @@ def _build(m: ModelFile, source: str) -> Graph:
         _add_tensors_and_ops(g, m)
         g.validate()
         for i, tm in enumerate(m.tensors):
+            if tm.annotation is None and tm.attr is None:
+                continue
             where = f"tensors[{i}] ({tm.name!r})"
             tensor = g.tensor(tm.name)
             if tm.annotation is not None:
@@ -349,9 +351,13 @@ def _add_tensors_and_ops(g: Graph, m: ModelFile) -> None:
     known = g._tensors
     for op in m.ops:
         for v in op.operands:
-            for n in (v if isinstance(v, list) else (v,)):
-                if n is not None and n not in known and n in listed:
-                    g.declare(n, listed[n].shape, listed[n].dtype)
+            if type(v) is str:
+                if v not in known and v in listed:
+                    g.declare(v, listed[v].shape, listed[v].dtype)
+            elif v is not None:
+                for n in v:
+                    if n not in known and n in listed:
+                        g.declare(n, listed[n].shape, listed[n].dtype)
         # the record's lists and dict as they are: add_op reads them and keeps none of them
         made = g.add_op(op.type, op.operands, op.attrs, name=op.name, results=op.results)
         for r in flat_slots(made.results, Tensor):

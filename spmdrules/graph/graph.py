@@ -216,7 +216,7 @@ class Graph:
                 )
         ops_in = bind_operands(self, name, schema, operands)
         attr_values, extra, metas, flat_metas = bind_op(name, schema, ops_in, attrs, result_metas)
-        names = result_names(name, schema, metas, results)
+        names = result_names(name, schema, metas, results, len(flat_metas))
         adopt = adopted_results(self._tensors, name, names, flat_metas)
 
         self._changed()
@@ -227,10 +227,11 @@ class Graph:
                 readers.append(op)
         tensors = self._tensors
         flat: list[Tensor] = []
-        for i, (rname, meta) in enumerate(zip(names, flat_metas, strict=True)):
+        for i, rname in enumerate(names):  # as many as flat_metas: result_names checks
             # an adopted tensor that already has consumers may close a cycle: validate() finds it
             old = adopt.get(rname) if adopt else None
             if old is None:
+                meta = flat_metas[i]
                 t = Tensor(self, rname, meta.shape, meta.dtype, "value")
                 tensors[rname] = t
             else:
