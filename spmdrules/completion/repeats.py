@@ -18,7 +18,7 @@ are no block (their ops are visited).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import chain
 from operator import add
 from typing import Any, Final
@@ -36,6 +36,8 @@ Bools = NDArray[np.bool_]
 GROUP_OPS: Final = 32
 #: ... as long as the run keeps at least this many blocks
 GROUP_MIN_BLOCKS: Final = 8
+#: ops checked at once (bounds the arrays of the check)
+CHUNK: Final = 1 << 15
 
 
 class _Slots:
@@ -73,9 +75,10 @@ def _dense(values: Ints) -> Ints:
     return np.unique(values, return_inverse=True)[1].astype(np.int64).reshape(-1)
 
 
-def _row_ids(cols: list[Ints]) -> Ints:
-    """Dense ids of the rows of the non-negative columns ``cols``: equal rows, equal ids."""
-    key = np.zeros(len(cols[0]), np.int64)
+def _row_ids(rows: int, cols: Iterable[Ints]) -> Ints:
+    """Dense ids of the ``rows`` rows of the non-negative columns ``cols`` (made one at a time):
+    equal rows, equal ids."""
+    key = np.zeros(rows, np.int64)
     span = 1
     for c in cols:
         r = int(c.max()) + 1
@@ -98,25 +101,24 @@ def _signatures(sl: _Slots, calls: Sequence[tuple[Any, ...] | None],
     if not n:
         return sig
     # tensors by (shape, dtype): shapes are interned, so by the shape's identity
-    kind = _row_ids([_dense(np.fromiter(map(id, shapes), np.uint64, len(shapes)).view(np.int64)),
-                     _dense(np.asarray(dtypes, dtype=str))]) if len(shapes) else sig[:0]
+    shape_ids = {i: j for j, i in enumerate(dict.fromkeys(map(id, shapes)))}
+    dtype_ids = {d: j for j, d in enumerate(dict.fromkeys(dtypes))}
+    kind = (np.fromiter(map(shape_ids.__getitem__, map(id, shapes)), np.int64, len(shapes))
+            * len(dtype_ids)
+            + np.fromiter(map(dtype_ids.__getitem__, dtypes), np.int64, len(dtypes)))
     # calls by their parts' identities, one look per distinct call object
-    ids = np.fromiter(map(id, calls), np.uint64, n).view(np.int64)
-    distinct, first, which = np.unique(ids, return_index=True, return_inverse=True)
     parts: dict[tuple[Any, ...], int] = {}
-    code_of = np.empty(len(distinct), np.int64)
-    for j, k in enumerate(first.tolist()):
-        c = calls[k]
-        code_of[j] = -1 if c is None else parts.setdefault(
-            (id(c[0]), id(c[1]), id(c[2]), id(c[3]), id(c[4]), c[5]), len(parts))
-    code = code_of[which.reshape(-1)]
+    code_of = {i: -1 if c is None else parts.setdefault(
+        (id(c[0]), id(c[1]), id(c[2]), id(c[3]), id(c[4]), c[5]), len(parts))
+        for i, c in dict(zip(map(id, calls), calls, strict=True)).items()}
+    code = np.fromiter(map(code_of.__getitem__, map(id, calls)), np.int64, n)
     known = code >= 0
     offset = 0
     for w in np.unique(sl.width[known]).tolist():
         rows = np.flatnonzero(known & (sl.width == w))
-        slots = sl.start[rows][:, None] + np.arange(w)
-        cols = [code[rows], sl.n_in[rows], *kind[sl.tensor[slots]].T]
-        got = _row_ids(cols)
+        first = sl.start[rows]
+        got = _row_ids(len(rows), chain((code[rows], sl.n_in[rows]),
+                                        (kind[sl.tensor[first + j]] for j in range(w))))
         sig[rows] = got + offset
         offset += int(got.max()) + 1
     return sig
@@ -145,6 +147,14 @@ def _period(sig: Ints) -> int:
 
 
 def _recurs(sl: _Slots, sig: Ints, shift: int, lo: int, hi: int) -> tuple[Bools, Ints]:
+    """``_recurs_at`` a chunk of ops at a time: its arrays are a dozen per slot."""
+    if hi - lo <= CHUNK:
+        return _recurs_at(sl, sig, shift, lo, hi)
+    parts = [_recurs_at(sl, sig, shift, a, min(a + CHUNK, hi)) for a in range(lo, hi, CHUNK)]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def _recurs_at(sl: _Slots, sig: Ints, shift: int, lo: int, hi: int) -> tuple[Bools, Ints]:
     """For the ops ``k`` of ``[lo, hi)`` (``hi + shift <= n``): whether op ``k + shift`` repeats op
     ``k``, and the slot a block holding op ``k`` must start after for the tensor links to stay
     alike: the two blocks hold one tensor in two slots at the same places exactly when each slot

@@ -192,8 +192,11 @@ def _chain(n: int, marks: dict[int, tuple[Any, ...]] | None = None) -> Callable[
     return build
 
 
-def test_a_long_chain_is_one_run_of_grouped_periods() -> None:
+@pytest.mark.parametrize("chunk", [repeats.CHUNK, 100], ids=["whole", "chunked"])
+def test_a_long_chain_is_one_run_of_grouped_periods(chunk: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # a period of one op: the blocks hold GROUP_OPS periods each, and the sweeps replay them
+    monkeypatch.setattr(repeats, "CHUNK", chunk)
     n = 40 * repeats.GROUP_OPS
     r = _same_without_replay(_chain(n))
     ix = _check_blocks(r.graph)
@@ -342,10 +345,13 @@ def _swapped_operands(swap: Callable[[int], bool], layers: int = 12) -> Callable
     _chain(50),
     *_random_dag_graphs(),
 ])
-def test_the_blocks_found_are_the_plain_ones(build: Callable[[], Graph],
+@pytest.mark.parametrize("chunk", [repeats.CHUNK, 7], ids=["whole", "chunked"])
+def test_the_blocks_found_are_the_plain_ones(build: Callable[[], Graph], chunk: int,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    # the array search finds the blocks the plain op-by-op search finds (no grouping)
+    # the array search finds the blocks the plain op-by-op search finds (no grouping), checking
+    # the ops all at once or a few at a time
     monkeypatch.setattr(repeats, "GROUP_OPS", 0)
+    monkeypatch.setattr(repeats, "CHUNK", chunk)
     g = build()
     state.INDEX_CACHE.clear()
     ix = _check_blocks(g)
