@@ -51,7 +51,9 @@ class _Slots:
         self.width = self.n_in + np.fromiter(map(len, outs), np.int64, n)
         self.start = _starts(self.width)
         self.size = size = int(self.start[-1])
-        self.tensor = np.fromiter(chain.from_iterable(map(add, ins, outs)), np.int64, size)
+        # the slots as a list too: the blocks' tensors are read from it, sharing its ints
+        self.flat = list(chain.from_iterable(map(add, ins, outs)))
+        self.tensor = np.fromiter(self.flat, np.int64, size)
         # how many slots back the same tensor was last used (size + 1: never before)
         order = np.argsort(self.tensor, kind="stable")
         again = np.flatnonzero(self.tensor[order[1:]] == self.tensor[order[:-1]])
@@ -236,8 +238,10 @@ def _run_blocks(sl: _Slots, run: int, k: int, length: int, count: int,
     a = int(sl.start[k])
     w = int(sl.start[k + length]) - a
     firsts = np.flatnonzero(sl.back[a:a + w] > np.arange(w))  # a tensor's first use in the block
-    starts = sl.start[k:k + count * length:length]
-    rows = sl.tensor[starts[:, None] + firsts].tolist()
+    pick = firsts.tolist()
+    flat = sl.flat
+    rows = [tuple([flat[at + f] for f in pick])
+            for at in sl.start[k:k + count * length:length].tolist()]
     near_lo, near_hi = k, k + length - 1
     for i in rows[0]:
         p = producer[i]
@@ -247,8 +251,7 @@ def _run_blocks(sl: _Slots, run: int, k: int, length: int, count: int,
         if c:
             near_lo, near_hi = min(near_lo, c[0]), max(near_hi, c[-1])
     out = []
-    for j, row in enumerate(rows):
-        tensors = tuple(row)
+    for j, tensors in enumerate(rows):
         d = j * length
         out.append(Block(run, k + d, k + d + length, tensors, near_lo + d, near_hi + 1 + d,
                          gatherer(tensors)))

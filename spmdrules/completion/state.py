@@ -223,6 +223,7 @@ class Index:
         calls: list[Call | None] = []
         calls_of = _Calls()
         last: tuple[Any, ...] = (None, None, None, None)  # the last shareable call, and its key
+        res: tuple[int, ...] = ()
         for op in ops:
             # operands (results) that are all tensors read as they are: a list or an absent
             # optional has no ``order``
@@ -230,6 +231,8 @@ class Index:
                 idx, plain_in = tuple(map(_ORDER, op.operands)), True
             except AttributeError:
                 idx, plain_in = tuple(map(_ORDER, op.inputs)), False
+            if idx == res:  # the results of the op before, alone (a chain): one tuple for both
+                idx = res
             try:
                 res, plain_out = tuple(map(_ORDER, op.results)), True
             except AttributeError:
