@@ -37,7 +37,9 @@ GROUP_OPS: Final = 32
 #: ... as long as the run keeps at least this many blocks
 GROUP_MIN_BLOCKS: Final = 8
 #: ops checked at once (bounds the arrays of the check)
-CHUNK: Final = 1 << 15
+CHUNK: Final = 1 << 13
+#: up to this many ops, signatures are keyed op by op
+SMALL: Final = 1 << 10
 
 
 class _Slots:
@@ -114,6 +116,14 @@ def _signatures(sl: _Slots, calls: Sequence[tuple[Any, ...] | None],
         (id(c[0]), id(c[1]), id(c[2]), id(c[3]), id(c[4]), c[5]), len(parts))
         for i, c in dict(zip(map(id, calls), calls, strict=True)).items()}
     code = np.fromiter(map(code_of.__getitem__, map(id, calls)), np.int64, n)
+    if n <= SMALL:  # a few ops: one key per op costs less than numpy's calls
+        kinds, flat, at, n_in = kind.tolist(), sl.flat, sl.start.tolist(), sl.n_in.tolist()
+        keys: dict[tuple[int, ...], int] = {}
+        for k, c in enumerate(code.tolist()):
+            if c >= 0:
+                sig[k] = keys.setdefault(
+                    (c, n_in[k], *[kinds[i] for i in flat[at[k]:at[k + 1]]]), len(keys))
+        return sig
     known = code >= 0
     offset = 0
     for w in np.unique(sl.width[known]).tolist():

@@ -82,10 +82,17 @@ def _chain(n: int, marks: dict[int, tuple[Any, ...]] | None = None) -> Callable[
     return build
 
 
-@pytest.mark.parametrize("chunk", [repeats.CHUNK, 100], ids=["whole", "chunked"])
-def test_a_long_chain_is_one_run_of_grouped_periods(chunk: int,
+# how the search runs: signatures keyed op by op (a small graph) or by arrays, and the shift
+# check over all ops at once or a few at a time
+WAYS = pytest.mark.parametrize("small,chunk", [(repeats.SMALL, repeats.CHUNK), (0, repeats.CHUNK),
+                                               (0, 7)], ids=["by-op", "arrays", "chunked"])
+
+
+@WAYS
+def test_a_long_chain_is_one_run_of_grouped_periods(small: int, chunk: int,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     # a period of one op: the blocks hold GROUP_OPS periods each, and the sweeps replay them
+    monkeypatch.setattr(repeats, "SMALL", small)
     monkeypatch.setattr(repeats, "CHUNK", chunk)
     n = 40 * repeats.GROUP_OPS
     r = same_without_replay(_chain(n))
@@ -235,12 +242,12 @@ def _swapped_operands(swap: Callable[[int], bool], layers: int = 12) -> Callable
     _chain(50),
     *_random_dag_graphs(),
 ])
-@pytest.mark.parametrize("chunk", [repeats.CHUNK, 7], ids=["whole", "chunked"])
-def test_the_blocks_found_are_the_plain_ones(build: Callable[[], Graph], chunk: int,
+@WAYS
+def test_the_blocks_found_are_the_plain_ones(build: Callable[[], Graph], small: int, chunk: int,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    # the array search finds the blocks the plain op-by-op search finds (no grouping), checking
-    # the ops all at once or a few at a time
+    # the array search finds the blocks the plain op-by-op search finds (no grouping)
     monkeypatch.setattr(repeats, "GROUP_OPS", 0)
+    monkeypatch.setattr(repeats, "SMALL", small)
     monkeypatch.setattr(repeats, "CHUNK", chunk)
     g = build()
     state.INDEX_CACHE.clear()
