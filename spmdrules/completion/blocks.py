@@ -3,8 +3,8 @@
 A model built from identical layers (a decoder stack) has a translational symmetry: op ``k + P``
 is op ``k`` (the same rule entry, attribute tail and schema) on the corresponding tensors one
 layer on (same shapes and dtypes, same position in the op's operands and results, producers and
-consumers ``P`` ops on). A *block* is ``P`` consecutive ops; a *run* is a sequence of blocks
-each of which is the one before, shifted.
+consumers ``P`` ops on). A *block* is one or more whole periods of consecutive ops; a *run* is
+a sequence of blocks each of which is the one before, shifted.
 
 The pass is deterministic, and visiting an op reads and writes only the state of the op's own
 tensors, the op's remembered rule answers and the worklist flags of the ops around those tensors.
@@ -14,26 +14,22 @@ those changes instead of visiting the ops again. Nothing is assumed of the annot
 far their effects reach: the entry states are compared in full, and a block whose entry differs
 is visited as usual (and becomes the one later blocks are compared with).
 
-The static part (``find_blocks``) runs once per topology, with the completion index; the
-dynamic part (``entry_head``, ``open_visit``, ``close``, ``replay``: one ``Visit`` a block) lives
+The static part (``repeats.find_blocks``) runs once per topology, with the completion index;
+the dynamic part (``entry_head``, ``open_visit``, ``close``, ``replay``: one ``Visit`` a block) lives
 in one sweep (``completion._Run.sweep_blocks``).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-#: a run needs at least this many blocks (two: one visited, one replayed)
-MIN_BLOCKS = 2
-
 
 @dataclass(frozen=True, slots=True)
 class Block:
-    """Ops ``[start, stop)``, one period of a run of repeated blocks."""
+    """Ops ``[start, stop)``: one or more whole periods of a run of repeated blocks."""
 
     run: int
     start: int
@@ -46,154 +42,12 @@ class Block:
     gather: Callable[[Sequence[Any]], tuple[Any, ...]]
 
 
-def _gatherer(idx: tuple[int, ...]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+def gatherer(idx: tuple[int, ...]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """The entries ``idx`` of a sequence, as a tuple."""
     if len(idx) == 1:
         only = idx[0]
         return lambda seq: (seq[only],)
     return itemgetter(*idx)
-
-
-def _signature(call: tuple[Any, ...] | None, ins: tuple[int, ...], outs: tuple[int, ...],
-               shapes: Sequence[tuple[int, ...]], dtypes: Sequence[str]) -> object | None:
-    """What makes two ops' visits the same, up to which tensors they touch (None: the op is
-    visited through its ``Op`` object, which the symmetry does not describe)."""
-    if call is None:
-        return None
-    return (id(call[0]), id(call[1]), id(call[2]), id(call[3]), id(call[4]), call[5],
-            tuple(id(shapes[i]) for i in ins), tuple(id(shapes[i]) for i in outs),
-            tuple(dtypes[i] for i in ins), tuple(dtypes[i] for i in outs))
-
-
-def _period(sig: Sequence[int]) -> int:
-    """The shift that maps the most ops onto ops of their signature, among the commonest
-    distances between an op and the previous op of its signature (0: none)."""
-    last: dict[int, int] = {}
-    gaps: Counter[int] = Counter()
-    for k, s in enumerate(sig):
-        if s >= 0:
-            p = last.get(s)
-            if p is not None:
-                gaps[k - p] += 1
-            last[s] = k
-    best, best_score = 0, 0
-    for p, _ in gaps.most_common(4):
-        score = sum(1 for a, b in zip(sig, sig[p:], strict=False) if a == b and a >= 0)
-        if score > best_score or (score == best_score and p < best):
-            best, best_score = p, score
-    return best
-
-
-def _local(start: int, stop: int, ins: Sequence[tuple[int, ...]],
-           outs: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
-    """The block's tensors in order of first use, and each op's operands and results as
-    positions in that order."""
-    pos: dict[int, int] = {}
-    shape: list[tuple[int, ...]] = []
-    for k in range(start, stop):
-        row = []
-        for i in (*ins[k], -1, *outs[k]):
-            if i < 0:
-                row.append(-1)
-                continue
-            j = pos.get(i)
-            if j is None:
-                j = pos[i] = len(pos)
-            row.append(j)
-        shape.append(tuple(row))
-    return tuple(pos), shape
-
-
-def find_blocks(
-    ins: Sequence[tuple[int, ...]],
-    outs: Sequence[tuple[int, ...]],
-    producer: Sequence[int],
-    consumers: Sequence[tuple[int, ...]],
-    calls: Sequence[tuple[Any, ...] | None],
-    shapes: Sequence[tuple[int, ...]],
-    dtypes: Sequence[str],
-) -> tuple[list[int], tuple[Block, ...]]:
-    """The runs of repeated blocks of one topology: each op's block (-1: none) and the blocks."""
-    n = len(ins)
-    block_of = [-1] * n
-    ids: dict[object, int] = {}
-    sig = []
-    for k in range(n):
-        s = _signature(calls[k], ins[k], outs[k], shapes, dtypes)
-        sig.append(-1 if s is None else ids.setdefault(s, len(ids)))
-    period = _period(sig)
-    if period <= 0:
-        return block_of, ()
-    # same[k]: op k + period has op k's signature; a block can repeat where a whole period does
-    same = [sig[k] >= 0 and k + period < n and sig[k] == sig[k + period] for k in range(n)]
-    prefix = [0]
-    for flag in same:
-        prefix.append(prefix[-1] + flag)
-
-    def repeats(start: int) -> bool:  # ops [start, start + period) recur one period on
-        return start + 2 * period <= n and prefix[start + period] - prefix[start] == period
-
-    blocks: list[Block] = []
-    runs = 0
-    k = 0
-    while k < n:
-        if not repeats(k):
-            k += 1
-            continue
-        run: list[Block] = []
-        prev: tuple[tuple[int, ...], list[tuple[int, ...]], int, int] | None = None
-        start = k
-        while start + period <= n:
-            tensors, local = _local(start, start + period, ins, outs)
-            near = set(range(start, start + period))
-            for i in tensors:
-                near.update(consumers[i])
-                if producer[i] >= 0:
-                    near.add(producer[i])
-            lo, hi = min(near), max(near) + 1
-            if prev is not None and not _shifted(prev, (tensors, local, lo, hi), period,
-                                                 producer, consumers, shapes, dtypes):
-                break
-            run.append(Block(runs, start, start + period, tensors, lo, hi, _gatherer(tensors)))
-            prev = (tensors, local, lo, hi)
-            if not repeats(start):
-                break
-            start += period
-        if len(run) >= MIN_BLOCKS:
-            for b in run:
-                for j in range(b.start, b.stop):
-                    block_of[j] = len(blocks)
-                blocks.append(b)
-            runs += 1
-            k = run[-1].stop
-        else:
-            k += 1
-    return block_of, tuple(blocks)
-
-
-def _shifted(
-    a: tuple[tuple[int, ...], list[tuple[int, ...]], int, int],
-    b: tuple[tuple[int, ...], list[tuple[int, ...]], int, int],
-    period: int,
-    producer: Sequence[int],
-    consumers: Sequence[tuple[int, ...]],
-    shapes: Sequence[tuple[int, ...]],
-    dtypes: Sequence[str],
-) -> bool:
-    """Block ``b`` is block ``a`` one period on: the same local structure, tensors of the same
-    shapes and dtypes, and producers and consumers one period on."""
-    ta, la, lo_a, hi_a = a
-    tb, lb, lo_b, hi_b = b
-    if la != lb or len(ta) != len(tb) or (lo_b, hi_b) != (lo_a + period, hi_a + period):
-        return False
-    for i, j in zip(ta, tb, strict=True):
-        if shapes[i] != shapes[j] or dtypes[i] != dtypes[j]:
-            return False
-        p, q = producer[i], producer[j]
-        if (p < 0) != (q < 0) or (p >= 0 and q != p + period):
-            return False
-        if consumers[j] != tuple(c + period for c in consumers[i]):
-            return False
-    return True
 
 
 # ---- one sweep ------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import compress
 from typing import Any, Literal
 
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
@@ -66,6 +67,7 @@ class Completion:
         #: block visits replayed from an earlier identical block (``completion_blocks``)
         self.blocks_replayed = blocks_replayed
         self._plans: tuple[Plan | ReshardError, ...] | None = None
+        self._counts: tuple[int, int, int] | None = None
 
     # ---- per tensor ------------------------------------------------------------------------
     def _t(self, tensor: Tensor | str) -> Tensor:
@@ -157,16 +159,46 @@ class Completion:
     # ---- totals ----------------------------------------------------------------------------
     @property
     def num_annotated(self) -> int:
-        return sum(1 for t in self.graph.tensors if self._origin(t).kind == "annotation")
+        return self._kind_counts()[0]
 
     @property
     def num_inferred(self) -> int:
-        return sum(1 for t in self.graph.tensors
-                   if self._origin(t).kind in ("forward", "demand", "reverse"))
+        return self._kind_counts()[1]
 
     @property
     def num_default(self) -> int:
-        return sum(1 for t in self.graph.tensors if self._origin(t).kind == "default")
+        return self._kind_counts()[2]
+
+    def _kind_counts(self) -> tuple[int, int, int]:
+        """The tensors whose origin is an annotation, an inference and a default: ``_origin``'s
+        kinds, read off the state without building the origins (their names and drivers are
+        most of a summary's time on large models)."""
+        if self._counts is None:
+            annotated = {i for i, _ in self.graph.annotations()}
+            defaulted = self._run.defaulted
+            st = self._state
+            n_ann = n_inf = n_def = 0
+            for i, (o, a, held) in enumerate(zip(self._origin_cache, st.attr, st.offers,
+                                                 strict=True)):
+                if o is not None:
+                    kind = o.kind
+                    if kind == "annotation":
+                        n_ann += 1
+                    elif kind == "default":
+                        n_def += 1
+                    else:
+                        n_inf += 1
+                elif i in defaulted:
+                    n_def += 1
+                elif i in annotated:
+                    n_ann += 1
+                elif held is not None and (
+                        any(h[0] == a for h in held) if type(held) is list else held[0] == a):
+                    n_inf += 1  # an offer of the chosen attribute: its kind
+                else:
+                    n_def += 1
+            self._counts = (n_ann, n_inf, n_def)
+        return self._counts
 
     def _planned(self) -> tuple[Plan | ReshardError, ...]:
         """Per reshard edge its plan, or why none reaches it (planned on first call, then kept)."""
@@ -199,7 +231,8 @@ class Completion:
         """Tensors that changed more than MAX_CHANGES times (their offers kept overturning each
         other) and were frozen at their last attribute; the reshards make that state consistent.
         Empty when completion converged."""
-        return [t.name for t in self.graph.tensors if self._state.frozen[t.order]]
+        tensors = self.graph.tensors
+        return [tensors[i].name for i in compress(range(len(tensors)), self._state.frozen)]
 
     @property
     def bytes_moved(self) -> int:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any, Final
 
-from spmdrules.completion.blocks import find_blocks
 from spmdrules.completion.cost import CostModel
 from spmdrules.completion.planning import divisible
+from spmdrules.completion.repeats import find_blocks
 from spmdrules.completion.result import WEAK_RANK, NoAnnotationError, OfferKind
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.mesh import ProcessMesh
@@ -209,63 +210,129 @@ class Index:
     optional, not generic): their rules' bound entry points and attribute tails, so a visit calls
     the rule with the flat operand specs without touching the ``Op``; its last entry says whether
     the results are too (else the reverse rule goes through the ``Op``). Equal tails are shared,
-    so the layers of a model read one.
+    and so are equal calls, so the layers of a model read one.
     """
 
     __slots__ = ("base", "block_of", "blocks", "calls", "consumers", "ins", "outs", "producer",
                  "shapes", "sources")
 
     def __init__(self, ops: tuple[Op, ...], tensors: tuple[Tensor, ...]) -> None:
-        self.ins = [tuple(t.order for t in op.inputs) for op in ops]
-        self.outs = [tuple(t.order for t in op.outputs) for op in ops]
+        # One pass over the ops, reading each once: on large models every Op is a cache miss.
+        ins: list[tuple[int, ...]] = []
+        outs: list[tuple[int, ...]] = []
+        calls: list[Call | None] = []
+        calls_of = _Calls()
+        last: tuple[Any, ...] = (None, None, None, None)  # the last shareable call, and its key
+        res: tuple[int, ...] = ()
+        for op in ops:
+            # operands (results) that are all tensors read as they are: a list or an absent
+            # optional has no ``order``
+            try:
+                idx, plain_in = tuple(map(_ORDER, op.operands)), True
+            except AttributeError:
+                idx, plain_in = tuple(map(_ORDER, op.inputs)), False
+            if idx == res:  # the results of the op before, alone (a chain): one tuple for both
+                idx = res
+            try:
+                res, plain_out = tuple(map(_ORDER, op.results)), True
+            except AttributeError:
+                res, plain_out = tuple(map(_ORDER, op.outputs)), False
+            ins.append(idx)
+            outs.append(res)
+            schema = op.schema
+            if schema.generic or not plain_in:
+                calls.append(None)
+                continue
+            attrs = op.attrs
+            if schema is last[0] and attrs is last[1] and plain_out is last[2]:
+                calls.append(last[3])  # the common case in a stack: an op like the one before
+                continue
+            call, shareable = calls_of.get(schema, attrs, plain_out)
+            if shareable:
+                last = (schema, attrs, plain_out, call)
+            calls.append(call)
+        self.ins, self.outs, self.calls = ins, outs, calls
+        producer = [-1] * len(tensors)
         cons: list[list[int]] = [[] for _ in tensors]
-        for k, idx in enumerate(self.ins):
-            for i in dict.fromkeys(idx):
-                cons[i].append(k)
+        for k, (idx, res) in enumerate(zip(ins, outs, strict=True)):
+            for i in res:
+                producer[i] = k
+            if len(idx) == 1:
+                cons[idx[0]].append(k)
+            else:
+                for i in dict.fromkeys(idx):
+                    cons[i].append(k)
+        self.producer = producer
         self.consumers = [tuple(c) for c in cons]
-        self.producer = [-1 if t.producer is None else t.producer.order for t in tensors]
         # a constant (an op without operands: full, arange) makes any layout of its result, so
         # its results are placed like the graph's sources: as a consumer needs, else replicated
-        self.sources = [i for i, p in enumerate(self.producer) if p < 0 or not self.ins[p]]
+        self.sources = [i for i, p in enumerate(producer) if p < 0 or not ins[p]]
         # offers count their op from the tensor's producer (else its first consumer), so one
         # offer is the same tuple in every layer of a stack (see completion_blocks)
         self.base = [p if p >= 0 else (c[0] if c else 0)
-                     for p, c in zip(self.producer, self.consumers, strict=True)]
+                     for p, c in zip(producer, self.consumers, strict=True)]
         # the tensors' shapes, interned: a change of a tensor's shape rebuilds the topology
         shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
-        self.shapes = [shapes.setdefault(t.shape, t.shape) for t in tensors]
-        tails: dict[Any, tuple[Any, ...]] = {}
-        entries: dict[int, tuple[Callable[..., SpmdInfo], Callable[..., SpmdInfo] | None]] = {}
-        calls: list[Call | None] = []
-        for op in ops:
-            schema = op.schema
-            if schema.generic or not all(type(v) is Tensor for v in op.operands):
-                calls.append(None)
-                continue
-            rule = schema.rule
-            entry = entries.get(id(rule))
-            if entry is None:
-                entry = entries[id(rule)] = (
-                    rule.infer_forward, rule.infer_reverse if rule.has_reverse else None)
-            calls.append((entry[0], intern_tail(tails, schema, op.attrs), entry[1],
-                          intern_tail(tails, schema, schema.reverse_attr_values(op.attrs)),
-                          schema, all(type(v) is Tensor for v in op.results)))
-        self.calls = calls
+        self.shapes = [shapes.setdefault(s, s) for s in map(_SHAPE, tensors)]
         self.block_of, self.blocks = find_blocks(
-            self.ins, self.outs, self.producer, self.consumers, calls, self.shapes,
-            [t.dtype for t in tensors])
+            ins, outs, producer, self.consumers, calls, self.shapes,
+            list(map(_DTYPE, tensors)))
 
 
-def intern_tail(
+_ORDER: Final = attrgetter("order")
+_SHAPE: Final = attrgetter("shape")
+_DTYPE: Final = attrgetter("dtype")
+
+
+class _Calls:
+    """The ``Call`` of each (schema, attributes) of one topology, one object per distinct call."""
+
+    def __init__(self) -> None:
+        self.tails: dict[Any, tuple[Any, ...]] = {}
+        self.entries: dict[int, tuple[Callable[..., SpmdInfo], Callable[..., SpmdInfo] | None]] = {}
+        self.calls: dict[tuple[int, int, int, bool], Call] = {}
+        # by the identity of an op's attribute tuple (often one tuple for many ops: ``()``),
+        # holding the tuple so that its id stays unique
+        self.seen: dict[tuple[int, int, bool], tuple[Call, tuple[Any, ...]]] = {}
+
+    def get(self, schema: OpSchema, attrs: tuple[Any, ...], plain_out: bool) -> tuple[Call, bool]:
+        """The call of an op of ``schema`` with ``attrs``, and whether every op of ``schema``
+        with this very ``attrs`` object has it (not when its tails cannot be shared)."""
+        key = (id(schema), id(attrs), plain_out)
+        hit = self.seen.get(key)
+        if hit is not None:
+            return hit[0], True
+        rule = schema.rule
+        entry = self.entries.get(id(rule))
+        if entry is None:
+            entry = self.entries[id(rule)] = (
+                rule.infer_forward, rule.infer_reverse if rule.has_reverse else None)
+        rev = schema.reverse_attr_values(attrs)
+        fwd_tail, rev_tail = shared_tail(self.tails, schema, attrs), shared_tail(self.tails,
+                                                                                   schema, rev)
+        fwd = attrs if fwd_tail is None else fwd_tail
+        back = rev if rev_tail is None else rev_tail
+        ckey = (id(schema), id(fwd), id(back), plain_out)
+        call = self.calls.get(ckey)
+        if call is None:  # the call holds its tails: their ids stay unique
+            call = self.calls[ckey] = (entry[0], fwd, entry[1], back, schema, plain_out)
+        if fwd_tail is None or rev_tail is None:  # another op's would differ
+            return call, False
+        self.seen[key] = (call, attrs)
+        return call, True
+
+
+def shared_tail(
     tails: dict[Any, tuple[Any, ...]], schema: OpSchema, values: tuple[Any, ...]
-) -> tuple[Any, ...]:
+) -> tuple[Any, ...] | None:
     """The first tail of ``schema``'s ops equal to ``values``, value for value and type for type
-    (1, 1.0 and True stay apart, and a list from an equal tuple), so equal ops share one."""
+    (1, 1.0 and True stay apart, and a list from an equal tuple), so equal ops share one; None
+    if ``values`` cannot be compared so (a nested list)."""
     try:
         key = (schema, *((type(v), (*v,) if type(v) is list else v) for v in values))
         return tails.setdefault(key, values)
-    except TypeError:  # unhashable (a nested list): not shared
-        return values
+    except TypeError:
+        return None
 
 
 # The index of a topology, by the identity of ``Graph.ops``: one cached tuple until the graph

@@ -5,18 +5,16 @@ offers and explanation, the reshards, the sweeps and whether the pass converged.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from replay_checks import no_replay, same_outcome, same_without_replay
 
 import spmdrules as sr
 from spmdrules import examples, ops
-from spmdrules.completion import Completion, complete, state
-from spmdrules.completion.explain import explain
-from spmdrules.core.errors import SpmdError
+from spmdrules.completion import complete, state
 from spmdrules.graph.annotate import shard
 from spmdrules.graph.annotation import OPEN
 from spmdrules.graph.graph import Graph
@@ -29,55 +27,10 @@ STAGE1 = sr.ProcessMesh([[4, 5], [6, 7]], dim_names=["dp", "mp"])
 SMALL: dict[str, Any] = {"batch": 4, "seq": 8, "hidden": 32, "heads": 4, "ffn": 64, "vocab": 128}
 
 
-def _everything(r: Completion) -> Any:
-    """All a user can read off the result (the rules' run count aside: that is what replaying
-    saves)."""
-    tensors = {
-        t.name: (r.attr(t), r.origin(t), r.offers(t), r.rejected(t), explain(r, t))
-        for t in r.graph.tensors
-    }
-    return (tensors, [(e.tensor, e.op, e.side, e.src, e.dst, e.shape, e.dtype)
-                      for e in r.reshards], r.iterations, r.converged)
-
-
-def _outcome(build: Callable[[], Graph]) -> tuple[Completion | None, Any]:
-    try:
-        r = complete(build())
-    except SpmdError as e:
-        return None, (type(e), str(e))
-    return r, _everything(r)
-
-
-@contextmanager
-def _no_replay() -> Iterator[None]:
-    state.REPLAY_BLOCKS = False
-    try:
-        yield
-    finally:
-        state.REPLAY_BLOCKS = True
-
-
 @pytest.fixture
 def replay_off() -> Iterator[None]:
-    with _no_replay():
+    with no_replay():
         yield
-
-
-def _same_outcome(build: Callable[[], Graph]) -> Completion | None:
-    """Complete with replay and without; both must say the same, or raise the same error.
-    Returns the replayed run (None: the error)."""
-    assert state.REPLAY_BLOCKS
-    r, with_replay = _outcome(build)
-    with _no_replay():
-        _, without = _outcome(build)
-    assert with_replay == without
-    return r
-
-
-def _same_without_replay(build: Callable[[], Graph]) -> Completion:
-    r = _same_outcome(build)
-    assert r is not None, "the pass raised (with and without replay)"
-    return r
 
 
 # ---- the blocks of a topology ----------------------------------------------------------------
@@ -109,7 +62,7 @@ def test_layers_that_differ_in_shape_are_not_one_run() -> None:
         widths = {g.ops[k].outputs[0].shape[-1] for k in range(b.start, b.stop)}
         run = [c for c in blocks if c.run == b.run]
         assert len({g.ops[c.start].outputs[0].shape for c in run}) == 1, widths
-    _same_without_replay(lambda: g)
+    same_without_replay(lambda: g)
 
 
 def test_a_dtype_changed_between_runs_splits_the_run() -> None:
@@ -120,7 +73,7 @@ def test_a_dtype_changed_between_runs_splits_the_run() -> None:
     blocks = state.indices(g.ops, g.tensors).blocks
     gelu = next(op.order for op in g.ops if op.name == "layers.2.gelu")
     assert not any(b.start <= gelu < b.stop for b in blocks)
-    _same_without_replay(lambda: g.reset_attrs())
+    same_without_replay(lambda: g.reset_attrs())
 
 
 def test_rule_calls_do_not_grow_with_the_stack() -> None:
@@ -134,7 +87,7 @@ def test_rule_calls_do_not_grow_with_the_stack() -> None:
 @pytest.mark.parametrize("layers", [3, 7])
 @pytest.mark.parametrize("mesh", [MESH, LINE], ids=["2d", "1d"])
 def test_gpt(layers: int, mesh: sr.ProcessMesh) -> None:
-    r = _same_without_replay(lambda: examples.gpt_decoder(layers, mesh, **SMALL))
+    r = same_without_replay(lambda: examples.gpt_decoder(layers, mesh, **SMALL))
     assert r.blocks_replayed > 0
 
 
@@ -146,7 +99,7 @@ def test_gpt_annotated_in_one_middle_layer_only() -> None:
         shard(g.tensor("input_ids"), MESH, ("dp", None))
         return g
 
-    _same_without_replay(build)
+    same_without_replay(build)
 
 
 def _respec(g: Graph, name: str, spec: tuple[Any, ...], priority: int = 0) -> Graph:
@@ -162,7 +115,7 @@ def _respec(g: Graph, name: str, spec: tuple[Any, ...], priority: int = 0) -> Gr
 ])
 def test_gpt_with_one_layer_annotated_differently(name: str, spec: tuple[Any, ...],
                                                   priority: int) -> None:
-    r = _same_without_replay(
+    r = same_without_replay(
         lambda: _respec(examples.gpt_decoder(6, MESH, **SMALL), name, spec, priority))
     assert r.blocks_replayed > 0
 
@@ -187,7 +140,7 @@ def test_rejections_in_every_layer() -> None:
         shard(w, MESH, (None, "mp"))
         return ops.relu(ops.matmul(h, w, name=f"mm{i}"), name=f"relu{i}")
 
-    r = _same_without_replay(_stack(5, 6, layer, lambda g: None))
+    r = same_without_replay(_stack(5, 6, layer, lambda g: None))
     assert all(r.rejected(f"w{i}") for i in range(4)) and r.blocks_replayed > 0
 
 
@@ -205,7 +158,7 @@ def test_conflicts_settled_in_every_layer() -> None:
     def annotate(g: Graph) -> None:
         shard(g.tensor("x"), MESH, ("dp", None))
 
-    r = _same_without_replay(_stack(5, 16, layer, annotate))
+    r = same_without_replay(_stack(5, 16, layer, annotate))
     assert r.reshards and r.blocks_replayed > 0
     losers = [t.name for t in r.graph.tensors if any(x.reason == "rule" for x in r.rejected(t))]
     assert len(losers) >= 2 * 5 - 1, losers
@@ -221,7 +174,7 @@ def test_layers_annotated_in_turn_two_ways() -> None:
     def annotate(g: Graph) -> None:
         shard(g.tensor("x"), MESH, ("dp", None))
 
-    r = _same_without_replay(_stack(10, 16, layer, annotate))
+    r = same_without_replay(_stack(10, 16, layer, annotate))
     assert r.blocks_replayed >= 6
 
 
@@ -235,7 +188,7 @@ def test_pipeline_stages() -> None:
     def annotate(g: Graph) -> None:
         shard(g.tensor("x"), STAGE0, ("dp", None))
 
-    r = _same_without_replay(_stack(8, 16, layer, annotate))
+    r = same_without_replay(_stack(8, 16, layer, annotate))
     assert sum(1 for e in r.reshards if e.cross_mesh) >= 1
 
 
@@ -293,7 +246,7 @@ RANDOM_RUNS: list[tuple[bool, int]] = []  # per example: the pass raised; blocks
 @settings(max_examples=80, deadline=None, derandomize=True)  # the counts below are fixed
 @given(st.data())
 def test_random_stacks(data: st.DataObject) -> None:
-    r = _same_outcome(_random_stack(data))
+    r = same_outcome(_random_stack(data))
     RANDOM_RUNS.append((r is None, 0 if r is None else r.blocks_replayed))
 
 

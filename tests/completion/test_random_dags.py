@@ -12,6 +12,8 @@ annotation's partial is pending on.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from random_dags import random_dag
 
@@ -102,6 +104,23 @@ def test_careless_annotations_neither_make_complete_nor_summary_raise(seed: int)
     for t in r.graph.tensors:  # no layout both split and pending on one mesh dim
         a = t.attr
         assert not {m for ms in a.multi_dims_mapping for m in ms} & set(a.partial)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_totals_count_the_origins(seed: int) -> None:
+    # the totals are read off the pass's state without building the origins: they must be the
+    # origins' kinds, counted, on graphs with annotated, inferred and defaulted tensors
+    r = complete(random_dag(seed, 200))
+    totals = (r.num_annotated, r.num_inferred, r.num_default)  # before any origin is built
+    kinds = Counter(r.origin(t).kind for t in r.graph.tensors)
+    assert totals == (kinds["annotation"], kinds["forward"] + kinds["demand"] + kinds["reverse"],
+                      kinds["default"])
+    assert all(totals) and kinds["reverse"] and kinds["demand"]
+    # with some origins built first
+    r = complete(random_dag(seed, 200))
+    for t in r.graph.tensors[::3]:
+        r.origin(t)
+    assert (r.num_annotated, r.num_inferred, r.num_default) == totals
 
 
 @pytest.mark.parametrize("seed", range(12))
