@@ -18,7 +18,7 @@ are no block (their ops are visited).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain
 from operator import add
 from typing import Any, Final
@@ -95,11 +95,12 @@ def _row_ids(rows: int, cols: Iterable[Ints]) -> Ints:
 
 
 def _signatures(sl: _Slots, calls: Sequence[tuple[Any, ...] | None],
-                shapes: Sequence[tuple[int, ...]], dtypes: Sequence[str]) -> Ints:
+                shapes: Sequence[tuple[int, ...]], dtypes: Sequence[str],
+                odd: Mapping[int, tuple[Any, ...] | None]) -> Ints:
     """Each op's signature id: equal for two ops whose visits are the same up to which tensors
     they touch (the same rule entries, attribute tails and schema, by identity, and operands and
-    results of the same shapes and dtypes); -1 for an op visited through its ``Op`` object,
-    which the symmetry does not describe."""
+    results of the same shapes and dtypes). An op visited through its ``Op`` object (no call)
+    has the key ``odd`` gives it in place of its call (-1: no key, no signature)."""
     n = len(calls)
     sig = np.full(n, -1, np.int64)
     if not n:
@@ -116,6 +117,8 @@ def _signatures(sl: _Slots, calls: Sequence[tuple[Any, ...] | None],
         (id(c[0]), id(c[1]), id(c[2]), id(c[3]), id(c[4]), c[5]), len(parts))
         for i, c in dict(zip(map(id, calls), calls, strict=True)).items()}
     code = np.fromiter(map(code_of.__getitem__, map(id, calls)), np.int64, n)
+    for k, key in odd.items():  # an op's key and a call's parts are tuples of other lengths
+        code[k] = -1 if key is None else parts.setdefault(key, len(parts))
     if n <= SMALL:  # a few ops: one key per op costs less than numpy's calls
         kinds, flat, at, n_in = kind.tolist(), sl.flat, sl.start.tolist(), sl.n_in.tolist()
         keys: dict[tuple[int, ...], int] = {}
@@ -276,14 +279,16 @@ def find_blocks(
     calls: Sequence[tuple[Any, ...] | None],
     shapes: Sequence[tuple[int, ...]],
     dtypes: Sequence[str],
+    odd: Mapping[int, tuple[Any, ...] | None] | None = None,
 ) -> tuple[list[int], tuple[Block, ...]]:
     """The runs of repeated blocks of one topology: each op's block (-1: none) and the blocks.
 
-    ``consumers[i]`` lists tensor ``i``'s consumers in ascending order, each once."""
+    ``consumers[i]`` lists tensor ``i``'s consumers in ascending order, each once; ``odd`` keys
+    the ops without a call (``Index``)."""
     n = len(ins)
     block_of = [-1] * n
     sl = _Slots(ins, outs, producer, consumers)
-    sig = _signatures(sl, calls, shapes, dtypes)
+    sig = _signatures(sl, calls, shapes, dtypes, odd or {})
     period = _period(sig)
     if period <= 0:
         return block_of, ()

@@ -210,17 +210,21 @@ class Index:
     optional, not generic): their rules' bound entry points and attribute tails, so a visit calls
     the rule with the flat operand specs without touching the ``Op``; its last entry says whether
     the results are too (else the reverse rule goes through the ``Op``). Equal tails are shared,
-    and so are equal calls, so the layers of a model read one.
+    and so are equal calls, so the layers of a model read one. ``odd[k]`` keys an op without a
+    call (``_Calls.op_key``), so that it has a signature and can repeat in a block all the same.
     """
 
-    __slots__ = ("base", "block_of", "blocks", "calls", "consumers", "ins", "outs", "producer",
-                 "shapes", "sources")
+    __slots__ = ("base", "block_of", "blocks", "calls", "consumers", "ins", "odd", "outs",
+                 "producer", "shapes", "sources")
 
     def __init__(self, ops: tuple[Op, ...], tensors: tuple[Tensor, ...]) -> None:
         # One pass over the ops, reading each once: on large models every Op is a cache miss.
         ins: list[tuple[int, ...]] = []
         outs: list[tuple[int, ...]] = []
         calls: list[Call | None] = []
+        # the ops without a call: a key of what their visit reads besides the tensors (None:
+        # no key, the op repeats nothing; see ``_Calls.op_key``)
+        odd: dict[int, tuple[Any, ...] | None] = {}
         calls_of = _Calls()
         last: tuple[Any, ...] = (None, None, None, None)  # the last shareable call, and its key
         res: tuple[int, ...] = ()
@@ -241,6 +245,7 @@ class Index:
             outs.append(res)
             schema = op.schema
             if schema.generic or not plain_in:
+                odd[len(calls)] = calls_of.op_key(schema, op.attrs, op.operands, op.results)
                 calls.append(None)
                 continue
             attrs = op.attrs
@@ -251,7 +256,7 @@ class Index:
             if shareable:
                 last = (schema, attrs, plain_out, call)
             calls.append(call)
-        self.ins, self.outs, self.calls = ins, outs, calls
+        self.ins, self.outs, self.calls, self.odd = ins, outs, calls, odd
         producer = [-1] * len(tensors)
         cons: list[list[int]] = [[] for _ in tensors]
         for k, (idx, res) in enumerate(zip(ins, outs, strict=True)):
@@ -276,7 +281,7 @@ class Index:
         self.shapes = [shapes.setdefault(s, s) for s in map(_SHAPE, tensors)]
         self.block_of, self.blocks = find_blocks(
             ins, outs, producer, self.consumers, calls, self.shapes,
-            list(map(_DTYPE, tensors)))
+            list(map(_DTYPE, tensors)), odd)
 
 
 _ORDER: Final = attrgetter("order")
@@ -320,6 +325,27 @@ class _Calls:
             return call, False
         self.seen[key] = (call, attrs)
         return call, True
+
+    def op_key(self, schema: OpSchema, attrs: tuple[Any, ...],
+               operands: tuple[Any, ...], results: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """For an op visited through its ``Op`` (list operands, absent optionals, generic rules):
+        what its visits read besides its tensors' state, as a key equal for two ops whose visits
+        are the same up to which tensors they touch: the schema, the attribute values (by the
+        shared tail) and the structure of its operands and results (a list's length, an absent
+        optional); the flat tensors' shapes and dtypes are the slots'. None: the attributes
+        cannot be compared (a nested list)."""
+        tail = shared_tail(self.tails, schema, attrs)
+        if tail is None:
+            return None
+        return (id(schema), id(tail), tuple(map(_structure, operands)),
+                tuple(map(_structure, results)))
+
+
+def _structure(v: Any) -> int:
+    """One operand or result slot's structure: a tensor (-1), absent (-2), a list (its length)."""
+    if v is None:
+        return -2
+    return len(v) if type(v) is tuple else -1
 
 
 def shared_tail(

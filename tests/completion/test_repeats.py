@@ -60,7 +60,10 @@ def _check_blocks(g: Graph) -> state.Index:
         assert _local(ix, a.start, a.stop)[1] == _local(ix, b.start, b.stop)[1]
         for k in range(a.start, a.stop):
             ca, cb = ix.calls[k], ix.calls[k + shift]
-            assert ca is not None and ca is cb
+            if ca is None:  # an op visited through its Op: keyed by value
+                assert cb is None and ix.odd[k] is not None and ix.odd[k] == ix.odd[k + shift]
+            else:
+                assert ca is cb
         for i, j in zip(a.tensors, b.tensors, strict=True):
             assert ix.shapes[i] == ix.shapes[j] and dtypes[i] == dtypes[j]
             assert _moved(ix, i, j, shift)
@@ -157,9 +160,10 @@ def _reference_blocks(ix: state.Index, dtypes: list[str]) -> list[tuple[int, int
     grows while the next period is the block before it, shifted."""
     def sig_of(k: int) -> Any:
         c = ix.calls[k]
-        if c is None:
+        key = (*map(id, c[:5]), c[5]) if c is not None else ix.odd[k]
+        if key is None:
             return None
-        return (*map(id, c[:5]), c[5], len(ix.ins[k]),
+        return (key, len(ix.ins[k]),
                 tuple((ix.shapes[i], dtypes[i]) for i in (*ix.ins[k], *ix.outs[k])))
 
     ids: dict[Any, int] = {}
