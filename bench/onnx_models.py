@@ -4,7 +4,12 @@ against the output shipped in the wheel, and the data-parallel run (2 ranks, bat
 largest error against our serial run. The same runs are asserted in
 tests/importers/test_onnx_models.py; this prints the numbers.
 
-    .venv/bin/python bench/onnx_models.py [MODEL ...]
+Each spatial line also gives the layout's leanness: the halo exchanges, the reshard edges
+completion planned (gathers of a spatially split activation) and their bytes, and the first
+tensor gathered with its shape. ``--layout`` prints only that (import, completion and lowering,
+no MPI run).
+
+    .venv/bin/python bench/onnx_models.py [--layout] [MODEL ...]
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from spmdrules.completion import complete
 from spmdrules.execution.executor import serial_op
 from spmdrules.execution.lowering import lower
 from spmdrules.execution.mpi import run_mpi
-from spmdrules.execution.program import HaloStep
+from spmdrules.execution.program import HaloStep, Program
 from spmdrules.importers import onnx as onnx_import
 
 DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
@@ -42,27 +47,37 @@ def serial(g: sr.Graph, feeds: dict[str, np.ndarray], out: str) -> np.ndarray:
     return np.asarray(values[out])
 
 
-def spatial(model: str) -> str:
+def layout(model: str) -> tuple[onnx_import.Imported, Program, str]:
+    """The spatial plan's program and its leanness: halos, reshards, bytes, the first gather."""
     path = LIGHT / f"light_{model}.onnx"
     t0 = time.perf_counter()
     im = onnx_import.import_model(path, spatial_sharding=True)
     t1 = time.perf_counter()
     mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["h", "w"])
     plan.apply(im.graph, mesh, {im.inputs[0]: plan.Spatial(dims={"H": "h", "W": "w"})})
-    prog = lower(complete(im.graph))
+    done = complete(im.graph)
+    prog = lower(done)
     t2 = time.perf_counter()
+    halos = sum(isinstance(i, HaloStep) for i in prog.instructions)
+    first = (f", first {done.reshards[0].tensor} {list(im.graph.tensor(done.reshards[0].tensor).shape)}"
+             if done.reshards else "")
+    return im, prog, (
+        f"{model:13s} {len(im.graph.ops):5d} ops  import {t1 - t0:5.2f} s  complete+lower "
+        f"{t2 - t1:5.2f} s  spatial: {halos:3d} halo steps, {len(done.reshards)} reshards "
+        f"{done.bytes_moved / 2**20:5.2f} MiB{first}")
+
+
+def spatial(model: str) -> str:
+    im, prog, line = layout(model)
     x = dummy(im.graph.tensor(im.inputs[0]).shape)
     out = im.outputs[0]
     run = run_mpi(prog, im.feeds(x), nprocs=4, fetch=[out], timeout=900)
     want = onnx.numpy_helper.to_array(onnx.load_tensor(str(LIGHT / f"light_{model}_output_0.pb")))
     spec = json.loads((DATA / "real" / f"test_{model}" / "data.json").read_text())
     err = float(np.max(np.abs(run.values[out] - want)))
-    halos = sum(isinstance(i, HaloStep) for i in prog.instructions)
     ok = np.allclose(run.values[out], want, rtol=spec.get("rtol", 1e-3), atol=spec.get("atol", 1e-7))
-    return (f"{model:13s} {len(im.graph.ops):5d} ops  import {t1 - t0:5.2f} s  complete+lower "
-            f"{t2 - t1:5.2f} s  spatial 4 ranks: {halos:3d} halo steps, mpiexec {run.wall:6.1f} s, "
-            f"max |err| vs shipped {err:.2e} (rtol {spec.get('rtol', 1e-3)}) "
-            f"{'PASS' if ok else 'FAIL'}")
+    return (f"{line}\n{'':13s} spatial 4 ranks: mpiexec {run.wall:6.1f} s, max |err| vs shipped "
+            f"{err:.2e} (rtol {spec.get('rtol', 1e-3)}) {'PASS' if ok else 'FAIL'}")
 
 
 def data_parallel(model: str) -> str:
@@ -87,9 +102,15 @@ def data_parallel(model: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--layout", action="store_true",
+                    help="only the spatial layout's halos and reshards (no MPI run)")
     ap.add_argument("models", nargs="*", default=sorted(
         p.stem.removeprefix("light_") for p in LIGHT.glob("*.onnx")))
-    for model in ap.parse_args().models:
+    args = ap.parse_args()
+    for model in args.models:
+        if args.layout:
+            print(layout(model)[2], flush=True)
+            continue
         print(spatial(model), flush=True)
         print(data_parallel(model), flush=True)
 

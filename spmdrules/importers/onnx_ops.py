@@ -238,21 +238,29 @@ def _lrn(c: Ctx) -> list[Value]:
 
 @onnx_op("BatchNormalization")
 def _batch_norm(c: Ctx) -> list[Value]:
+    """Inference BatchNormalization, ``(x - mean) * (scale / sqrt(var + eps)) + B`` per channel,
+    as elementwise ops: a per-channel affine map is local to every element, so the broadcast
+    binary rules keep the batch and spatial shards of ``x`` (Paddle's batch_norm rule keeps only
+    the channel's, for the batch statistics of training). The gain is computed from the [C]
+    parameters as batch_norm's kernel does (``scale * rsqrt(var + eps)``)."""
     if int(c.attr("training_mode", 0)) or any(c.node.output[1:]):
         raise c.fail("training mode (batch statistics, running outputs) is not mapped; export "
                      "the model for inference")
     if c.opset < 7 and not int(c.attr("spatial", 1)):
         raise c.fail("spatial=0 (per-activation statistics) is not mapped")
     x, scale, bias, mean, var = (c.tensor(i) for i in range(5))
-    # the normalised output keeps the ONNX name; the statistics outputs inference leaves unread
-    # are named after it
-    parts = ("", "mean_out", "variance_out", "saved_mean", "saved_variance", "reserve_space")
-    op = c.imp.graph.add_op(
-        "batch_norm", [x, mean, var, scale, bias],
-        {"is_test": True, "epsilon": float(c.attr("epsilon", 1e-5)),
-         "momentum": float(c.attr("momentum", 0.9))},
-        name=c.name, results=[f"{c.name}.{p}" if p else c.name for p in parts])
-    return [op.results[0]]
+    if x.ndim < 2:
+        raise c.fail(f"input rank {x.ndim}: BatchNormalization needs [N, C, ...]")
+    eps = float(c.attr("epsilon", 1e-5))
+    inv = c.call("rsqrt", c.call("scale", var, scale=1.0, bias=eps, bias_after_scale=True,
+                                 part="var_eps"), part="rstd")
+    gain = c.call("multiply", scale, inv, part="gain")
+    per_channel = [1, -1] + [1] * (x.ndim - 2)
+    centred = c.call("subtract", x, c.call("reshape", mean, shape=per_channel, part="mean"),
+                     part="centred")
+    scaled = c.call("multiply", centred, c.call("reshape", gain, shape=per_channel,
+                                                part="gain_c"), part="scaled")
+    return [c.call("add", scaled, c.call("reshape", bias, shape=per_channel, part="bias"))]
 
 
 # ---- matmuls ------------------------------------------------------------------------------------

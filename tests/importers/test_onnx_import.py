@@ -18,6 +18,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import spmdrules as sr  # noqa: E402
 from spmdrules.cli import main  # noqa: E402
+from spmdrules.completion import complete  # noqa: E402
 from spmdrules.execution.executor import run_serial  # noqa: E402
 from spmdrules.graph.exchange import load as load_json  # noqa: E402
 from spmdrules.importers import errors  # noqa: E402
@@ -82,6 +83,9 @@ CASES: dict[str, tuple[list[Any], dict[str, Any], list[str], dict[str, np.ndarra
     "batchnorm": ([N("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3)],
                   {"x": _r(2, 3, 4, 4)}, ["y"],
                   {"s": _r(3), "b": _r(3), "m": _r(3), "v": np.abs(_r(3)) + 0.5}, 15),
+    "batchnorm-rank2": ([N("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])],
+                        {"x": _r(4, 3)}, ["y"],
+                        {"s": _r(3), "b": _r(3), "m": _r(3), "v": np.abs(_r(3)) + 0.5}, 15),
     "gemm-alpha-beta-transA": (
         [N("Gemm", ["a", "w", "c"], ["y"], transA=1, alpha=0.5, beta=2.0)],
         {"a": _r(4, 3)}, ["y"], {"w": _r(4, 5), "c": _r(5)}, 13),
@@ -209,6 +213,25 @@ def test_unmapped_ops_and_attributes_name_the_node() -> None:
     m = _model([N("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2])], {"x": (1, 1, 4, 4)}, ["y"])
     with pytest.raises(errors.UnmappedOpError, match="Indices"):
         onnx_import.load(m)
+
+
+def test_inference_batch_norm_keeps_the_spatial_split() -> None:
+    """Inference BatchNormalization is a per-channel affine map of the [C] parameters (which keep
+    their names), so a Conv's H/W split passes through it, as through the Relu after it."""
+    inits = {"w": _r(4, 3, 3, 3), "s": _r(4), "b": _r(4), "m": _r(4), "v": np.abs(_r(4)) + 0.5}
+    m = _model([N("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                N("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"]),
+                N("Relu", ["y"], ["r"])], {"x": (1, 3, 8, 8)}, ["r"], inits, 15)
+    im = onnx_import.import_model(m, spatial_sharding=True)
+    g = im.graph
+    assert {t.name for t in g.params} == set(inits)
+    assert "batch_norm" not in {op.type for op in g.ops}
+    mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["h", "w"])
+    sr.shard(g.tensor("x"), mesh, [-1, -1, "h", "w"])
+    c = complete(g)
+    assert [c.attr(t).dims_mapping for t in ("c", "y", "r")] == [(-1, -1, 0, 1)] * 3
+    assert not c.reshards
+    _check(m, {"x": _r(1, 3, 8, 8)})
 
 
 def test_errors_are_spmd_errors_and_a_missing_extra_says_so(

@@ -8,6 +8,10 @@ on MPI in two layouts:
   (``arange(n) / n``, its ``generate_dummy_data``);
 * data parallel on 2 ranks with the batch widened to 4 (``follow_batch``): the output equals our
   serial numpy run of the same graph.
+
+The spatial layout is also checked for leanness where the models have BatchNormalization: the
+split of H and W survives every BN layer, and completion gathers only tensors whose H or W does
+not split evenly on the mesh.
 """
 
 from __future__ import annotations
@@ -32,12 +36,50 @@ from spmdrules.importers import onnx as onnx_import  # noqa: E402
 
 DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
 LIGHT = DATA / "light"
+#: the light models with BatchNormalization layers
+BN_MODELS = ["densenet121", "inception_v2", "resnet50", "shufflenet"]
 MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
           "shufflenet", "squeezenet", "vgg19", "zfnet512"]
 
 
 def test_the_wheel_ships_these_models() -> None:
     assert sorted(p.stem.removeprefix("light_") for p in LIGHT.glob("*.onnx")) == MODELS
+
+
+def test_the_bn_models_are_those_with_batch_normalization() -> None:
+    has_bn = [m for m in MODELS if any(n.op_type == "BatchNormalization" for n in
+                                       onnx.load(str(LIGHT / f"light_{m}.onnx")).graph.node)]
+    assert has_bn == BN_MODELS
+
+
+@pytest.mark.parametrize("model", BN_MODELS)
+def test_spatial_split_survives_batch_normalization(model: str) -> None:
+    """Inference BN is a per-channel affine map: it keeps the H/W split of its input, so the
+    activations stay split from the input to the first tensor whose H or W is odd (the 7x7
+    stage), and only such tensors are gathered."""
+    path = LIGHT / f"light_{model}.onnx"
+    im = onnx_import.import_model(path, spatial_sharding=True)
+    g = im.graph
+    mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["h", "w"])
+    plan.apply(g, mesh, {im.inputs[0]: plan.Spatial(dims={"H": "h", "W": "w"})})
+    c = complete(g)
+    split = (-1, -1, 0, 1)
+    bn_outs = [n.output[0] for n in onnx.load(str(path)).graph.node
+               if n.op_type == "BatchNormalization"]
+    even = [t for t in bn_outs if all(d % 2 == 0 for d in g.tensor(t).shape[2:])]
+    assert len(even) > len(bn_outs) // 2
+    kept = [t for t in even if c.attr(t).dims_mapping == split]
+    assert kept == even, f"BN outputs that lost the H/W split: {sorted(set(even) - set(kept))}"
+    assert c.reshards, "the 7x7 stage is gathered (an odd length does not split on 2)"
+    for e in c.reshards:
+        assert any(d % 2 for d in g.tensor(e.tensor).shape[2:]), (
+            f"{e.tensor} {list(g.tensor(e.tensor).shape)} splits evenly but is resharded "
+            f"{e.src.mapping_str()} -> {e.dst.mapping_str()}")
+    # every split convolution with a window wider than one element reads its neighbours' edges
+    halos = sum(isinstance(i, HaloStep) for i in lower(c).instructions)
+    wide = [op for op in g.ops if op.type == "conv2d" and max(op.operands[1].shape[2:]) > 1
+            and c.attr(op.results[0]).dims_mapping == split]
+    assert halos >= len(wide) > 0
 
 
 def _tolerance(model: str) -> tuple[float, float]:
