@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 import sys
 from collections.abc import Callable
@@ -35,7 +34,9 @@ def _malloc_trim() -> Callable[[int], int] | None:
     if sys.platform != "linux":
         return None
     try:
-        fn: Callable[[int], int] = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        # the symbols the interpreter is linked with, libc's among them: no search for the
+        # library (ctypes.util.find_library runs ldconfig in a subprocess)
+        fn: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
         return None
     return fn

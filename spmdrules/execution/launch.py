@@ -157,9 +157,11 @@ def _parents() -> dict[int, tuple[int, int]]:
     return out
 
 
-def descendants(pid: int) -> dict[int, int]:
-    """``pid`` and every process below it, each with its start time (to tell a reused pid)."""
-    table = _parents()
+def descendants(pid: int, table: Mapping[int, tuple[int, int]] | None = None) -> dict[int, int]:
+    """``pid`` and every process below it, each with its start time (to tell a reused pid);
+    ``table``: a snapshot of ``_parents()`` to read instead of a new one."""
+    if table is None:
+        table = _parents()
     children: dict[int, list[int]] = {}
     for p, (pp, _) in table.items():
         children.setdefault(pp, []).append(p)
@@ -228,14 +230,20 @@ class _Watcher(threading.Thread):
 
     def scan(self) -> None:
         with self._lock:
-            tree = descendants(self.pid)
+            table = _parents()
+            tree = descendants(self.pid, table)
             for p, start in tree.items():
                 if p in self.ranks or p == self.pid:
                     continue
                 self.pids[p] = start
                 # a rank's environment names it only once hydra's fork has exec'd the rank,
-                # so a process is asked again at every scan until it answers
+                # so a process is asked again at every scan until it answers. A process a rank
+                # started (a compiler, ldconfig) inherits the rank's environment: it is not a
+                # rank, and its end is no rank's death
                 rank = _rank_of(p)
+                parent = table.get(p, (0, 0))[0]
+                if rank is not None and (parent in self.ranks or _rank_of(parent) is not None):
+                    continue
                 if rank is not None:
                     self.ranks[p] = rank
                     with contextlib.suppress(OSError, AttributeError):

@@ -272,6 +272,18 @@ def executor_kernel() -> None:
     mpi_mod.MPIExecutor(prog, comm).run(_feeds(prog))
 
 
+def child_processes() -> None:
+    """No fault: every rank starts short-lived processes (as ctypes.util.find_library starts
+    ldconfig), which inherit the rank's environment; their ends are no rank's death."""
+    import subprocess
+
+    P_x, reduce, _, _ = _layers()
+    x = _block(P_x)
+    for _ in range(3):
+        subprocess.run(["sleep", "0.3"], check=True)  # several of the launcher's scans long
+        reduce(x)
+
+
 def executor_dies() -> None:
     """Rank VICTIM dies in the middle of the executor's run (after its first collective)."""
     import spmdrules.execution.mpi as mpi_mod
@@ -292,7 +304,7 @@ def executor_dies() -> None:
 CASES: dict[str, Callable[[], None]] = {f.__name__: f for f in (
     shapes, shapes_sum_reduce, rank_sets, rank_sets_layer, missing_rank, global_shapes, axes,
     raise_before, raise_silent, raise_inside, exit_sum_reduce, exit_broadcast, exit_repartition, exit_zero,
-    executor_program, executor_feeds, executor_kernel, executor_dies,
+    executor_program, executor_feeds, executor_kernel, executor_dies, child_processes,
 )}
 
 

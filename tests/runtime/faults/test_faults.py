@@ -23,7 +23,8 @@ VICTIM = 2
 
 # (case, ranks, how it must end): "typed" = a typed error on every rank and a clean exit;
 # "abort" = the job aborted by the failing rank, which names itself and its error;
-# "died" = a rank ended without finishing and the launcher names it and ends the job.
+# "died" = a rank ended without finishing and the launcher names it and ends the job;
+# "done" = no fault: every rank finishes and the job succeeds.
 CASES = [
     ("shapes", 4, "typed"),
     ("shapes", 8, "typed"),
@@ -44,6 +45,7 @@ CASES = [
     ("executor_feeds", 4, "typed"),
     ("executor_kernel", 4, "abort"),
     ("executor_dies", 4, "died"),
+    ("child_processes", 4, "done"),
 ]
 
 TYPED = re.compile(r"^TYPED (\d+) (\w+) (.*)$", re.M)
@@ -94,6 +96,9 @@ def test_fault_ends_cleanly(case: str, n: int, kind: str) -> None:
             assert all("view A, held by root rank" in m and "view B" in m
                        for _, m in typed.values()), detail
         assert job.ok, detail
+    elif kind == "done":
+        assert job.ok and not job.died, detail
+        assert job.completed == frozenset(range(n)), detail
     elif kind == "abort":
         failing = FAILING.get(case, {VICTIM})
         assert job.returncode != 0 and not job.ok, detail
