@@ -258,7 +258,6 @@ def adopted_results(
         t = tensors.get(r)
         if t is None:
             continue
-        m = metas[k]
         if t.role != "value":
             raise ProducerError(
                 f"op {name!r}: result {r!r} is a graph {t.role}, which no op may produce; "
@@ -269,10 +268,19 @@ def adopted_results(
                 f"op {name!r}: result {r!r} is already produced by op {t.producer.name!r}; "
                 "each tensor has one producer, so name the result differently"
             )
-        if t.shape != m.shape or t.dtype != m.dtype:
-            raise ShapeError(
-                f"op {name!r}: result {r!r} was declared {list(t.shape)} {t.dtype} but the op "
-                f"produces {list(m.shape)} {m.dtype}; fix the declaration or the op's inputs"
-            )
+        check_declared(name, r, t.shape, t.dtype, metas[k].shape, metas[k].dtype)
         adopt[r] = t
     return adopt
+
+
+def check_declared(
+    op: str, result: str, shape: Sequence[int], dtype: str, made_shape: tuple[int, ...],
+    made_dtype: str,
+) -> None:
+    """A result declared ``shape`` ``dtype`` (a declared tensor, a model file's entry) is what
+    op ``op`` makes."""
+    if tuple(shape) != made_shape or dtype != made_dtype:
+        raise ShapeError(
+            f"op {op!r}: result {result!r} was declared {list(shape)} {dtype} but the op "
+            f"produces {list(made_shape)} {made_dtype}; fix the declaration or the op's inputs"
+        )

@@ -50,8 +50,7 @@ from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import flat_slots
 from spmdrules.graph.annotate import shard
 from spmdrules.graph.annotation import OPEN
-from spmdrules.graph.binding import check_dtype
-from spmdrules.graph.errors import ShapeError
+from spmdrules.graph.binding import check_declared, check_dtype
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Tensor
 
@@ -362,12 +361,10 @@ def _add_tensors_and_ops(g: Graph, m: ModelFile) -> None:
         made = g.add_op(op.type, op.operands, op.attrs, name=op.name, results=op.results)
         for r in flat_slots(made.results, Tensor):
             d = listed.get(r.name)
-            if d is not None and (r.shape != tuple(d.shape) or r.dtype != d.dtype):
-                check_dtype(r.name, d.dtype)
-                raise ShapeError(
-                    f"op {op.name!r}: result {r.name!r} was declared {d.shape} {d.dtype} but "
-                    f"the op produces {list(r.shape)} {r.dtype}; fix the declaration or the "
-                    "op's inputs")
+            if d is not None:
+                if d.dtype != r.dtype:
+                    check_dtype(r.name, d.dtype)  # a bad dtype fails as when declared first
+                check_declared(op.name, r.name, d.shape, d.dtype, r.shape, r.dtype)
     for t in m.tensors:  # listed, never produced: validate() names it
         if t.name not in known:
             g.declare(t.name, t.shape, t.dtype)

@@ -381,8 +381,6 @@ class Graph:
             order = lexicographic_order(self._ops.values())
         except nx.NetworkXUnfeasible:
             raise self._cycle_error() from None
-        for i, op in enumerate(order):
-            op.order = i
         src = sorted((t for t in self._tensors.values() if t.producer is None),
                      key=lambda t: natural_key(t.name))
         tensors = (*src, *(t for op in order for t in flat_slots(op.results, Tensor)))
