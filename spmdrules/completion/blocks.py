@@ -14,6 +14,19 @@ those changes instead of visiting the ops again. Nothing is assumed of the annot
 far their effects reach: the entry states are compared in full, and a block whose entry differs
 is visited as usual (and becomes the one later blocks are compared with).
 
+Shared tensors. A tensor that every block reads at the same place, made before the run (a
+decoder's attention mask, its rotary tables), has no image one layer on: it is the same tensor.
+Its offers from the blocks' ops differ in their op, and its consumers reach the whole run, so it
+is left out of the comparison of offers and of the ops around the block. It is safe to replay a
+block that only *offers* to such a tensor, where each offer agrees with what the tensor already
+has (or the tensor is closed or frozen). Then the visit never reads the tensor's other offers,
+and it changes nothing of the tensor but its list of offers. So the block's entry state holds,
+for each shared tensor, its attribute, rank, change count, frozen flag and refused offers, and
+the offers made by the block's own ops (their op counted from the block). A replay then makes
+those offers again, shifted. A visit that goes further with a shared tensor (it chooses among the
+tensor's offers, changes it or refuses one of its offers) is not recorded, and the sweep watches
+for it (``Sweeps.offer``).
+
 The static part (``repeats.find_blocks``) runs once per topology, with the completion index;
 the dynamic part (``entry_head``, ``open_visit``, ``close``, ``replay``: one ``Visit`` a block) lives
 in one sweep (``completion._Run.sweep_blocks``).
@@ -25,6 +38,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
+
+from spmdrules.completion.offers import RawOffer, put_offer
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +55,12 @@ class Block:
     lo: int
     hi: int
     gather: Callable[[Sequence[Any]], tuple[Any, ...]]
+    #: the block's own tensors (those not shared), and their gatherer
+    own: tuple[int, ...]
+    own_gather: Callable[[Sequence[Any]], tuple[Any, ...]]
+    #: the tensors that every block of the run reads (made before the run: a mask, a rotary
+    #: table), which a visit that is recorded may only make offers to (see ``close``)
+    shared: tuple[int, ...]
 
 
 def gatherer(idx: tuple[int, ...]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
@@ -75,52 +96,75 @@ class Visit:
     """A block visited in this sweep: the state it was entered in, and what the visit changed."""
 
     block: Block
-    head: tuple[Any, ...]  # the entry state without the offers (cheap to compare first)
-    offers: tuple[Any, ...]  # the entry offers
+    head: tuple[Any, ...]  # the entry state without the own tensors' offers (compared first)
+    offers: tuple[Any, ...]  # the entry offers of the block's own tensors
     changed: tuple[tuple[Any, ...], ...] = ()
     flags: tuple[bytes, bytes, bytes] = (b"", b"", b"")
     natural: list[Any] | None = None
     needs: list[Any] | None = None
+    #: per shared tensor, the block's offers to it at the end (op counted from the block)
+    shared_offers: tuple[tuple[RawOffer, ...], ...] = ()
 
 
-def _rejected(st: Any, b: Block) -> tuple[Any, ...] | None:
-    """The refused offers of the block's tensors, frozen (None: there are none anywhere)."""
+def _rejected(st: Any, tensors: tuple[int, ...]) -> tuple[Any, ...] | None:
+    """The refused offers of ``tensors``, frozen (None: there are none anywhere)."""
     rejected = st.rejected
     if not rejected:
         return None
-    return tuple(None if (r := rejected.get(i)) is None else tuple(r) for i in b.tensors)
+    return tuple(None if (r := rejected.get(i)) is None else tuple(r) for i in tensors)
 
 
-def entry_head(st: Any, ann: Sequence[Any], b: Block, flags: Flags) -> tuple[Any, ...]:
-    """The entry state of block ``b`` except the offers: (attrs, ranks, change counts, frozen
-    flags, annotations, refused offers, rule answers of the ops around it, their needs, their
-    worklist flags). ``ann`` holds one object per distinct annotation (equal annotations: the
-    same object)."""
-    g = b.gather
+def _block_offers(st: Any, i: int, b: Block, base: Sequence[int]) -> tuple[RawOffer, ...]:
+    """The offers that the ops of block ``b`` made to tensor ``i``, their op counted from the
+    block's start (so that they read the same in every block of the run)."""
+    d, n = base[i] - b.start, b.stop - b.start
+    return tuple((o[0], o[1], o[2] + d, o[3], o[4]) for o in st.offers_of(i) if 0 <= o[2] + d < n)
+
+
+def _shared_state(st: Any, b: Block, base: Sequence[int]) -> tuple[Any, ...]:
+    """The shared tensors as the block's visit reads them: their attributes and what decides
+    whether an offer changes them, and the block's own offers to them (the other blocks' offers
+    are never read: a recorded visit never chooses among a shared tensor's offers)."""
+    if not b.shared:
+        return ()
+    attr, rank, changes, frozen = st.attr, st.rank, st.changes, st.frozen
+    return (tuple((attr[i], rank[i], changes[i], frozen[i], _block_offers(st, i, b, base))
+                  for i in b.shared), _rejected(st, b.shared))
+
+
+def entry_head(st: Any, ann: Sequence[Any], b: Block, flags: Flags,
+               base: Sequence[int]) -> tuple[Any, ...]:
+    """The entry state of block ``b`` except its own tensors' offers: their attrs, ranks, change
+    counts, frozen flags, annotations and refused offers, the shared tensors' state, and the
+    rule answers, needs and worklist flags of the ops around the block. ``ann`` holds one object
+    per distinct annotation (equal annotations: the same object)."""
+    g = b.own_gather
     lo, hi = b.lo, b.hi
-    return (g(st.attr), g(st.rank), g(st.changes), g(st.frozen), g(ann), _rejected(st, b),
-            st.natural[lo:hi], st.needs[lo:hi], _flag_window(flags, b))
+    return (g(st.attr), g(st.rank), g(st.changes), g(st.frozen), b.gather(ann),
+            _rejected(st, b.own), _shared_state(st, b, base), st.natural[lo:hi], st.needs[lo:hi],
+            _flag_window(flags, b))
 
 
 def matches(st: Any, b: Block, v: Visit) -> bool:
-    """Block ``b``'s offers are the ones ``v``'s block was entered with."""
-    return v.offers == b.gather(st.offers)
+    """Block ``b``'s own tensors' offers are the ones ``v``'s block was entered with."""
+    return v.offers == b.own_gather(st.offers)
 
 
 def open_visit(st: Any, b: Block, head: tuple[Any, ...]) -> Visit:
     """Start recording the visit of block ``b``, entered in state ``head``."""
-    return Visit(b, head, tuple(_own(h) for h in b.gather(st.offers)))
+    return Visit(b, head, tuple(_own(h) for h in b.own_gather(st.offers)))
 
 
-def close(st: Any, v: Visit, flags: Flags) -> None:
-    """Record what the visit of ``v.block`` changed."""
+def close(st: Any, v: Visit, flags: Flags, base: Sequence[int]) -> None:
+    """Record what the visit of ``v.block`` changed. The caller has checked that the visit left
+    the shared tensors as they were, but for the block's offers to them."""
     b = v.block
-    g = b.gather
+    g = b.own_gather
     attr, rank, changes, frozen = g(st.attr), g(st.rank), g(st.changes), g(st.frozen)
     offers, spec = g(st.offers), g(st.spec)
     a0, r0, c0, f0, _, e0 = v.head[:6]  # see entry_head
-    rej = _rejected(st, b)
-    none = (None,) * len(b.tensors)
+    rej = _rejected(st, b.own)
+    none = (None,) * len(b.own)
     if e0 is None:
         e0 = none
     if rej is None:
@@ -128,17 +172,18 @@ def close(st: Any, v: Visit, flags: Flags) -> None:
     o0 = v.offers
     v.changed = tuple(
         (j, attr[j], rank[j], spec[j], _own(offers[j]), changes[j], frozen[j], rej[j])
-        for j in range(len(b.tensors))
+        for j in range(len(b.own))
         if attr[j] is not a0[j] or rank[j] != r0[j] or offers[j] != o0[j]
         or changes[j] != c0[j] or frozen[j] != f0[j] or rej[j] != e0[j]
     )
     v.flags = _flag_window(flags, b)
     v.natural, v.needs = st.natural[b.lo:b.hi], st.needs[b.lo:b.hi]
+    v.shared_offers = tuple(_block_offers(st, i, b, base) for i in b.shared)
 
 
-def replay(st: Any, b: Block, v: Visit, flags: Flags) -> None:
+def replay(st: Any, b: Block, v: Visit, flags: Flags, base: Sequence[int]) -> None:
     """Make on block ``b`` the changes the visit ``v`` made on its block, through the symmetry."""
-    tensors = b.tensors
+    tensors = b.own
     attrs, ranks, specs, offers = st.attr, st.rank, st.spec, st.offers
     changes, frozen, rejected = st.changes, st.frozen, st.rejected
     for j, a, rank, spec, held, n, fr, rej in v.changed:
@@ -156,3 +201,9 @@ def replay(st: Any, b: Block, v: Visit, flags: Flags) -> None:
     assert v.natural is not None and v.needs is not None
     st.natural[lo:hi] = v.natural
     st.needs[lo:hi] = v.needs
+    # the block's offers to the shared tensors, made in the order the visit made them (an
+    # offer replaces the same op's earlier one in its place: ``put_offer``)
+    for i, made in zip(b.shared, v.shared_offers, strict=True):
+        d = b.start - base[i]
+        for o in made:
+            put_offer(offers, i, (o[0], o[1], o[2] + d, o[3], o[4]))

@@ -7,6 +7,7 @@ from itertools import compress
 from typing import Any, Literal
 
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
+from spmdrules.completion.offers import RawOffer
 from spmdrules.completion.planning import Plan, ReshardError, divisible, fmt_bytes
 from spmdrules.completion.result import (
     WEAK_RANK,
@@ -23,7 +24,6 @@ from spmdrules.completion.state import (
     MAX_CHANGES,
     MAX_SWEEPS,
     REV,
-    RawOffer,
     State,
     offer_key,
 )

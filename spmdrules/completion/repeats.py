@@ -183,12 +183,15 @@ def _recurs_at(sl: _Slots, sig: Ints, shift: int, lo: int, hi: int) -> tuple[Boo
     image = np.minimum(s + np.repeat(sl.start[lo + shift:hi + shift] - sl.start[lo:hi], width),
                        sl.size - 1)
     x, y = sl.tensor[a:b], sl.tensor[image]
+    # one tensor at the same place in both ops: shared by the blocks (a mask every layer reads),
+    # made before them; its producer and consumers stay where they are
+    shared = x == y
     px, py = sl.producer[x], sl.producer[y]
-    bad = np.where(px < 0, py >= 0, py != px + shift)
+    bad = np.where(px < 0, py >= 0, py != px + shift) & ~shared
     cx = sl.n_cons[x]
     bad |= cx != sl.n_cons[y]
     # every consumer one shift on, entry by entry
-    pick = np.flatnonzero(~bad & (cx > 0))
+    pick = np.flatnonzero(~bad & (cx > 0) & ~shared)
     if len(pick):
         reps = cx[pick]
         off = np.arange(int(reps.sum())) - np.repeat(np.cumsum(reps) - reps, reps)
@@ -197,6 +200,8 @@ def _recurs_at(sl: _Slots, sig: Ints, shift: int, lo: int, hi: int) -> tuple[Boo
         bad[np.repeat(pick, reps)[cons_y != cons_x + shift]] = True
     d1, d2 = sl.back[a:b], sl.back[image]
     late = s - np.where(d1 != d2, np.minimum(d1, d2), sl.size + 1)
+    made = shared & (px >= 0)  # a shared tensor: the block starts after its producer
+    late[made] = np.maximum(late[made], sl.start[px[made]])
     reach = np.full(hi - lo, -1, np.int64)
     used = np.flatnonzero(width > 0)
     if len(used):
@@ -246,17 +251,28 @@ def _grouped(sl: _Slots, sig: Ints, k: int, period: int, periods: int) -> int:
 def _run_blocks(sl: _Slots, run: int, k: int, length: int, count: int,
                 producer: Sequence[int], consumers: Sequence[tuple[int, ...]]) -> list[Block]:
     """The ``count`` blocks of ``length`` ops from op ``k``, each the one before shifted: the
-    tensors of each in order of first use (the same slots as the first's), and the ops around
-    them (the first's, shifted)."""
+    tensors of each in order of first use (the same slots as the first's), which of them every
+    block shares (made before the run, read by each block), and the ops around the block's own
+    tensors (the first's, shifted). None if some tensor is shared by some blocks only."""
     a = int(sl.start[k])
     w = int(sl.start[k + length]) - a
     firsts = np.flatnonzero(sl.back[a:a + w] > np.arange(w))  # a tensor's first use in the block
     pick = firsts.tolist()
     flat = sl.flat
-    rows = [tuple([flat[at + f] for f in pick])
-            for at in sl.start[k:k + count * length:length].tolist()]
+    starts = sl.start[k:k + count * length:length]
+    rows = [tuple([flat[at + f] for f in pick]) for at in starts.tolist()]
+    # a tensor at one place in every block is shared; one shared by some blocks only has no
+    # symmetry to follow, and the run is no run
+    held = sl.tensor[starts[:, None] + firsts[None, :]]
+    same = held[1:] == held[:-1]
+    everywhere = same.all(axis=0)
+    if (same.any(axis=0) & ~everywhere).any():
+        return []
+    mine = set(np.flatnonzero(everywhere).tolist())
     near_lo, near_hi = k, k + length - 1
-    for i in rows[0]:
+    for j, i in enumerate(rows[0]):
+        if j in mine:
+            continue  # its consumers reach the whole run: a visit may not change it (``blocks``)
         p = producer[i]
         c = consumers[i]
         if p >= 0:
@@ -266,8 +282,10 @@ def _run_blocks(sl: _Slots, run: int, k: int, length: int, count: int,
     out = []
     for j, tensors in enumerate(rows):
         d = j * length
+        own = tuple(i for q, i in enumerate(tensors) if q not in mine) if mine else tensors
         out.append(Block(run, k + d, k + d + length, tensors, near_lo + d, near_hi + 1 + d,
-                         gatherer(tensors)))
+                         gatherer(tensors), own, gatherer(own),
+                         tuple(i for q, i in enumerate(tensors) if q in mine)))
     return out
 
 

@@ -7,6 +7,7 @@ from operator import attrgetter
 from typing import Any, Final
 
 from spmdrules.completion.cost import CostModel
+from spmdrules.completion.offers import RawOffer
 from spmdrules.completion.planning import divisible
 from spmdrules.completion.repeats import find_blocks
 from spmdrules.completion.result import WEAK_RANK, NoAnnotationError, OfferKind
@@ -28,13 +29,6 @@ REPLAY_BLOCKS = True
 RECENT_VISITS: Final = 4
 
 
-# An offer inside the pass is a plain tuple (it is made thousands of times per model):
-# (attr, rank, op, kind code, driver or -1). Nothing in it is absolute, so an offer is the same
-# tuple in every layer of a stack (see ``completion_blocks``): the op is counted from the
-# tensor's ``Index.base`` op, and the driver is a position among the op's operands (forward and
-# demand offers) or results (reverse offers), not a tensor. ``Completion`` turns it into an
-# ``Offer`` when asked.
-RawOffer = tuple[DistAttr, int, int, int, int]
 FWD, REV, DEM = 0, 1, 2
 KINDS: Final[tuple[OfferKind, ...]] = ("forward", "reverse", "demand")
 
@@ -88,6 +82,13 @@ class RunState:
         self.sources, self.base = index.sources, index.base
         self.block_of, self.blocks = index.block_of, index.blocks if REPLAY_BLOCKS else ()
         self.replays = 0
+        # the tensors that blocks share (``blocks``), and whether the block visit open now
+        # went past an offer to one of them
+        self.is_shared = bytearray(len(tensors))
+        for b in self.blocks:
+            for i in b.shared:
+                self.is_shared[i] = 1
+        self.touched_shared = False
         self.ann_keys: list[Annotation | None] = []  # canonical annotations, with blocks
         # Worklists are one byte per op: a sweep finds the next pending op with bytearray.find,
         # so a visit costs the same whatever the model's size (a heap's log n does not).

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 
 from spmdrules.completion.blocks import Flags, Visit, close, entry_head, matches, open_visit
 from spmdrules.completion.blocks import replay as replay_block
+from spmdrules.completion.offers import RawOffer, put_offer
 from spmdrules.completion.planning import evenly, reshard_time
 from spmdrules.completion.result import WEAK_RANK, UnresolvableConflictError
 from spmdrules.completion.state import (
@@ -17,7 +18,6 @@ from spmdrules.completion.state import (
     MAX_CHANGES,
     RECENT_VISITS,
     REV,
-    RawOffer,
     RunState,
     cached_spec,
     offer_key,
@@ -147,6 +147,8 @@ class Sweeps(RunState):
         for t, n in zip(ins, need, strict=True):
             a = st.attr[t.order]
             if a is not None and a != n:
+                if self.is_shared[t.order]:
+                    self.touched_shared = True
                 st.rejected.setdefault(t.order, []).append((
                     (n, WEAK_RANK, op.order - self.base[t.order], DEM, -1), "rule",
                     f"{op.type} cannot take it together with its other operands ({error}); "
@@ -196,29 +198,12 @@ class Sweeps(RunState):
     # ---- choosing -----------------------------------------------------------------------------
     def offer(self, i: int, o: RawOffer) -> None:
         st = self.st
-        # one offer per op and direction: a new one replaces the old in its place
-        held = st.offers[i]
-        if held is None:
-            st.offers[i] = o
-            n = 1
-        elif isinstance(held, list):
-            k, kind = o[2], o[3]
-            for pos, p in enumerate(held):
-                if p[2] == k and p[3] == kind:
-                    held[pos] = o
-                    break
-            else:
-                held.append(o)
-            n = len(held)
-        elif held[2] == o[2] and held[3] == o[3]:
-            st.offers[i] = o
-            n = 1
-        else:
-            st.offers[i] = [held, o]
-            n = 2
+        n = put_offer(st.offers, i, o)
         cur = st.attr[i]
         if cur is not None and o[1] <= st.rank[i] and o[0] == cur:
             return  # agrees with what the tensor has: nothing can change
+        if self.is_shared[i]:
+            self.touched_shared = True  # the visit open now cannot be replayed (``blocks``)
         ann = self.ann[i]
         if (ann is not None and ann.is_fully_closed) or st.frozen[i]:
             return
@@ -402,7 +387,7 @@ class Sweeps(RunState):
         ``completion_blocks``)."""
         visit = self.forward if forward else self.reverse
         find = pending.find if forward else pending.rfind
-        block_of, blocks, st = self.block_of, self.blocks, self.st
+        block_of, blocks, st, base = self.block_of, self.blocks, self.st, self.base
         flags: Flags = (pending, self.fwd_next, self.rev_next)
         # per run: the blocks visited in this sweep, the latest first (a few: layers that
         # alternate, say two kinds of annotation, replay from the one two layers back)
@@ -414,27 +399,29 @@ class Sweeps(RunState):
             b = block_of[k]
             if b != inside:
                 if open_ is not None:
-                    close(st, open_, flags)
-                    seen_before = recent.setdefault(open_.block.run, [])
-                    seen_before.insert(0, open_)
-                    del seen_before[RECENT_VISITS:]
+                    if not self.touched_shared:
+                        close(st, open_, flags, base)
+                        seen_before = recent.setdefault(open_.block.run, [])
+                        seen_before.insert(0, open_)
+                        del seen_before[RECENT_VISITS:]
                     open_ = None
                 inside = b
                 if b >= 0:
                     blk = blocks[b]
-                    head = entry_head(st, self.ann_keys, blk, flags)
+                    head = entry_head(st, self.ann_keys, blk, flags, base)
                     seen = next((v for v in recent.get(blk.run, ())
                                  if v.head == head and matches(st, blk, v)), None)
                     if seen is not None:
-                        replay_block(st, blk, seen, flags)
+                        replay_block(st, blk, seen, flags, base)
                         self.replays += 1
                         inside = -1
                         k = find(1, blk.stop) if forward else find(1, 0, blk.start)
                         continue
                     open_ = open_visit(st, blk, head)
+                    self.touched_shared = False
             pending[k] = 0
             self.cur = k
             visit(k)
             k = find(1, k + 1) if forward else find(1, 0, k)
-        if open_ is not None:
-            close(st, open_, flags)
+        if open_ is not None and not self.touched_shared:
+            close(st, open_, flags, base)

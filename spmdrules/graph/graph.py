@@ -15,11 +15,11 @@ Attributes set for every tensor at once (``set_attrs``, which completion uses, a
 graph changes: writing into each scattered Tensor object costs a cache miss per tensor on large
 models. ``Tensor.attr`` reads either the same way.
 
-Order. ``Graph.topological_order()`` is the lexicographical topological sort of the ops (an op
-after the producers of its operands), keyed by natural name order with the name itself as the
-last tie-break: a total order, so it depends on the graph's content only, never on insertion
-order. When the ops sorted by that key are already in topological order, that sorted order is
-the lexicographical sort itself (at each step the least remaining op is ready), so no graph is
+Order. ``Graph.topological_order()`` puts each op after the producers of its operands and as
+late as it can come (right before its first reader, so a model's layers stay contiguous), ties
+broken by natural name order with the name itself last: a total order, so it depends on the
+graph's content only, never on insertion order (``spmdrules.graph.order``). When the ops sorted
+by that key are already in topological order, that sorted order is the result, and no graph is
 built; otherwise networkx sorts. The order is cached, and each op's position is stored in
 ``Op.order``. Consumers are sorted by ``Op.order``.
 
@@ -370,7 +370,8 @@ class Graph:
         return tuple(sorted(readers, key=_op_order))
 
     def topological_order(self) -> tuple[Op, ...]:
-        """Ops in an order where every op comes after the producers of its operands.
+        """Ops in an order where every op comes after the producers of its operands, each as
+        late as it can come (before its first reader).
 
         Ties are broken by natural name order, so the order is a function of the graph's content
         alone. Cached until the graph changes; each op's position is in ``Op.order``.

@@ -1,5 +1,12 @@
-"""The order of a graph's ops: topological, with ties broken by name, so it depends on the
-graph's content alone (never on the order in which ops were added or listed in a file)."""
+"""The order of a graph's ops: topological, each op as late as it can come, ties broken by name,
+so it depends on the graph's content alone (never on the order in which ops were added or listed
+in a file).
+
+Why as late as it can: an op then comes right before its first reader, so the ops of one layer of
+a model stay together whatever they are called. A weight's transpose is emitted in the layer that
+uses it, not with every other layer's transposes ahead of the first layer, and a rotary table or a
+mask that every layer reads comes just before the first layer that reads it. The completion pass
+finds and replays repeated layers only where they are contiguous (``completion.blocks``)."""
 
 from __future__ import annotations
 
@@ -25,14 +32,16 @@ def natural_key(name: str) -> tuple[tuple[str | int, ...], str]:
 
 
 def lexicographic_order(ops: Iterable[Op]) -> tuple[Op, ...]:
-    """The lexicographical topological sort of ``ops`` (each after the producers of its
-    operands) keyed by ``natural_key``; sets ``Op.order``. A cycle raises
+    """``ops`` in topological order (each after the producers of its operands), built from the
+    end: each step places, last, the op with the greatest ``natural_key`` among those whose
+    readers are all placed. That is networkx's lexicographical topological sort of the reversed
+    dependency graph, greatest key first, read backwards. Sets ``Op.order``. A cycle raises
     ``networkx.NetworkXUnfeasible``.
 
     When the ops sorted by key are already in topological order, that sorted order is the
-    lexicographical sort itself (at each step the least remaining op is ready), so no graph is
+    result itself (at each step the greatest remaining op has no reader left), so no graph is
     built: models whose names count up along the data flow (``layers.0`` ... ``layers.31``, a
-    generated chain) skip networkx. Otherwise networkx sorts the op dependency graph."""
+    generated chain) skip networkx."""
     keys = {op: natural_key(op.name) for op in ops}
     ranked = sorted(keys, key=keys.__getitem__)
     for i, op in enumerate(ranked):
@@ -40,11 +49,12 @@ def lexicographic_order(ops: Iterable[Op]) -> tuple[Op, ...]:
     if all(t.producer.order < op.order for op in ranked
            for t in flat_slots(op.operands, Tensor) if t.producer is not None):
         return tuple(ranked)
+    rank = {op: -i for i, op in enumerate(ranked)}
     deps = nx.DiGraph()
     deps.add_nodes_from(ranked)
-    deps.add_edges_from((t.producer, op) for op in ranked
+    deps.add_edges_from((op, t.producer) for op in ranked
                         for t in flat_slots(op.operands, Tensor) if t.producer is not None)
-    order = tuple(nx.lexicographical_topological_sort(deps, key=keys.__getitem__))
+    order = tuple(nx.lexicographical_topological_sort(deps, key=rank.__getitem__))[::-1]
     for i, op in enumerate(order):
         op.order = i
     return order

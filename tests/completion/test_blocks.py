@@ -192,8 +192,55 @@ def test_pipeline_stages() -> None:
     assert sum(1 for e in r.reshards if e.cross_mesh) >= 1
 
 
+def _masked_stack(layers: int, annotate: Callable[[Graph], None]) -> Callable[[], Graph]:
+    """Layers that each add one mask, made once before the stack from its own input (as a
+    decoder's attention mask or rotary table): a tensor every block shares."""
+    def build() -> Graph:
+        with Graph("masked") as g:
+            h = g.input("x", [8, 16])
+            mask = ops.exp(g.input("m", [8, 16]), name="mask")
+            for i in range(layers):
+                h = ops.matmul(ops.add(h, mask, name=f"l{i}.masked"), g.param(f"l{i}.w", [16, 16]),
+                               name=f"l{i}.mm")
+                h = ops.relu(h, name=f"l{i}.relu")
+        annotate(g)
+        return g
+
+    return build
+
+
+def _annotated(*marks: tuple[str, tuple[Any, ...], int]) -> Callable[[Graph], None]:
+    def annotate(g: Graph) -> None:
+        for name, spec, priority in marks:
+            shard(g.tensor(name), MESH, spec, priority=priority)
+
+    return annotate
+
+
+@pytest.mark.parametrize("annotate", [
+    # the mask takes the layout the first layer asks of it, and every later block replays
+    _annotated(("x", ("dp", None), 0), ("l0.w", (None, "mp"), 0)),
+    # the mask annotated itself
+    _annotated(("x", ("dp", None), 0), ("m", (None, "mp"), 0)),
+    # a layer far down asks the mask for another layout with a higher priority: the mask
+    # changes during that layer's visit, which is then not recorded, and the layers after it
+    # see the new mask
+    _annotated(("x", ("dp", None), 0), ("l5.w", ("mp", None), 2)),
+    # the mask's only annotation comes through a middle layer
+    _annotated(("l3.w", (None, "mp"), 1)),
+], ids=["first-layer", "mask", "late-priority", "middle"])
+def test_a_tensor_every_layer_reads(annotate: Callable[[Graph], None]) -> None:
+    build = _masked_stack(8, annotate)
+    r = same_without_replay(build)
+    ix = state.indices(r.graph.ops, r.graph.tensors)
+    mask = r.graph.tensor("mask").order
+    # the layers are blocks that share the mask (the first holds the mask's producer)
+    assert len(ix.blocks) >= 6 and all(b.shared == (mask,) for b in ix.blocks)
+    assert r.blocks_replayed > 0
+
+
 # ---- random stacks ----------------------------------------------------------------------------
-_LAYER_OPS = ("matmul", "add", "relu", "softmax", "transpose2")
+_LAYER_OPS = ("matmul", "add", "relu", "softmax", "transpose2", "shared")
 _SPECS: tuple[tuple[Any, ...], ...] = (
     ("dp", None), (None, "mp"), ("mp", None), (None, None), ("dp", "mp"), (OPEN, "mp"),
     (OPEN, OPEN), (("dp", "mp"), None),
@@ -206,8 +253,9 @@ def _random_stack(data: st.DataObject) -> Callable[[], Graph]:
     width = data.draw(st.sampled_from([8, 12, 16]), label="width")
     # which (layer, tensor) pairs are annotated, how, and with what priority
     n_params = sum(1 for k in kinds if k in ("matmul", "add"))
+    # layer -1: the input; -2: the input of the tensor the "shared" ops add in every layer
     marks = data.draw(st.lists(
-        st.tuples(st.integers(-1, layers - 1), st.integers(0, max(n_params, 1) - 1),
+        st.tuples(st.integers(-2, layers - 1), st.integers(0, max(n_params, 1) - 1),
                   st.sampled_from(_SPECS), st.integers(0, 2)),
         min_size=1, max_size=6), label="annotations")
 
@@ -215,6 +263,8 @@ def _random_stack(data: st.DataObject) -> Callable[[], Graph]:
         params: dict[tuple[int, int], Tensor] = {}
         with Graph("random") as g:
             x = g.input("x", [width, width])
+            s = g.input("s", [width, width])
+            shared = ops.tanh(s, name="shared")
             h = x
             for i in range(layers):
                 p = 0
@@ -230,10 +280,13 @@ def _random_stack(data: st.DataObject) -> Callable[[], Graph]:
                         h = ops.relu(h, name=name)
                     elif kind == "softmax":
                         h = ops.softmax(h, axis=-1, name=name)
+                    elif kind == "shared":
+                        h = ops.multiply(h, shared, name=name)
                     else:
                         h = ops.transpose(h, perm=[1, 0], name=name)
         for layer, p, spec, prio in marks:
-            t = x if layer < 0 or (layer, p) not in params else params[(layer, p)]
+            t = (s if layer == -2 else x if layer < 0 or (layer, p) not in params
+                 else params[(layer, p)])
             shard(t, MESH, spec, priority=prio)
         return g
 

@@ -35,6 +35,7 @@ def _local(ix: state.Index, start: int, stop: int) -> tuple[tuple[int, ...], lis
 
 
 def _near(ix: state.Index, start: int, stop: int, tensors: tuple[int, ...]) -> tuple[int, int]:
+    """The ops around the block's own tensors (its shared ones reach the whole run)."""
     near = set(range(start, stop))
     for i in tensors:
         near.update(ix.consumers[i])
@@ -50,7 +51,10 @@ def _check_blocks(g: Graph) -> state.Index:
     dtypes = [t.dtype for t in g.tensors]
     for b in ix.blocks:
         tensors, _ = _local(ix, b.start, b.stop)
-        assert b.tensors == tensors and (b.lo, b.hi) == _near(ix, b.start, b.stop, tensors)
+        assert b.tensors == tensors
+        assert b.own == tuple(i for i in tensors if i not in b.shared)
+        assert (b.lo, b.hi) == _near(ix, b.start, b.stop, b.own)
+        assert all(ix.producer[i] < b.start for i in b.shared)
         assert ix.block_of[b.start:b.stop] == [ix.blocks.index(b)] * (b.stop - b.start)
     for a, b in zip(ix.blocks, ix.blocks[1:], strict=False):
         if a.run != b.run:
@@ -64,9 +68,10 @@ def _check_blocks(g: Graph) -> state.Index:
                 assert cb is None and ix.odd[k] is not None and ix.odd[k] == ix.odd[k + shift]
             else:
                 assert ca is cb
+        assert a.shared == b.shared
         for i, j in zip(a.tensors, b.tensors, strict=True):
             assert ix.shapes[i] == ix.shapes[j] and dtypes[i] == dtypes[j]
-            assert _moved(ix, i, j, shift)
+            assert _moved(ix, i, j, shift) if i not in a.shared else i == j
     return ix
 
 
@@ -191,7 +196,9 @@ def _reference_blocks(ix: state.Index, dtypes: list[str]) -> list[tuple[int, int
             return False
         (ta, la), (tb, lb) = (_local(ix, start, start + period),
                               _local(ix, start + period, start + 2 * period))
-        return la == lb and all(_moved(ix, i, j, period) for i, j in zip(ta, tb, strict=True))
+        # a tensor both blocks read at one place is shared, and must be made before them
+        return la == lb and all(_moved(ix, i, j, period) or (i == j and ix.producer[i] < start)
+                                for i, j in zip(ta, tb, strict=True))
 
     out: list[tuple[int, int, int]] = []
     runs, k = 0, 0
@@ -202,8 +209,12 @@ def _reference_blocks(ix: state.Index, dtypes: list[str]) -> list[tuple[int, int
         start = k
         while recurs(start):
             start += period
-        out.extend((runs, b, b + period) for b in range(k, start + 1, period))
-        runs += 1
+        # a tensor shared by some of the run's blocks only: the run is no run
+        cols = list(zip(*(_local(ix, b, b + period)[0] for b in range(k, start + 1, period)),
+                        strict=True))
+        if all(len(set(c)) in (1, len(c)) for c in cols):
+            out.extend((runs, b, b + period) for b in range(k, start + 1, period))
+            runs += 1
         k = start + period
     return out
 
