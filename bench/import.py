@@ -20,9 +20,12 @@ The models (built or read, not run):
   against onnx's, the mapping onto registered ops).
 
 Then for both: ``plan`` (spmdrules.plan.apply), ``complete`` (complete(g.reset_attrs()), from
-the annotations alone) and ``planning`` (every reshard edge's plan, with the plan cache cleared
-first). The torch phases (export, decompose, map: seconds each) run ``--repeat`` times, the
-others (well under a second) ``--fast-repeat`` times (column ``n``). ``first`` is the first run
+the annotations alone), ``complete, new graph`` (the same on a graph just imported and planned,
+untimed, before each run: completion's per-topology index is built every run, as for each new
+model a compiler completes, while the process's caches are warm) and ``planning`` (every reshard
+edge's plan, with the plan cache cleared first). The torch phases (export, decompose, map:
+seconds each) run ``--repeat`` times, the others (well under a second) ``--fast-repeat`` times
+(column ``n``). ``first`` is the first run
 in this process (for ``complete``: the rules' memo caches and completion's per-topology index
 empty for this graph), ``again`` the median of the other runs (warm caches, as in a compiler
 that completes many graphs). Each is wall time (``perf_counter``) and this process's CPU time
@@ -101,15 +104,18 @@ class Model:
     summary: str
     phases: dict[str, Phase] = field(default_factory=dict)
 
-    def timed(self, name: str, fn: Callable[[], Any], repeat: int) -> Any:
-        """Runs ``fn`` ``repeat`` times (a collection before each, untimed); the last result."""
+    def timed(self, name: str, fn: Callable[[Any], Any], repeat: int,
+              setup: Callable[[], Any] = lambda: None) -> Any:
+        """Runs ``fn(setup())`` ``repeat`` times (``setup`` and a collection before each,
+        untimed); the last result."""
         phase = self.phases.setdefault(name, Phase(self.label, name))
         out = None
         for _ in range(repeat):
             out = None
+            arg = setup()
             gc.collect()
             t, c = time.perf_counter(), time.process_time()
-            out = fn()
+            out = fn(arg)
             phase.runs.append((time.perf_counter() - t, time.process_time() - c))
         return out
 
@@ -118,20 +124,31 @@ def _counts(g: Any) -> tuple[int, int]:
     return g.num_ops, sum(1 for op in g.ops if any(t is not None for t in op.inputs))
 
 
-def _complete_and_plan(m: Model, g: Any, mesh: Any, plan_spec: dict[str, Any], repeat: int) -> Any:
+def _complete_and_plan(m: Model, g: Any, mesh: Any, plan_spec: dict[str, Any], repeat: int,
+                       rebuild: Callable[[], Any]) -> Any:
+    """``plan``, ``complete`` (first and again on ``g``), ``complete, new graph`` (each run on a
+    graph just made by ``rebuild`` and planned, untimed: the per-topology index is built every
+    time, as for each model a compiler completes) and ``planning``."""
     from spmdrules import plan
     from spmdrules.completion import complete
     from spmdrules.completion.planning import plan_reshard
 
-    def do_plan() -> Any:
+    def do_plan(_: Any) -> Any:
         for t in g.annotated():
             t.annotation = None
         return plan.apply(g, mesh, plan_spec)
 
-    m.timed("plan.apply", do_plan, repeat)
-    result = m.timed("complete", lambda: complete(g.reset_attrs()), repeat)
+    def new_graph() -> Any:
+        fresh = rebuild()
+        plan.apply(fresh, mesh, plan_spec)
+        fresh.validate()
+        return fresh
 
-    def planning() -> list[Any]:
+    m.timed("plan.apply", do_plan, repeat)
+    result = m.timed("complete", lambda _: complete(g.reset_attrs()), repeat)
+    m.timed("complete, new graph", complete, repeat, new_graph)
+
+    def planning(_: Any) -> list[Any]:
         plan_reshard.cache_clear()
         return [e.plan(result.cost) for e in result.reshards]
 
@@ -154,10 +171,12 @@ def llama(layers: int, hidden: int, repeat: int, fast: int) -> Model:
     model = LlamaForCausalLM(cfg).eval()
     ids = torch.randint(0, VOCAB, (BATCH, SEQ))
     m = Model(f"llama{layers}", 0, 0, "")
-    ep = m.timed("export (torch)", lambda: torch.export.export(model, (ids,)), repeat)
-    core = m.timed("decompose (torch)", ep.run_decompositions, repeat)
-    g = m.timed("map onto registered ops", lambda: torch_import.from_exported(core), repeat).graph
-    result = _complete_and_plan(m, g, MESH, LLAMA_PLAN, fast)
+    ep = m.timed("export (torch)", lambda _: torch.export.export(model, (ids,)), repeat)
+    core = m.timed("decompose (torch)", lambda _: ep.run_decompositions(), repeat)
+    g = m.timed("map onto registered ops", lambda _: torch_import.from_exported(core),
+                repeat).graph
+    result = _complete_and_plan(m, g, MESH, LLAMA_PLAN, fast,
+                                lambda: torch_import.from_exported(core).graph)
     m.ops, m.ops_with_input = _counts(g)
     m.summary = (f"LLaMA L={layers} hidden={hidden} (torch.export), 2x2 (dp, mp) Megatron plan: "
                  f"{m.ops} ops ({m.ops_with_input} with an input), {g.num_tensors} tensors, "
@@ -175,12 +194,14 @@ def resnet50(repeat: int) -> Model:
 
     path = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_resnet50.onnx"
     m = Model("resnet50", 0, 0, "")
-    im = m.timed("import (onnx file -> graph)",
-                 lambda: onnx_import.import_model(path, spatial_sharding=True), repeat)
+    def load(_: Any = None) -> Any:
+        return onnx_import.import_model(path, spatial_sharding=True)
+
+    im = m.timed("import (onnx file -> graph)", load, repeat)
     g = im.graph
     mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["h", "w"])
     result = _complete_and_plan(m, g, mesh, {im.inputs[0]: plan.Spatial(dims={"H": "h", "W": "w"})},
-                                repeat)
+                                repeat, lambda: load().graph)
     m.ops, m.ops_with_input = _counts(g)
     m.summary = (f"ResNet50-light (onnx wheel, batch 1), 2x2 (h, w) spatial plan: {m.ops} ops "
                  f"({m.ops_with_input} with an input), {g.num_tensors} tensors, "
@@ -242,9 +263,12 @@ def _ratios(ours: Model, pd: dict[str, Any]) -> None:
         print("  propagation time not positive: below the noise of this run, no ratio printed")
         return
     comp = ours.phases["complete"]
+    new = ours.phases["complete, new graph"]
     plan = ours.phases["planning (reshard plans)"]
     rows: list[tuple[str, tuple[float, float]]] = [("complete, first run", comp.first())]
     again, plan_again = comp.again(), plan.again()
+    rows.append(("complete, new graph", (statistics.median(w for w, _ in new.runs),
+                                         statistics.median(c for _, c in new.runs))))
     if again is not None and plan_again is not None:
         rows.append(("complete, again", again))
         rows.append(("complete + planning, again",

@@ -80,11 +80,6 @@ def gatherer(idx: tuple[int, ...]) -> Callable[[Sequence[Any]], tuple[Any, ...]]
 Flags = tuple[bytearray, bytearray, bytearray]  # this sweep's, the next forward, the next reverse
 
 
-def _own(held: Any) -> Any:
-    """One tensor's offers, as a list of its own if they are a list (the pass appends to it)."""
-    return list(held) if type(held) is list else held
-
-
 def _flag_window(flags: Flags, b: Block) -> tuple[bytes, bytes, bytes]:
     """The worklist flags of the ops around block ``b``."""
     lo, hi = b.lo, b.hi
@@ -106,19 +101,25 @@ class Visit:
     shared_offers: tuple[tuple[RawOffer, ...], ...] = ()
 
 
-def _rejected(st: Any, tensors: tuple[int, ...]) -> tuple[Any, ...] | None:
-    """The refused offers of ``tensors``, frozen (None: there are none anywhere)."""
-    rejected = st.rejected
-    if not rejected:
-        return None
-    return tuple(None if (r := rejected.get(i)) is None else tuple(r) for i in tensors)
-
-
 def _block_offers(st: Any, i: int, b: Block, base: Sequence[int]) -> tuple[RawOffer, ...]:
-    """The offers that the ops of block ``b`` made to tensor ``i``, their op counted from the
-    block's start (so that they read the same in every block of the run)."""
-    d, n = base[i] - b.start, b.stop - b.start
-    return tuple((o[0], o[1], o[2] + d, o[3], o[4]) for o in st.offers_of(i) if 0 <= o[2] + d < n)
+    """The offers that the ops of block ``b`` made to the shared tensor ``i``, their op counted
+    from the block's start (so that they read the same in every block of the run).
+
+    A shared tensor holds an offer from every block (a list that only grows: an offer replaces
+    the same op's in its place), so the positions of a block's offers are remembered
+    (``State.shared_at``) and only the offers added since are looked at again."""
+    held = st.offers[i]
+    d = base[i] - b.start
+    if type(held) is not list:
+        return () if held is None or not 0 <= held[2] + d < b.stop - b.start else (
+            (held[0], held[1], held[2] + d, held[3], held[4]),)
+    key = (b.start, i)
+    seen, at = st.shared_at.get(key, (0, ()))
+    if len(held) > seen:
+        lo, hi = -d, b.stop - b.start - d
+        at = (*at, *[p for p in range(seen, len(held)) if lo <= held[p][2] < hi])
+        st.shared_at[key] = (len(held), at)
+    return tuple([(o[0], o[1], o[2] + d, o[3], o[4]) for o in map(held.__getitem__, at)])
 
 
 def _shared_state(st: Any, b: Block, base: Sequence[int]) -> tuple[Any, ...]:
@@ -128,8 +129,8 @@ def _shared_state(st: Any, b: Block, base: Sequence[int]) -> tuple[Any, ...]:
     if not b.shared:
         return ()
     attr, rank, changes, frozen = st.attr, st.rank, st.changes, st.frozen
-    return (tuple((attr[i], rank[i], changes[i], frozen[i], _block_offers(st, i, b, base))
-                  for i in b.shared), _rejected(st, b.shared))
+    return tuple((attr[i], rank[i], changes[i], frozen[i], st.rejected[i],
+                  _block_offers(st, i, b, base)) for i in b.shared)
 
 
 def entry_head(st: Any, ann: Sequence[Any], b: Block, flags: Flags,
@@ -141,7 +142,7 @@ def entry_head(st: Any, ann: Sequence[Any], b: Block, flags: Flags,
     g = b.own_gather
     lo, hi = b.lo, b.hi
     return (g(st.attr), g(st.rank), g(st.changes), g(st.frozen), b.gather(ann),
-            _rejected(st, b.own), _shared_state(st, b, base), st.natural[lo:hi], st.needs[lo:hi],
+            g(st.rejected), _shared_state(st, b, base), st.natural[lo:hi], st.needs[lo:hi],
             _flag_window(flags, b))
 
 
@@ -152,7 +153,8 @@ def matches(st: Any, b: Block, v: Visit) -> bool:
 
 def open_visit(st: Any, b: Block, head: tuple[Any, ...]) -> Visit:
     """Start recording the visit of block ``b``, entered in state ``head``."""
-    return Visit(b, head, tuple(_own(h) for h in b.own_gather(st.offers)))
+    return Visit(b, head, tuple([list(h) if type(h) is list else h
+                                 for h in b.own_gather(st.offers)]))
 
 
 def close(st: Any, v: Visit, flags: Flags, base: Sequence[int]) -> None:
@@ -163,15 +165,11 @@ def close(st: Any, v: Visit, flags: Flags, base: Sequence[int]) -> None:
     attr, rank, changes, frozen = g(st.attr), g(st.rank), g(st.changes), g(st.frozen)
     offers, spec = g(st.offers), g(st.spec)
     a0, r0, c0, f0, _, e0 = v.head[:6]  # see entry_head
-    rej = _rejected(st, b.own)
-    none = (None,) * len(b.own)
-    if e0 is None:
-        e0 = none
-    if rej is None:
-        rej = none
+    rej = g(st.rejected)
     o0 = v.offers
     v.changed = tuple(
-        (j, attr[j], rank[j], spec[j], _own(offers[j]), changes[j], frozen[j], rej[j])
+        (j, attr[j], rank[j], spec[j], list(o) if type(o := offers[j]) is list else o,
+         changes[j], frozen[j], rej[j])
         for j in range(len(b.own))
         if attr[j] is not a0[j] or rank[j] != r0[j] or offers[j] != o0[j]
         or changes[j] != c0[j] or frozen[j] != f0[j] or rej[j] != e0[j]
@@ -191,11 +189,10 @@ def replay(st: Any, b: Block, v: Visit, flags: Flags, base: Sequence[int]) -> No
         attrs[i] = a
         ranks[i] = rank
         specs[i] = spec
-        offers[i] = _own(held)
+        offers[i] = list(held) if type(held) is list else held
         changes[i] = n
         frozen[i] = fr
-        if rej is not None:
-            rejected[i] = list(rej)
+        rejected[i] = rej
     lo, hi = b.lo, b.hi
     flags[0][lo:hi], flags[1][lo:hi], flags[2][lo:hi] = v.flags
     assert v.natural is not None and v.needs is not None

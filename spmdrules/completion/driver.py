@@ -344,7 +344,7 @@ class Run(Sweeps):
                         self.changed(i)
                 # So are values whose every offer was refused (an uneven split and nothing
                 # else), on the mesh of those offers: their consumers took them replicated.
-                for i in list(st.rejected):
+                for i in [i for i, r in enumerate(st.rejected) if r is not None]:
                     if st.attr[i] is None:
                         mesh = st.offers_of(i)[0][0].mesh
                         st.attr[i] = DistAttr.replicated(mesh, len(self.shapes[i]))
@@ -374,7 +374,7 @@ class Run(Sweeps):
     def rejected_of(self, i: int) -> list[tuple[RawOffer, str, str]]:
         """Tensor ``i``'s refused offers: (offer, reason, detail)."""
         out = []
-        for o, why, detail, kept in self.st.rejected.get(i, ()):
+        for o, why, detail, kept in self.st.rejected[i] or ():
             if kept >= 0:
                 name = self.tensors[self.ins[self.op_of(o, i)][kept]].name
                 detail = f"{detail} {name} and reshards this operand"

@@ -18,10 +18,10 @@ are no block (their ops are visited).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from itertools import chain
 from operator import add
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 from numpy.typing import NDArray
@@ -47,7 +47,7 @@ class _Slots:
     ``tensor[start[k]:start[k + 1]]``; and the tensors' producers and consumers as arrays."""
 
     def __init__(self, ins: Sequence[tuple[int, ...]], outs: Sequence[tuple[int, ...]],
-                 producer: Sequence[int], consumers: Sequence[tuple[int, ...]]) -> None:
+                 producer: Sequence[int], consumers: Sequence[Sequence[int]]) -> None:
         n = len(ins)
         self.n_in = np.fromiter(map(len, ins), np.int64, n)
         self.width = self.n_in + np.fromiter(map(len, outs), np.int64, n)
@@ -94,46 +94,31 @@ def _row_ids(rows: int, cols: Iterable[Ints]) -> Ints:
     return _dense(key)
 
 
-def _signatures(sl: _Slots, calls: Sequence[tuple[Any, ...] | None],
-                shapes: Sequence[tuple[int, ...]], dtypes: Sequence[str],
-                odd: Mapping[int, tuple[Any, ...] | None]) -> Ints:
+def _signatures(sl: _Slots, code: Sequence[int], kind: Sequence[int]) -> Ints:
     """Each op's signature id: equal for two ops whose visits are the same up to which tensors
-    they touch (the same rule entries, attribute tails and schema, by identity, and operands and
-    results of the same shapes and dtypes). An op visited through its ``Op`` object (no call)
-    has the key ``odd`` gives it in place of its call (-1: no key, no signature)."""
-    n = len(calls)
+    they touch (the same ``code``: rule entries, attribute tails and schema; operands and
+    results of the same ``kind``: shape and dtype). An op of code -1 has no signature (-1)."""
+    n = len(code)
     sig = np.full(n, -1, np.int64)
     if not n:
         return sig
-    # tensors by (shape, dtype): shapes are interned, so by the shape's identity
-    shape_ids = {i: j for j, i in enumerate(dict.fromkeys(map(id, shapes)))}
-    dtype_ids = {d: j for j, d in enumerate(dict.fromkeys(dtypes))}
-    kind = (np.fromiter(map(shape_ids.__getitem__, map(id, shapes)), np.int64, len(shapes))
-            * len(dtype_ids)
-            + np.fromiter(map(dtype_ids.__getitem__, dtypes), np.int64, len(dtypes)))
-    # calls by their parts' identities, one look per distinct call object
-    parts: dict[tuple[Any, ...], int] = {}
-    code_of = {i: -1 if c is None else parts.setdefault(
-        (id(c[0]), id(c[1]), id(c[2]), id(c[3]), id(c[4]), c[5]), len(parts))
-        for i, c in dict(zip(map(id, calls), calls, strict=True)).items()}
-    code = np.fromiter(map(code_of.__getitem__, map(id, calls)), np.int64, n)
-    for k, key in odd.items():  # an op's key and a call's parts are tuples of other lengths
-        code[k] = -1 if key is None else parts.setdefault(key, len(parts))
     if n <= SMALL:  # a few ops: one key per op costs less than numpy's calls
-        kinds, flat, at, n_in = kind.tolist(), sl.flat, sl.start.tolist(), sl.n_in.tolist()
+        flat, at, n_in = sl.flat, sl.start.tolist(), sl.n_in.tolist()
         keys: dict[tuple[int, ...], int] = {}
-        for k, c in enumerate(code.tolist()):
+        for k, c in enumerate(code):
             if c >= 0:
                 sig[k] = keys.setdefault(
-                    (c, n_in[k], *[kinds[i] for i in flat[at[k]:at[k + 1]]]), len(keys))
+                    (c, n_in[k], *[kind[i] for i in flat[at[k]:at[k + 1]]]), len(keys))
         return sig
-    known = code >= 0
+    codes = np.fromiter(code, np.int64, n)
+    kinds = np.fromiter(kind, np.int64, len(kind))
+    known = codes >= 0
     offset = 0
     for w in np.unique(sl.width[known]).tolist():
         rows = np.flatnonzero(known & (sl.width == w))
         first = sl.start[rows]
-        got = _row_ids(len(rows), chain((code[rows], sl.n_in[rows]),
-                                        (kind[sl.tensor[first + j]] for j in range(w))))
+        got = _row_ids(len(rows), chain((codes[rows], sl.n_in[rows]),
+                                        (kinds[sl.tensor[first + j]] for j in range(w))))
         sig[rows] = got + offset
         offset += int(got.max()) + 1
     return sig
@@ -249,7 +234,7 @@ def _grouped(sl: _Slots, sig: Ints, k: int, period: int, periods: int) -> int:
 
 
 def _run_blocks(sl: _Slots, run: int, k: int, length: int, count: int,
-                producer: Sequence[int], consumers: Sequence[tuple[int, ...]]) -> list[Block]:
+                producer: Sequence[int], consumers: Sequence[Sequence[int]]) -> list[Block]:
     """The ``count`` blocks of ``length`` ops from op ``k``, each the one before shifted: the
     tensors of each in order of first use (the same slots as the first's), which of them every
     block shares (made before the run, read by each block), and the ops around the block's own
@@ -280,12 +265,14 @@ def _run_blocks(sl: _Slots, run: int, k: int, length: int, count: int,
         if c:
             near_lo, near_hi = min(near_lo, c[0]), max(near_hi, c[-1])
     out = []
+    own_of = gatherer(tuple(q for q in range(len(pick)) if q not in mine))
+    shared_of = gatherer(tuple(sorted(mine))) if mine else None
     for j, tensors in enumerate(rows):
         d = j * length
-        own = tuple(i for q, i in enumerate(tensors) if q not in mine) if mine else tensors
+        own = own_of(tensors) if mine else tensors
         out.append(Block(run, k + d, k + d + length, tensors, near_lo + d, near_hi + 1 + d,
-                         gatherer(tensors), own, gatherer(own),
-                         tuple(i for q, i in enumerate(tensors) if q in mine)))
+                         gatherer(tensors), own, gatherer(own) if mine else gatherer(tensors),
+                         () if shared_of is None else shared_of(tensors)))
     return out
 
 
@@ -293,20 +280,18 @@ def find_blocks(
     ins: Sequence[tuple[int, ...]],
     outs: Sequence[tuple[int, ...]],
     producer: Sequence[int],
-    consumers: Sequence[tuple[int, ...]],
-    calls: Sequence[tuple[Any, ...] | None],
-    shapes: Sequence[tuple[int, ...]],
-    dtypes: Sequence[str],
-    odd: Mapping[int, tuple[Any, ...] | None] | None = None,
+    consumers: Sequence[Sequence[int]],
+    code: Sequence[int],
+    kind: Sequence[int],
 ) -> tuple[list[int], tuple[Block, ...]]:
     """The runs of repeated blocks of one topology: each op's block (-1: none) and the blocks.
 
-    ``consumers[i]`` lists tensor ``i``'s consumers in ascending order, each once; ``odd`` keys
-    the ops without a call (``Index``)."""
+    ``consumers[i]`` lists tensor ``i``'s consumers in ascending order, each once; ``code[k]``
+    is op ``k``'s signature code (-1: none) and ``kind[i]`` tensor ``i``'s kind (``Index``)."""
     n = len(ins)
     block_of = [-1] * n
     sl = _Slots(ins, outs, producer, consumers)
-    sig = _signatures(sl, calls, shapes, dtypes, odd or {})
+    sig = _signatures(sl, code, kind)
     period = _period(sig)
     if period <= 0:
         return block_of, ()

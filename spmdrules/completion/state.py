@@ -30,6 +30,8 @@ RECENT_VISITS: Final = 4
 
 
 FWD, REV, DEM = 0, 1, 2
+#: one refused offer: (offer, reason, detail, kept); see ``State.rejected``
+Refusal = tuple[RawOffer, str, str, int]
 KINDS: Final[tuple[OfferKind, ...]] = ("forward", "reverse", "demand")
 
 
@@ -37,7 +39,8 @@ class State:
     """Per-tensor and per-op working arrays of one run, indexed by ``order``."""
 
     __slots__ = (
-        "attr", "changes", "frozen", "natural", "needs", "offers", "rank", "rejected", "spec",
+        "attr", "changes", "frozen", "natural", "needs", "offers", "rank", "rejected",
+        "shared_at", "spec",
     )
 
     def __init__(self, n_tensors: int, n_ops: int) -> None:
@@ -51,10 +54,18 @@ class State:
         self.frozen: list[bool] = [False] * n_tensors
         # offers refused per tensor: (offer, reason, detail, kept); ``kept`` is the position
         # among the op's operands of the one a conflict kept (its name ends the detail), or -1,
-        # so that an entry names no tensor and reads the same in every layer of a stack
-        self.rejected: dict[int, list[tuple[RawOffer, str, str, int]]] = {}
+        # so that an entry names no tensor and reads the same in every layer of a stack. A
+        # tuple, never changed in place: blocks gather and keep them as they are.
+        self.rejected: list[tuple[Refusal, ...] | None] = [None] * n_tensors
+        # per (block start, shared tensor): how many of the tensor's offers were looked at, and
+        # the positions of the block's own among them (``blocks._block_offers``)
+        self.shared_at: dict[tuple[int, int], tuple[int, tuple[int, ...]]] = {}
         self.natural: list[tuple[DistAttr, ...] | None] = [None] * n_ops
         self.needs: list[tuple[DistAttr, ...] | None] = [None] * n_ops
+
+    def reject(self, i: int, refusal: Refusal) -> None:
+        """Record that tensor ``i`` refused an offer."""
+        self.rejected[i] = (*(self.rejected[i] or ()), refusal)
 
     def offers_of(self, i: int) -> Sequence[RawOffer]:
         o = self.offers[i]
@@ -227,9 +238,15 @@ class Index:
         # no key, the op repeats nothing; see ``_Calls.op_key``)
         odd: dict[int, tuple[Any, ...] | None] = {}
         calls_of = _Calls()
-        last: tuple[Any, ...] = (None, None, None, None)  # the last shareable call, and its key
+        seen = calls_of.seen
+        # each op's signature code: equal for ops whose visits read the same rule entries,
+        # attribute tails and schema (-1: none); see ``repeats``
+        codes: list[int] = []
+        last: tuple[Any, ...] = (None, None, None, None, -1)  # the last shareable call, its key
         res: tuple[int, ...] = ()
-        for op in ops:
+        producer = [-1] * len(tensors)
+        cons: list[list[int]] = [[] for _ in tensors]
+        for k, op in enumerate(ops):
             # operands (results) that are all tensors read as they are: a list or an absent
             # optional has no ``order``
             try:
@@ -244,23 +261,6 @@ class Index:
                 res, plain_out = tuple(map(_ORDER, op.outputs)), False
             ins.append(idx)
             outs.append(res)
-            schema = op.schema
-            if schema.generic or not plain_in:
-                odd[len(calls)] = calls_of.op_key(schema, op.attrs, op.operands, op.results)
-                calls.append(None)
-                continue
-            attrs = op.attrs
-            if schema is last[0] and attrs is last[1] and plain_out is last[2]:
-                calls.append(last[3])  # the common case in a stack: an op like the one before
-                continue
-            call, shareable = calls_of.get(schema, attrs, plain_out)
-            if shareable:
-                last = (schema, attrs, plain_out, call)
-            calls.append(call)
-        self.ins, self.outs, self.calls, self.odd = ins, outs, calls, odd
-        producer = [-1] * len(tensors)
-        cons: list[list[int]] = [[] for _ in tensors]
-        for k, (idx, res) in enumerate(zip(ins, outs, strict=True)):
             for i in res:
                 producer[i] = k
             if len(idx) == 1:
@@ -268,8 +268,31 @@ class Index:
             else:
                 for i in dict.fromkeys(idx):
                     cons[i].append(k)
+            schema = op.schema
+            if schema.generic or not plain_in:
+                key = calls_of.op_key(schema, op.attrs, op.operands, op.results)
+                odd[k] = key
+                calls.append(None)
+                codes.append(-1 if key is None else calls_of.code(key))
+                continue
+            attrs = op.attrs
+            if schema is last[0] and attrs is last[1] and plain_out is last[2]:
+                calls.append(last[3])  # the common case in a stack: an op like the one before
+                codes.append(last[4])
+                continue
+            hit = seen.get((id(schema), id(attrs), plain_out))
+            if hit is not None:
+                call, code, shareable = hit[0], hit[2], True
+            else:
+                call, shareable = calls_of.get(schema, attrs, plain_out)
+                code = calls_of.code(id(call))
+            if shareable:
+                last = (schema, attrs, plain_out, call, code)
+            calls.append(call)
+            codes.append(code)
+        self.ins, self.outs, self.calls, self.odd = ins, outs, calls, odd
         self.producer = producer
-        self.consumers = [tuple(c) for c in cons]
+        self.consumers = cons
         # a constant (an op without operands: full, arange) makes any layout of its result, so
         # its results are placed like the graph's sources: as a consumer needs, else replicated
         self.sources = [i for i, p in enumerate(producer) if p < 0 or not ins[p]]
@@ -277,17 +300,19 @@ class Index:
         # offer is the same tuple in every layer of a stack (see completion_blocks)
         self.base = [p if p >= 0 else (c[0] if c else 0)
                      for p, c in zip(producer, self.consumers, strict=True)]
-        # the tensors' shapes, interned: a change of a tensor's shape rebuilds the topology
-        shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
-        self.shapes = [shapes.setdefault(s, s) for s in map(_SHAPE, tensors)]
-        self.block_of, self.blocks = find_blocks(
-            ins, outs, producer, self.consumers, calls, self.shapes,
-            list(map(_DTYPE, tensors)), odd)
+        # the tensors' kinds (equal shape and dtype, equal id) and their shapes, interned: a
+        # change of a tensor's shape or dtype rebuilds the topology
+        kinds: dict[tuple[tuple[int, ...], str], int] = {}
+        kind = [kinds.setdefault(m, len(kinds)) for m in map(_META, tensors)]
+        interned: dict[tuple[int, ...], tuple[int, ...]] = {}
+        shape_of = [interned.setdefault(shape, shape) for shape, _ in kinds]
+        self.shapes = [shape_of[k] for k in kind]
+        self.block_of, self.blocks = find_blocks(ins, outs, producer, self.consumers, codes, kind)
 
 
 _ORDER: Final = attrgetter("order")
-_SHAPE: Final = attrgetter("shape")
-_DTYPE: Final = attrgetter("dtype")
+# the slots behind Tensor.shape and Tensor.dtype: one C call per tensor, not two properties
+_META: Final = attrgetter("_shape", "_dtype")
 
 
 class _Calls:
@@ -299,7 +324,13 @@ class _Calls:
         self.calls: dict[tuple[int, int, int, bool], Call] = {}
         # by the identity of an op's attribute tuple (often one tuple for many ops: ``()``),
         # holding the tuple so that its id stays unique
-        self.seen: dict[tuple[int, int, bool], tuple[Call, tuple[Any, ...]]] = {}
+        self.seen: dict[tuple[int, int, bool], tuple[Call, tuple[Any, ...], int]] = {}
+        # the signature code of each distinct call (by its identity: ``calls`` holds it) and of
+        # each ``op_key``
+        self.codes: dict[Any, int] = {}
+
+    def code(self, key: Any) -> int:
+        return self.codes.setdefault(key, len(self.codes))
 
     def get(self, schema: OpSchema, attrs: tuple[Any, ...], plain_out: bool) -> tuple[Call, bool]:
         """The call of an op of ``schema`` with ``attrs``, and whether every op of ``schema``
@@ -324,7 +355,7 @@ class _Calls:
             call = self.calls[ckey] = (entry[0], fwd, entry[1], back, schema, plain_out)
         if fwd_tail is None or rev_tail is None:  # another op's would differ
             return call, False
-        self.seen[key] = (call, attrs)
+        self.seen[key] = (call, attrs, self.code(id(call)))
         return call, True
 
     def op_key(self, schema: OpSchema, attrs: tuple[Any, ...],

@@ -149,7 +149,7 @@ class Sweeps(RunState):
             if a is not None and a != n:
                 if self.is_shared[t.order]:
                     self.touched_shared = True
-                st.rejected.setdefault(t.order, []).append((
+                st.reject(t.order, (
                     (n, WEAK_RANK, op.order - self.base[t.order], DEM, -1), "rule",
                     f"{op.type} cannot take it together with its other operands ({error}); "
                     "the op keeps", known[best[1]][0],
@@ -202,11 +202,11 @@ class Sweeps(RunState):
         cur = st.attr[i]
         if cur is not None and o[1] <= st.rank[i] and o[0] == cur:
             return  # agrees with what the tensor has: nothing can change
-        if self.is_shared[i]:
-            self.touched_shared = True  # the visit open now cannot be replayed (``blocks``)
         ann = self.ann[i]
         if (ann is not None and ann.is_fully_closed) or st.frozen[i]:
             return
+        if self.is_shared[i]:
+            self.touched_shared = True  # the visit open now cannot be replayed (``blocks``)
         new: DistAttr | None
         if cur is None and ann is None and n == 1 and self.is_divisible(o[0], self.shapes[i]):
             new, rank = o[0], o[1]  # the first offer to an unknown tensor (the common case)
@@ -238,11 +238,10 @@ class Sweeps(RunState):
                     # for one depends on the tensor's own layout, so refusing the whole demand
                     # let the tensor's choice remove the offers it chose from (issue 16).
                     valid.append((evenly(a, self.shapes[i]), o[1], o[2], o[3], o[4]))
-                rej = st.rejected.setdefault(i, [])
-                if not any(r[0] == o for r in rej):
-                    rej.append((o, "divisibility", "it does not split the tensor's dims evenly", -1)
-                               if a is not None else
-                               (o, "annotation", "it is on another mesh than the annotation", -1))
+                if not any(r[0] == o for r in st.rejected[i] or ()):
+                    st.reject(i, (o, "divisibility", "it does not split the tensor's dims evenly",
+                                  -1) if a is not None else
+                              (o, "annotation", "it is on another mesh than the annotation", -1))
                 continue
             valid.append(o if a is o[0] else (a, o[1], o[2], o[3], o[4]))
         if not valid:
@@ -318,24 +317,31 @@ class Sweeps(RunState):
         """What op ``k`` would need of its operand ``i`` were ``i`` laid out as ``v`` (None:
         not known, what the op needs given its other operands alone), its other operands as
         they are; None if its rule refuses that or ``v`` is on another mesh."""
-        op = self.ops[k]
-        mesh, _, _ = self.best_known(self.ins[k])
+        ins = self.ins[k]
+        mesh, _, _ = self.best_known(ins)
         if v is not None and v.mesh != mesh:
             return None
         mine = (self.placeholder(mesh, self.shapes[i]) if v is None
                 else cached_spec(self.shapes[i], v))
-        full = self.spec_fn(mesh)
-
-        def spec(t: Tensor) -> TensorSpec:
-            return mine if t.order == i else full(t)
-
         self.rule_calls += 1
+        call = self.calls[k]
         try:
-            need, _ = op.flat_info(op.rule.infer_forward(*op.forward_args(spec)))
+            if call is not None:  # as ``run_forward`` calls it
+                spec_at = self.spec_at
+                info = call[0](*[mine if j == i else spec_at(j, mesh) for j in ins], *call[1])
+                need, _ = self.flat(k, call[4], info)
+            else:
+                op = self.ops[k]
+                full = self.spec_fn(mesh)
+
+                def spec(t: Tensor) -> TensorSpec:
+                    return mine if t.order == i else full(t)
+
+                need, _ = self.flat(k, op.schema, op.rule.infer_forward(*op.forward_args(spec)))
         except SpmdError:
             return None
         # the tensor's offer from this op is the one for its last slot (see ``forward``)
-        pos = len(self.ins[k]) - 1 - self.ins[k][::-1].index(i)
+        pos = len(ins) - 1 - ins[::-1].index(i)
         return need[pos]
 
     def changed(self, i: int) -> None:

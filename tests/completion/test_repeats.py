@@ -222,7 +222,7 @@ def _reference_blocks(ix: state.Index, dtypes: list[str]) -> list[tuple[int, int
 def _moved(ix: state.Index, i: int, j: int, shift: int) -> bool:
     """Tensor ``j``'s producer and consumers are tensor ``i``'s, ``shift`` ops on."""
     p, q = ix.producer[i], ix.producer[j]
-    return ((p < 0 and q < 0) or (p >= 0 and q == p + shift)) and ix.consumers[j] == tuple(
+    return ((p < 0 and q < 0) or (p >= 0 and q == p + shift)) and tuple(ix.consumers[j]) == tuple(
         c + shift for c in ix.consumers[i])
 
 
