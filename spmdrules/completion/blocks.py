@@ -55,12 +55,23 @@ class Block:
     lo: int
     hi: int
     gather: Callable[[Sequence[Any]], tuple[Any, ...]]
-    #: the block's own tensors (those not shared), and their gatherer
+    #: the block's own tensors (those not shared), as ranges of tensor ids ``[a, b)`` in
+    #: order (``take``): a layer's tensors are a few ranges, so the state of all of them is
+    #: read and written a slice at a time
     own: tuple[int, ...]
-    own_gather: Callable[[Sequence[Any]], tuple[Any, ...]]
+    pieces: tuple[tuple[int, int], ...]
     #: the tensors that every block of the run reads (made before the run: a mask, a rotary
     #: table), which a visit that is recorded may only make offers to (see ``close``)
     shared: tuple[int, ...]
+
+
+def take(seq: list[Any], pieces: tuple[tuple[int, int], ...]) -> list[Any]:
+    """The entries of ``seq`` in the ranges ``pieces``, in order."""
+    (a, b), *rest = pieces
+    out = seq[a:b]
+    for a, b in rest:
+        out += seq[a:b]
+    return out
 
 
 def gatherer(idx: tuple[int, ...]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
@@ -74,8 +85,8 @@ def gatherer(idx: tuple[int, ...]) -> Callable[[Sequence[Any]], tuple[Any, ...]]
 # ---- one sweep ------------------------------------------------------------------------------
 # The state the pass keeps per tensor and per op is ``completion._State``. Its offers hold no
 # absolute index (the op is counted from the tensor's base op), so the offers of corresponding
-# tensors of two blocks compare and copy as they are. Lists of offers are updated in place by
-# the pass: a recorded state holds copies.
+# tensors of two blocks compare and copy as they are. A list of offers is never changed once
+# made (``offers.put_offer``), so a recorded state holds the lists themselves.
 
 Flags = tuple[bytearray, bytearray, bytearray]  # this sweep's, the next forward, the next reverse
 
@@ -92,8 +103,9 @@ class Visit:
 
     block: Block
     head: tuple[Any, ...]  # the entry state without the own tensors' offers (compared first)
-    offers: tuple[Any, ...]  # the entry offers of the block's own tensors
-    changed: tuple[tuple[Any, ...], ...] = ()
+    offers: list[Any]  # the entry offers of the block's own tensors
+    #: the own tensors' state at the end: attr, rank, spec, offers, changes, frozen, refused
+    state: tuple[list[Any], ...] = ()
     flags: tuple[bytes, bytes, bytes] = (b"", b"", b"")
     natural: list[Any] | None = None
     needs: list[Any] | None = None
@@ -133,66 +145,60 @@ def _shared_state(st: Any, b: Block, base: Sequence[int]) -> tuple[Any, ...]:
                   _block_offers(st, i, b, base)) for i in b.shared)
 
 
-def entry_head(st: Any, ann: Sequence[Any], b: Block, flags: Flags,
+def entry_head(st: Any, ann: list[Any], b: Block, flags: Flags,
                base: Sequence[int]) -> tuple[Any, ...]:
     """The entry state of block ``b`` except its own tensors' offers: their attrs, ranks, change
     counts, frozen flags, annotations and refused offers, the shared tensors' state, and the
     rule answers, needs and worklist flags of the ops around the block. ``ann`` holds one object
     per distinct annotation (equal annotations: the same object)."""
-    g = b.own_gather
+    p = b.pieces
     lo, hi = b.lo, b.hi
-    return (g(st.attr), g(st.rank), g(st.changes), g(st.frozen), b.gather(ann),
-            g(st.rejected), _shared_state(st, b, base), st.natural[lo:hi], st.needs[lo:hi],
-            _flag_window(flags, b))
+    return (take(st.attr, p), take(st.rank, p), take(st.changes, p), take(st.frozen, p),
+            take(ann, p), take(st.rejected, p), _shared_state(st, b, base), st.natural[lo:hi],
+            st.needs[lo:hi], _flag_window(flags, b))
 
 
 def matches(st: Any, b: Block, v: Visit) -> bool:
     """Block ``b``'s own tensors' offers are the ones ``v``'s block was entered with."""
-    return v.offers == b.own_gather(st.offers)
+    return v.offers == take(st.offers, b.pieces)
 
 
 def open_visit(st: Any, b: Block, head: tuple[Any, ...]) -> Visit:
     """Start recording the visit of block ``b``, entered in state ``head``."""
-    return Visit(b, head, tuple([list(h) if type(h) is list else h
-                                 for h in b.own_gather(st.offers)]))
+    return Visit(b, head, take(st.offers, b.pieces))
 
 
 def close(st: Any, v: Visit, flags: Flags, base: Sequence[int]) -> None:
-    """Record what the visit of ``v.block`` changed. The caller has checked that the visit left
-    the shared tensors as they were, but for the block's offers to them."""
+    """Record the state the visit of ``v.block`` left. The caller has checked that the visit
+    left the shared tensors as they were, but for the block's offers to them."""
     b = v.block
-    g = b.own_gather
-    attr, rank, changes, frozen = g(st.attr), g(st.rank), g(st.changes), g(st.frozen)
-    offers, spec = g(st.offers), g(st.spec)
-    a0, r0, c0, f0, _, e0 = v.head[:6]  # see entry_head
-    rej = g(st.rejected)
-    o0 = v.offers
-    v.changed = tuple(
-        (j, attr[j], rank[j], spec[j], list(o) if type(o := offers[j]) is list else o,
-         changes[j], frozen[j], rej[j])
-        for j in range(len(b.own))
-        if attr[j] is not a0[j] or rank[j] != r0[j] or offers[j] != o0[j]
-        or changes[j] != c0[j] or frozen[j] != f0[j] or rej[j] != e0[j]
-    )
+    p = b.pieces
+    v.state = (take(st.attr, p), take(st.rank, p), take(st.spec, p),
+               take(st.offers, p), take(st.changes, p), take(st.frozen, p),
+               take(st.rejected, p))
     v.flags = _flag_window(flags, b)
     v.natural, v.needs = st.natural[b.lo:b.hi], st.needs[b.lo:b.hi]
     v.shared_offers = tuple(_block_offers(st, i, b, base) for i in b.shared)
 
 
 def replay(st: Any, b: Block, v: Visit, flags: Flags, base: Sequence[int]) -> None:
-    """Make on block ``b`` the changes the visit ``v`` made on its block, through the symmetry."""
-    tensors = b.own
-    attrs, ranks, specs, offers = st.attr, st.rank, st.spec, st.offers
-    changes, frozen, rejected = st.changes, st.frozen, st.rejected
-    for j, a, rank, spec, held, n, fr, rej in v.changed:
-        i = tensors[j]
-        attrs[i] = a
-        ranks[i] = rank
-        specs[i] = spec
-        offers[i] = list(held) if type(held) is list else held
-        changes[i] = n
-        frozen[i] = fr
-        rejected[i] = rej
+    """Make on block ``b`` the changes the visit ``v`` made on its block, through the symmetry.
+
+    Every own tensor gets the state ``v``'s block was left in: the ones the visit did not change
+    have it already, since ``b`` was entered in the state ``v``'s block was (the tensor specs
+    are a cache of attr and shape)."""
+    attr, rank, spec, offers, changes, frozen, rejected = v.state
+    x = 0
+    for a, z in b.pieces:
+        y = x + z - a
+        st.attr[a:z] = attr[x:y]
+        st.rank[a:z] = rank[x:y]
+        st.spec[a:z] = spec[x:y]
+        st.offers[a:z] = offers[x:y]
+        st.changes[a:z] = changes[x:y]
+        st.frozen[a:z] = frozen[x:y]
+        st.rejected[a:z] = rejected[x:y]
+        x = y
     lo, hi = b.lo, b.hi
     flags[0][lo:hi], flags[1][lo:hi], flags[2][lo:hi] = v.flags
     assert v.natural is not None and v.needs is not None
@@ -203,4 +209,4 @@ def replay(st: Any, b: Block, v: Visit, flags: Flags, base: Sequence[int]) -> No
     for i, made in zip(b.shared, v.shared_offers, strict=True):
         d = b.start - base[i]
         for o in made:
-            put_offer(offers, i, (o[0], o[1], o[2] + d, o[3], o[4]))
+            put_offer(st.offers, i, (o[0], o[1], o[2] + d, o[3], o[4]))

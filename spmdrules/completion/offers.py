@@ -20,7 +20,8 @@ def put_offer(offers: list[Any], i: int, o: RawOffer) -> int:
     op's earlier one in its place, else comes last. How many offers the tensor holds now.
 
     A tensor holds None, the one offer itself (most tensors get one: no list for them), or a
-    list."""
+    list, which is never changed once made (a new offer makes a new list): repeated blocks
+    record and replay tensors' offers by reference."""
     held = offers[i]
     if held is None:
         offers[i] = o
@@ -29,10 +30,12 @@ def put_offer(offers: list[Any], i: int, o: RawOffer) -> int:
         k, kind = o[2], o[3]
         for pos, p in enumerate(held):
             if p[2] == k and p[3] == kind:
-                held[pos] = o
-                return len(held)
-        held.append(o)
-        return len(held)
+                new = held.copy()
+                new[pos] = o
+                offers[i] = new
+                return len(new)
+        offers[i] = [*held, o]
+        return len(held) + 1
     if held[2] == o[2] and held[3] == o[3]:
         offers[i] = o
         return 1

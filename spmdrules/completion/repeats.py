@@ -114,7 +114,9 @@ def _signatures(sl: _Slots, code: Sequence[int], kind: Sequence[int]) -> Ints:
     kinds = np.fromiter(kind, np.int64, len(kind))
     known = codes >= 0
     offset = 0
-    for w in np.unique(sl.width[known]).tolist():
+    # the widths present (not np.unique: without its return options it imports numpy.ma, a
+    # tenth of a first run's time)
+    for w in np.flatnonzero(np.bincount(sl.width[known])).tolist():
         rows = np.flatnonzero(known & (sl.width == w))
         first = sl.start[rows]
         got = _row_ids(len(rows), chain((codes[rows], sl.n_in[rows]),
@@ -264,16 +266,35 @@ def _run_blocks(sl: _Slots, run: int, k: int, length: int, count: int,
             near_lo, near_hi = min(near_lo, p), max(near_hi, p)
         if c:
             near_lo, near_hi = min(near_lo, c[0]), max(near_hi, c[-1])
+    own, pieces = _own_pieces(held[:, ~everywhere])
+    shared = [tuple(row) for row in held[:, everywhere].tolist()]
     out = []
-    own_of = gatherer(tuple(q for q in range(len(pick)) if q not in mine))
-    shared_of = gatherer(tuple(sorted(mine))) if mine else None
     for j, tensors in enumerate(rows):
         d = j * length
-        own = own_of(tensors) if mine else tensors
         out.append(Block(run, k + d, k + d + length, tensors, near_lo + d, near_hi + 1 + d,
-                         gatherer(tensors), own, gatherer(own) if mine else gatherer(tensors),
-                         () if shared_of is None else shared_of(tensors)))
+                         gatherer(tensors), own[j], pieces[j], shared[j]))
     return out
+
+
+def _own_pieces(held: Ints) -> tuple[list[tuple[int, ...]], list[tuple[tuple[int, int], ...]]]:
+    """Each block's own tensors (a row of ``held``, one column per coordinate) in one order of
+    the coordinates for all, and as ranges of consecutive tensor ids. Sorted by the first
+    block's ids when that one order sorts every block's and cuts them into ranges alike (a
+    layer's parameters, its results: a few ranges), else one tensor a range."""
+    order = np.argsort(held[0], kind="stable")
+    ids = held[:, order]
+    steps = np.diff(ids, axis=1)
+    cuts = steps != 1
+    if (steps > 0).all() and (cuts == cuts[0]).all():
+        ends = np.flatnonzero(np.append(cuts[0], True)) + 1
+        begins = np.append(0, ends[:-1])
+    else:  # no common order: one range per tensor, in coordinate order
+        ids = held
+        begins = np.arange(held.shape[1])
+        ends = begins + 1
+    firsts, lasts = ids[:, begins].tolist(), (ids[:, ends - 1] + 1).tolist()
+    return ([tuple(r) for r in ids.tolist()],
+            [tuple(zip(f, z, strict=True)) for f, z in zip(firsts, lasts, strict=True)])
 
 
 def find_blocks(

@@ -52,7 +52,8 @@ def _check_blocks(g: Graph) -> state.Index:
     for b in ix.blocks:
         tensors, _ = _local(ix, b.start, b.stop)
         assert b.tensors == tensors
-        assert b.own == tuple(i for i in tensors if i not in b.shared)
+        assert sorted(b.own) == sorted(i for i in tensors if i not in b.shared)
+        assert [i for a, z in b.pieces for i in range(a, z)] == list(b.own)
         assert (b.lo, b.hi) == _near(ix, b.start, b.stop, b.own)
         assert all(ix.producer[i] < b.start for i in b.shared)
         assert ix.block_of[b.start:b.stop] == [ix.blocks.index(b)] * (b.stop - b.start)
@@ -69,6 +70,8 @@ def _check_blocks(g: Graph) -> state.Index:
             else:
                 assert ca is cb
         assert a.shared == b.shared
+        # replay writes block a's own tensors' state to block b's, coordinate for coordinate
+        assert all(_moved(ix, i, j, shift) for i, j in zip(a.own, b.own, strict=True))
         for i, j in zip(a.tensors, b.tensors, strict=True):
             assert ix.shapes[i] == ix.shapes[j] and dtypes[i] == dtypes[j]
             assert _moved(ix, i, j, shift) if i not in a.shared else i == j
