@@ -63,6 +63,7 @@ class Block:
     #: the tensors that every block of the run reads (made before the run: a mask, a rotary
     #: table), which a visit that is recorded may only make offers to (see ``close``)
     shared: tuple[int, ...]
+    shared_gather: Callable[[Sequence[Any]], tuple[Any, ...]]
 
 
 def take(seq: list[Any], pieces: tuple[tuple[int, int], ...]) -> list[Any]:
@@ -117,21 +118,20 @@ def _block_offers(st: Any, i: int, b: Block, base: Sequence[int]) -> tuple[RawOf
     """The offers that the ops of block ``b`` made to the shared tensor ``i``, their op counted
     from the block's start (so that they read the same in every block of the run).
 
-    A shared tensor holds an offer from every block (a list that only grows: an offer replaces
-    the same op's in its place), so the positions of a block's offers are remembered
-    (``State.shared_at``) and only the offers added since are looked at again."""
+    A shared tensor holds an offer from every block, and a tensor's offers are never changed
+    once made (``put_offer``), so the answer is kept with the offers it was read from
+    (``State.shared_at``) until the tensor gets a new one."""
     held = st.offers[i]
-    d = base[i] - b.start
-    if type(held) is not list:
-        return () if held is None or not 0 <= held[2] + d < b.stop - b.start else (
-            (held[0], held[1], held[2] + d, held[3], held[4]),)
     key = (b.start, i)
-    seen, at = st.shared_at.get(key, (0, ()))
-    if len(held) > seen:
-        lo, hi = -d, b.stop - b.start - d
-        at = (*at, *[p for p in range(seen, len(held)) if lo <= held[p][2] < hi])
-        st.shared_at[key] = (len(held), at)
-    return tuple([(o[0], o[1], o[2] + d, o[3], o[4]) for o in map(held.__getitem__, at)])
+    hit = st.shared_at.get(key)
+    if hit is not None and hit[0] is held:
+        mine: tuple[RawOffer, ...] = hit[1]
+        return mine
+    d, n = base[i] - b.start, b.stop - b.start
+    every = () if held is None else held if type(held) is list else (held,)
+    mine = tuple([(o[0], o[1], o[2] + d, o[3], o[4]) for o in every if 0 <= o[2] + d < n])
+    st.shared_at[key] = (held, mine)
+    return mine
 
 
 def _shared_state(st: Any, b: Block, base: Sequence[int]) -> tuple[Any, ...]:
@@ -140,9 +140,9 @@ def _shared_state(st: Any, b: Block, base: Sequence[int]) -> tuple[Any, ...]:
     are never read: a recorded visit never chooses among a shared tensor's offers)."""
     if not b.shared:
         return ()
-    attr, rank, changes, frozen = st.attr, st.rank, st.changes, st.frozen
-    return tuple((attr[i], rank[i], changes[i], frozen[i], st.rejected[i],
-                  _block_offers(st, i, b, base)) for i in b.shared)
+    g = b.shared_gather
+    return (g(st.attr), g(st.rank), g(st.changes), g(st.frozen), g(st.rejected),
+            tuple([_block_offers(st, i, b, base) for i in b.shared]))
 
 
 def entry_head(st: Any, ann: list[Any], b: Block, flags: Flags,

@@ -354,9 +354,9 @@ class Run(Sweeps):
             converged = False
         # What each op needs from its final operands: already there at convergence (any change
         # re-queues the consumers); after a cut-off, recomputed so the reshards are consistent.
-        for k, need in enumerate(st.needs):
-            if need is None or not converged:
-                self.forward_needs_only(k)
+        for k in ([k for k, need in enumerate(st.needs) if need is None] if converged
+                  else range(n)):
+            self.forward_needs_only(k)
         self.defaulted = defaulted
         self.g.set_attrs(st.attr)
         reshards = self.reshard_edges()
@@ -416,9 +416,10 @@ class Run(Sweeps):
     def reshard_edges(self) -> tuple[ReshardEdge, ...]:
         tensors, ops = self.tensors, self.ops
         out: list[ReshardEdge] = []
+        shapes = self.shapes
         for i, k, side, src, dst, slot in self.raw_edges():
             t = tensors[i]
-            out.append(ReshardEdge(t.name, ops[k].name, side, src, dst, t.shape, t.dtype, slot))
+            out.append(ReshardEdge(t.name, ops[k].name, side, src, dst, shapes[i], t.dtype, slot))
         return tuple(out)
 
     def raw_edges(self) -> list[RawEdge]:

@@ -272,7 +272,8 @@ def _run_blocks(sl: _Slots, run: int, k: int, length: int, count: int,
     for j, tensors in enumerate(rows):
         d = j * length
         out.append(Block(run, k + d, k + d + length, tensors, near_lo + d, near_hi + 1 + d,
-                         gatherer(tensors), own[j], pieces[j], shared[j]))
+                         gatherer(tensors), own[j], pieces[j], shared[j],
+                         gatherer(shared[j]) if shared[j] else gatherer(tensors)))
     return out
 
 

@@ -57,9 +57,9 @@ class State:
         # so that an entry names no tensor and reads the same in every layer of a stack. A
         # tuple, never changed in place: blocks gather and keep them as they are.
         self.rejected: list[tuple[Refusal, ...] | None] = [None] * n_tensors
-        # per (block start, shared tensor): how many of the tensor's offers were looked at, and
-        # the positions of the block's own among them (``blocks._block_offers``)
-        self.shared_at: dict[tuple[int, int], tuple[int, tuple[int, ...]]] = {}
+        # per (block start, shared tensor): the tensor's offers when last read, and the block's
+        # own among them (``blocks._block_offers``)
+        self.shared_at: dict[tuple[int, int], tuple[Any, tuple[RawOffer, ...]]] = {}
         self.natural: list[tuple[DistAttr, ...] | None] = [None] * n_ops
         self.needs: list[tuple[DistAttr, ...] | None] = [None] * n_ops
 
@@ -87,7 +87,7 @@ class RunState:
         self.rule_calls = 0
         self.placeholders: dict[tuple[ProcessMesh, tuple[int, ...]], TensorSpec] = {}
         self.div_cache: dict[tuple[DistAttr, tuple[int, ...]], bool] = {}
-        index = indices(ops, tensors)
+        index = indices(graph)
         self.ins, self.outs, self.consumers = index.ins, index.outs, index.consumers
         self.producer, self.calls, self.shapes = index.producer, index.calls, index.shapes
         self.sources, self.base = index.sources, index.base
@@ -246,6 +246,7 @@ class Index:
         res: tuple[int, ...] = ()
         producer = [-1] * len(tensors)
         cons: list[list[int]] = [[] for _ in tensors]
+        add_in, add_out, add_call, add_code = ins.append, outs.append, calls.append, codes.append
         for k, op in enumerate(ops):
             # operands (results) that are all tensors read as they are: a list or an absent
             # optional has no ``order``
@@ -259,10 +260,13 @@ class Index:
                 res, plain_out = tuple(map(_ORDER, op.results)), True
             except AttributeError:
                 res, plain_out = tuple(map(_ORDER, op.outputs)), False
-            ins.append(idx)
-            outs.append(res)
-            for i in res:
-                producer[i] = k
+            add_in(idx)
+            add_out(res)
+            if len(res) == 1:
+                producer[res[0]] = k
+            else:
+                for i in res:
+                    producer[i] = k
             if len(idx) == 1:
                 cons[idx[0]].append(k)
             else:
@@ -272,13 +276,13 @@ class Index:
             if schema.generic or not plain_in:
                 key = calls_of.op_key(schema, op.attrs, op.operands, op.results)
                 odd[k] = key
-                calls.append(None)
-                codes.append(-1 if key is None else calls_of.code(key))
+                add_call(None)
+                add_code(-1 if key is None else calls_of.code(key))
                 continue
             attrs = op.attrs
             if schema is last[0] and attrs is last[1] and plain_out is last[2]:
-                calls.append(last[3])  # the common case in a stack: an op like the one before
-                codes.append(last[4])
+                add_call(last[3])  # the common case in a stack: an op like the one before
+                add_code(last[4])
                 continue
             hit = seen.get((id(schema), id(attrs), plain_out))
             if hit is not None:
@@ -288,8 +292,8 @@ class Index:
                 code = calls_of.code(id(call))
             if shareable:
                 last = (schema, attrs, plain_out, call, code)
-            calls.append(call)
-            codes.append(code)
+            add_call(call)
+            add_code(code)
         self.ins, self.outs, self.calls, self.odd = ins, outs, calls, odd
         self.producer = producer
         self.consumers = cons
@@ -298,8 +302,10 @@ class Index:
         self.sources = [i for i, p in enumerate(producer) if p < 0 or not ins[p]]
         # offers count their op from the tensor's producer (else its first consumer), so one
         # offer is the same tuple in every layer of a stack (see completion_blocks)
-        self.base = [p if p >= 0 else (c[0] if c else 0)
-                     for p, c in zip(producer, self.consumers, strict=True)]
+        self.base = base = producer.copy()
+        for i in self.sources:
+            if base[i] < 0:
+                base[i] = cons[i][0] if cons[i] else 0
         # the tensors' kinds (equal shape and dtype, equal id) and their shapes, interned: a
         # change of a tensor's shape or dtype rebuilds the topology
         kinds: dict[tuple[tuple[int, ...], str], int] = {}
@@ -393,21 +399,11 @@ def shared_tail(
         return None
 
 
-# The index of a topology, by the identity of ``Graph.ops``: one cached tuple until the graph
-# changes (the tuple is held, so its id cannot be reused); the graph's own properties rebuild
-# tuples on every access, which costs more than the whole pass.
-INDEX_CACHE: dict[int, tuple[tuple[Op, ...], Index]] = {}
-
-
-def indices(ops: tuple[Op, ...], tensors: tuple[Tensor, ...]) -> Index:
-    hit = INDEX_CACHE.get(id(ops))
-    if hit is not None and hit[0] is ops:
-        return hit[1]
-    value = Index(ops, tensors)
-    if len(INDEX_CACHE) >= 4:
-        INDEX_CACHE.pop(next(iter(INDEX_CACHE)))
-    INDEX_CACHE[id(ops)] = (ops, value)
-    return value
+def indices(graph: Graph) -> Index:
+    """The completion index of ``graph``'s topology, built once and kept with the graph until
+    it changes (``Graph.derived``)."""
+    index: Index = graph.derived("completion.index", lambda: Index(graph.ops, graph.tensors))
+    return index
 
 
 # TensorSpecs interned by (shape, attr): the layers of a model repeat a few hundred of them, so a

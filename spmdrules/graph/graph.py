@@ -36,7 +36,7 @@ by networkx on ``validate()``, which also runs when a ``with Graph():`` block en
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import networkx as nx
@@ -88,8 +88,8 @@ class Graph:
     """
 
     __slots__ = (
-        "_annotated", "_attrs", "_auto", "_nx", "_ops", "_tensor_order", "_tensors", "_topo",
-        "_unproduced", "name",
+        "_annotated", "_attrs", "_auto", "_derived", "_nx", "_ops", "_tensor_order", "_tensors",
+        "_topo", "_unproduced", "name",
     )
     __hash__ = None  # type: ignore[assignment]  # compares by content, so not hashable
 
@@ -103,10 +103,14 @@ class Graph:
     _annotated: dict[Tensor, Annotation]
     _unproduced: int
     _attrs: list[DistAttr | None] | None
+    #: values that higher layers derive from the topology (completion's index), by key: kept
+    #: with the graph, so they go when it goes, and dropped when it changes
+    _derived: dict[str, Any]
 
     def __init__(self, name: str = "graph") -> None:
         self.name = name
         self._nx = None  # the networkx view, built when asked for
+        self._derived = {}
         self._tensors = {}
         self._ops = {}
         self._topo = None
@@ -356,6 +360,15 @@ class Graph:
         self._store_attrs()
         self._topo = None
         self._nx = None
+        self._derived.clear()
+
+    def derived(self, key: str, make: Callable[[], Any]) -> Any:
+        """The value a higher layer derives from this topology under ``key`` (``make()`` the
+        first time, kept until the graph changes)."""
+        value = self._derived.get(key)
+        if value is None:
+            value = self._derived[key] = make()
+        return value
 
     def producer(self, t: Tensor | str) -> Op | None:
         return (self.tensor(t) if isinstance(t, str) else t).producer

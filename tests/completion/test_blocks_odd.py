@@ -43,7 +43,7 @@ def _concat_stack(layers: int, marks: dict[str, tuple[Any, ...]] | None = None,
 
 
 def _concats_in_blocks(g: Graph) -> int:
-    ix = state.indices(g.ops, g.tensors)
+    ix = state.indices(g)
     cats = [op.order for op in g.ops if op.type == "concat"]
     assert all(ix.calls[k] is None and ix.odd[k] is not None for k in cats)
     return sum(1 for k in cats if ix.block_of[k] >= 0)
@@ -70,7 +70,7 @@ def test_list_operands_of_another_length_do_not_repeat() -> None:
     r = same_without_replay(_concat_stack(9, {"l1.wa": (None, "mp")},
                                           parts=lambda i: 4 if i == 4 else 2))
     g = r.graph
-    ix = state.indices(g.ops, g.tensors)
+    ix = state.indices(g)
     wide = next(op.order for op in g.ops if op.name == "l4.cat")
     assert ix.block_of[wide] < 0 and ix.blocks and r.blocks_replayed > 0
     for b in ix.blocks:

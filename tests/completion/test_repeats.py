@@ -47,7 +47,7 @@ def _near(ix: state.Index, start: int, stop: int, tensors: tuple[int, ...]) -> t
 def _check_blocks(g: Graph) -> state.Index:
     """Every block of a run is the one before it shifted, op for op and tensor for tensor, by
     the definition (``completion_blocks``), checked the plain way."""
-    ix = state.indices(g.ops, g.tensors)
+    ix = state.indices(g)
     dtypes = [t.dtype for t in g.tensors]
     for b in ix.blocks:
         tensors, _ = _local(ix, b.start, b.stop)
@@ -268,7 +268,6 @@ def test_the_blocks_found_are_the_plain_ones(build: Callable[[], Graph], small: 
     monkeypatch.setattr(repeats, "SMALL", small)
     monkeypatch.setattr(repeats, "CHUNK", chunk)
     g = build()
-    state.INDEX_CACHE.clear()
     ix = _check_blocks(g)
     want = _reference_blocks(ix, [t.dtype for t in g.tensors])
     assert [(b.run, b.start, b.stop) for b in ix.blocks] == want

@@ -84,7 +84,7 @@ def test_imported_layers_are_replayed_and_replay_changes_nothing(model: str) -> 
         return g
 
     r = same_without_replay(planned)
-    ix = state.indices(r.graph.ops, r.graph.tensors)
+    ix = state.indices(r.graph)
     layer = re.compile(r"\.(?:layers|h)\.(\d+)\.")
     for k, op in enumerate(r.graph.ops):
         m = layer.search(op.name)
