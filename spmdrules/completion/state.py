@@ -249,15 +249,22 @@ class Index:
         add_in, add_out, add_call, add_code = ins.append, outs.append, calls.append, codes.append
         for k, op in enumerate(ops):
             # operands (results) that are all tensors read as they are: a list or an absent
-            # optional has no ``order``
+            # optional has no ``order``. One or two read directly: most ops have that many, and
+            # map's objects cost more than the reads.
             try:
-                idx, plain_in = tuple(map(_ORDER, op.operands)), True
+                o: Any = op.operands
+                n = len(o)
+                idx = ((o[0].order,) if n == 1 else (o[0].order, o[1].order) if n == 2
+                       else tuple(map(_ORDER, o)))
+                plain_in = True
             except AttributeError:
                 idx, plain_in = tuple(map(_ORDER, op.inputs)), False
             if idx == res:  # the results of the op before, alone (a chain): one tuple for both
                 idx = res
             try:
-                res, plain_out = tuple(map(_ORDER, op.results)), True
+                r: Any = op.results
+                res = (r[0].order,) if len(r) == 1 else tuple(map(_ORDER, r))
+                plain_out = True
             except AttributeError:
                 res, plain_out = tuple(map(_ORDER, op.outputs)), False
             add_in(idx)
