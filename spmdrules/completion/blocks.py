@@ -105,8 +105,9 @@ class Visit:
     block: Block
     head: tuple[Any, ...]  # the entry state without the own tensors' offers (compared first)
     offers: list[Any]  # the entry offers of the block's own tensors
-    #: the own tensors' state at the end: attr, rank, spec, offers, changes, frozen, refused
-    state: tuple[list[Any], ...] = ()
+    #: the own tensors' values at the end, per array (attr, rank, offers, changes, frozen,
+    #: refusals, specs), None for an array the visit left as it was
+    state: tuple[list[Any] | None, ...] = ()
     flags: tuple[bytes, bytes, bytes] = (b"", b"", b"")
     natural: list[Any] | None = None
     needs: list[Any] | None = None
@@ -154,7 +155,8 @@ def entry_head(st: Any, ann: list[Any], b: Block, flags: Flags,
     p = b.pieces
     lo, hi = b.lo, b.hi
     return (take(st.attr, p), take(st.rank, p), take(st.changes, p), take(st.frozen, p),
-            take(ann, p), take(st.rejected, p), _shared_state(st, b, base), st.natural[lo:hi],
+            take(ann, p), take(st.rejected, p) if st.any_rejected else None,
+            _shared_state(st, b, base), st.natural[lo:hi],
             st.needs[lo:hi], _flag_window(flags, b))
 
 
@@ -169,13 +171,22 @@ def open_visit(st: Any, b: Block, head: tuple[Any, ...]) -> Visit:
 
 
 def close(st: Any, v: Visit, flags: Flags, base: Sequence[int]) -> None:
-    """Record the state the visit of ``v.block`` left. The caller has checked that the visit
-    left the shared tensors as they were, but for the block's offers to them."""
+    """Record the state the visit of ``v.block`` left: per array (attr with its spec, rank,
+    offers, change count, frozen, refusals) the own tensors' values, where the visit changed
+    any. The caller has checked that the visit left the shared tensors as they were, but for
+    the block's offers to them."""
     b = v.block
     p = b.pieces
-    v.state = (take(st.attr, p), take(st.rank, p), take(st.spec, p),
-               take(st.offers, p), take(st.changes, p), take(st.frozen, p),
-               take(st.rejected, p))
+    a0, r0, c0, f0, _, e0 = v.head[:6]  # see entry_head
+    arrays = []
+    for now, entry in ((st.attr, a0), (st.rank, r0), (st.offers, v.offers), (st.changes, c0),
+                       (st.frozen, f0)):
+        left = take(now, p)
+        arrays.append(None if left == entry else left)
+    refused = take(st.rejected, p) if st.any_rejected else None
+    arrays.append(None if refused == e0 else refused)
+    # a tensor's spec is a cache of its attr: it goes with the attr
+    v.state = (*arrays, None if arrays[0] is None else take(st.spec, p))
     v.flags = _flag_window(flags, b)
     v.natural, v.needs = st.natural[b.lo:b.hi], st.needs[b.lo:b.hi]
     v.shared_offers = tuple(_block_offers(st, i, b, base) for i in b.shared)
@@ -184,21 +195,18 @@ def close(st: Any, v: Visit, flags: Flags, base: Sequence[int]) -> None:
 def replay(st: Any, b: Block, v: Visit, flags: Flags, base: Sequence[int]) -> None:
     """Make on block ``b`` the changes the visit ``v`` made on its block, through the symmetry.
 
-    Every own tensor gets the state ``v``'s block was left in: the ones the visit did not change
-    have it already, since ``b`` was entered in the state ``v``'s block was (the tensor specs
-    are a cache of attr and shape)."""
-    attr, rank, spec, offers, changes, frozen, rejected = v.state
-    x = 0
-    for a, z in b.pieces:
-        y = x + z - a
-        st.attr[a:z] = attr[x:y]
-        st.rank[a:z] = rank[x:y]
-        st.spec[a:z] = spec[x:y]
-        st.offers[a:z] = offers[x:y]
-        st.changes[a:z] = changes[x:y]
-        st.frozen[a:z] = frozen[x:y]
-        st.rejected[a:z] = rejected[x:y]
-        x = y
+    Each array the visit changed gets, for every own tensor, the value ``v``'s block was left
+    with: the tensors the visit did not change have it already, since ``b`` was entered in the
+    state ``v``'s block was."""
+    for now, left in zip((st.attr, st.rank, st.offers, st.changes, st.frozen, st.rejected,
+                          st.spec), v.state, strict=True):
+        if left is None:
+            continue
+        x = 0
+        for a, z in b.pieces:
+            y = x + z - a
+            now[a:z] = left[x:y]
+            x = y
     lo, hi = b.lo, b.hi
     flags[0][lo:hi], flags[1][lo:hi], flags[2][lo:hi] = v.flags
     assert v.natural is not None and v.needs is not None

@@ -39,7 +39,8 @@ class State:
     """Per-tensor and per-op working arrays of one run, indexed by ``order``."""
 
     __slots__ = (
-        "attr", "changes", "frozen", "natural", "needs", "offers", "rank", "rejected",
+        "any_rejected", "attr", "changes", "frozen", "natural", "needs", "offers", "rank",
+        "rejected",
         "shared_at", "spec",
     )
 
@@ -57,6 +58,7 @@ class State:
         # so that an entry names no tensor and reads the same in every layer of a stack. A
         # tuple, never changed in place: blocks gather and keep them as they are.
         self.rejected: list[tuple[Refusal, ...] | None] = [None] * n_tensors
+        self.any_rejected = False  # no refusal anywhere yet: blocks need not compare them
         # per (block start, shared tensor): the tensor's offers when last read, and the block's
         # own among them (``blocks._block_offers``)
         self.shared_at: dict[tuple[int, int], tuple[Any, tuple[RawOffer, ...]]] = {}
@@ -66,6 +68,7 @@ class State:
     def reject(self, i: int, refusal: Refusal) -> None:
         """Record that tensor ``i`` refused an offer."""
         self.rejected[i] = (*(self.rejected[i] or ()), refusal)
+        self.any_rejected = True
 
     def offers_of(self, i: int) -> Sequence[RawOffer]:
         o = self.offers[i]

@@ -370,6 +370,11 @@ class Graph:
             value = self._derived[key] = make()
         return value
 
+    def clear_derived(self) -> None:
+        """Drop what higher layers derived from this topology, so that it is derived again (a
+        benchmark times that)."""
+        self._derived.clear()
+
     def producer(self, t: Tensor | str) -> Op | None:
         return (self.tensor(t) if isinstance(t, str) else t).producer
 
