@@ -59,7 +59,6 @@ from spmdrules.graph.errors import (
     ArityError,
     DuplicateNameError,
     GraphContextError,
-    GraphCycleError,
     ProducerError,
     ShapeError,
     UnknownNodeError,
@@ -67,7 +66,7 @@ from spmdrules.graph.errors import (
 )
 from spmdrules.graph.nodes import Op, Role, Tensor
 from spmdrules.graph.opschema import op_schema
-from spmdrules.graph.order import lexicographic_order, natural_key
+from spmdrules.graph.order import bipartite_view, cycle_error, lexicographic_order, natural_key
 from spmdrules.graph.shapes.shape_rule import TensorMeta
 
 _CURRENT: contextvars.ContextVar[tuple[Graph, ...]] = contextvars.ContextVar(
@@ -275,13 +274,7 @@ class Graph:
         tensor -> op for each operand and op -> tensor for each result. Built on the first call
         and kept until the graph changes; read it, and change the graph through ``add_op``."""
         if self._nx is None:
-            g = nx.DiGraph()
-            g.add_nodes_from(self._tensors.values())
-            g.add_nodes_from(self._ops.values())
-            g.add_edges_from((t, op) for t in self._tensors.values() for op in t._consumers)
-            g.add_edges_from((t.producer, t) for t in self._tensors.values()
-                             if t.producer is not None)
-            self._nx = g
+            self._nx = bipartite_view(self._tensors.values(), self._ops.values())
         return self._nx
 
     @property
@@ -399,7 +392,7 @@ class Graph:
         try:
             order = lexicographic_order(self._ops.values())
         except nx.NetworkXUnfeasible:
-            raise self._cycle_error() from None
+            raise cycle_error(self.name, self.nx) from None
         src = sorted((t for t in self._tensors.values() if t.producer is None),
                      key=lambda t: natural_key(t.name))
         tensors = (*src, *(t for op in order for t in flat_slots(op.results, Tensor)))
@@ -408,16 +401,6 @@ class Graph:
         self._topo = order
         self._tensor_order = tensors
         return order
-
-    def _cycle_error(self) -> GraphCycleError:
-        edges = nx.find_cycle(self.nx)
-        ops = [u.name for u, _ in edges if isinstance(u, Op)]
-        via = [u.name for u, _ in edges if isinstance(u, Tensor)]
-        return GraphCycleError(
-            f"graph {self.name!r} has a cycle: op {' -> '.join(ops + ops[:1])} (through tensors "
-            f"{', '.join(via)}); an op may not consume, directly or through other ops, a tensor it "
-            f"produces. Give the fed-back value of op {ops[0]!r} a new tensor instead"
-        )
 
     def validate(self, *, full: bool = False) -> Graph:
         """Check the whole graph: every non-source tensor has a producer, and there is no cycle.

@@ -11,12 +11,13 @@ finds and replays repeated layers only where they are contiguous (``completion.b
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Final
 
 import networkx as nx
 
 from spmdrules.core.spec import flat_slots
+from spmdrules.graph.errors import GraphCycleError
 from spmdrules.graph.nodes import Op, Tensor
 
 _DIGITS: Final = re.compile(r"(\d+)")
@@ -58,3 +59,26 @@ def lexicographic_order(ops: Iterable[Op]) -> tuple[Op, ...]:
     for i, op in enumerate(order):
         op.order = i
     return order
+
+
+def bipartite_view(tensors: Collection[Tensor], ops: Collection[Op]) -> nx.DiGraph:
+    """The graph as a networkx DiGraph: Op and Tensor objects are its nodes, with an edge
+    tensor -> op for each operand and op -> tensor for each result."""
+    g = nx.DiGraph()
+    g.add_nodes_from(tensors)
+    g.add_nodes_from(ops)
+    g.add_edges_from((t, op) for t in tensors for op in t._consumers)
+    g.add_edges_from((t.producer, t) for t in tensors if t.producer is not None)
+    return g
+
+
+def cycle_error(graph: str, view: nx.DiGraph) -> GraphCycleError:
+    """The error for a cycle of ``view`` (``bipartite_view``), naming its ops and tensors."""
+    edges = nx.find_cycle(view)
+    ops = [u.name for u, _ in edges if isinstance(u, Op)]
+    via = [u.name for u, _ in edges if isinstance(u, Tensor)]
+    return GraphCycleError(
+        f"graph {graph!r} has a cycle: op {' -> '.join(ops + ops[:1])} (through tensors "
+        f"{', '.join(via)}); an op may not consume, directly or through other ops, a tensor it "
+        f"produces. Give the fed-back value of op {ops[0]!r} a new tensor instead"
+    )
