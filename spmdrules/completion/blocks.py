@@ -29,7 +29,7 @@ for it (``Sweeps.offer``).
 
 The static part (``repeats.find_blocks``) runs once per topology, with the completion index;
 the dynamic part (``entry_head``, ``open_visit``, ``close``, ``replay``: one ``Visit`` a block) lives
-in one sweep (``completion._Run.sweep_blocks``).
+in one sweep (``sweeps.Sweeps.sweep_blocks``).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def gatherer(idx: tuple[int, ...]) -> Callable[[Sequence[Any]], tuple[Any, ...]]
 
 
 # ---- one sweep ------------------------------------------------------------------------------
-# The state the pass keeps per tensor and per op is ``completion._State``. Its offers hold no
+# The state the pass keeps per tensor and per op is ``state.State``. Its offers hold no
 # absolute index (the op is counted from the tensor's base op), so the offers of corresponding
 # tensors of two blocks compare and copy as they are. A list of offers is never changed once
 # made (``offers.put_offer``), so a recorded state holds the lists themselves.
