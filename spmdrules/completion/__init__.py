@@ -44,9 +44,11 @@ entered in the state an earlier layer was entered in gets that layer's changes i
 visits (``completion_blocks``), so the rules run for a few layers whatever the depth.
 
 The modules, by job: ``result`` (the offers, origins and reshard edges it reports, and its
-errors), ``state`` (one run's working arrays and the per-topology index), ``sweeps`` (visiting
-ops, choosing among offers, settling conflicts), ``driver`` (``complete`` and its ``Completion``),
-``blocks`` (replay of repeated layers), ``planning`` (reshard plans), ``cost`` and ``explain``.
+errors), ``state`` (one run's working arrays and the per-topology index), ``memo`` (the specs,
+flattened answers and annotations that runs share), ``offers`` (how a tensor holds its offers),
+``sweeps`` (visiting ops, choosing among offers, settling conflicts), ``driver`` (``complete`` and
+its ``Completion``), ``blocks`` and ``repeats`` (finding and replaying repeated layers),
+``planning`` (reshard plans), ``cost`` and ``explain``.
 """
 
 from spmdrules.completion.driver import Completion, complete

@@ -316,13 +316,16 @@ class Run(Sweeps):
         st = self.st
         defaulted: set[int] = set()
         n = len(self.ops)
+        # every op but the constants (see ``Index.queued``)
         self.fwd_next = bytearray(b"\x01") * n
+        for k in self.constants:
+            self.fwd_next[k] = 0
         keys = self.ann_keys
         for i, ann in self.annotated:
             st.attr[i] = (keys[i] or ann).attr if keys else ann.attr
             st.rank[i] = 2 * ann.priority + 1
-            if self.producer[i] >= 0:
-                self.rev_next[self.producer[i]] = 1
+            if self.queued[i] >= 0:
+                self.rev_next[self.queued[i]] = 1
         sweeps = 0
         converged = True
         while self.fwd_next.find(1) >= 0 or self.rev_next.find(1) >= 0:

@@ -7,6 +7,7 @@ from operator import attrgetter
 from typing import Any, Final
 
 from spmdrules.completion.cost import CostModel
+from spmdrules.completion.memo import cached_spec, canonical_annotation
 from spmdrules.completion.offers import RawOffer
 from spmdrules.completion.planning import divisible
 from spmdrules.completion.repeats import find_blocks
@@ -92,7 +93,8 @@ class RunState:
         self.div_cache: dict[tuple[DistAttr, tuple[int, ...]], bool] = {}
         index = indices(graph)
         self.ins, self.outs, self.consumers = index.ins, index.outs, index.consumers
-        self.producer, self.calls, self.shapes = index.producer, index.calls, index.shapes
+        self.queued, self.calls, self.shapes = index.queued, index.calls, index.shapes
+        self.constants = index.constants
         self.sources, self.base = index.sources, index.base
         self.block_of, self.blocks = index.block_of, index.blocks if REPLAY_BLOCKS else ()
         self.replays = 0
@@ -229,8 +231,8 @@ class Index:
     call (``_Calls.op_key``), so that it has a signature and can repeat in a block all the same.
     """
 
-    __slots__ = ("base", "block_of", "blocks", "calls", "consumers", "ins", "odd", "outs",
-                 "producer", "shapes", "sources")
+    __slots__ = ("base", "block_of", "blocks", "calls", "constants", "consumers", "ins", "odd",
+                 "outs", "producer", "queued", "shapes", "sources")
 
     def __init__(self, ops: tuple[Op, ...], tensors: tuple[Tensor, ...]) -> None:
         # One pass over the ops, reading each once: on large models every Op is a cache miss.
@@ -310,12 +312,18 @@ class Index:
         # a constant (an op without operands: full, arange) makes any layout of its result, so
         # its results are placed like the graph's sources: as a consumer needs, else replicated
         self.sources = [i for i, p in enumerate(producer) if p < 0 or not ins[p]]
+        self.constants = [k for k, idx in enumerate(ins) if not idx]
         # offers count their op from the tensor's producer (else its first consumer), so one
         # offer is the same tuple in every layer of a stack (see completion_blocks)
         self.base = base = producer.copy()
+        # the op a change of each tensor queues in reverse: its producer, but a constant's
+        # visits do nothing (it has no operand to offer to, and ``Run`` places its results
+        # after the sweeps), so the sweeps never queue one
+        self.queued = queued = producer.copy()
         for i in self.sources:
             if base[i] < 0:
                 base[i] = cons[i][0] if cons[i] else 0
+            queued[i] = -1
         # the tensors' kinds (equal shape and dtype, equal id) and their shapes, interned: a
         # change of a tensor's shape or dtype rebuilds the topology
         kinds: dict[tuple[tuple[int, ...], str], int] = {}
@@ -414,47 +422,6 @@ def indices(graph: Graph) -> Index:
     it changes (``Graph.derived``)."""
     index: Index = graph.derived("completion.index", lambda: Index(graph.ops, graph.tensors))
     return index
-
-
-# TensorSpecs interned by (shape, attr): the layers of a model repeat a few hundred of them, so a
-# run allocates almost none, and the rules' memo compares its keys by identity.
-SPECS: dict[tuple[tuple[int, ...], DistAttr], TensorSpec] = {}
-SPECS_MAX: Final = 1 << 16
-
-
-def cached_spec(shape: tuple[int, ...], attr: DistAttr) -> TensorSpec:
-    key = (shape, attr)
-    s = SPECS.get(key)
-    if s is None or s.attr.mesh is not attr.mesh:  # keep the caller's mesh object (``is`` tests)
-        if len(SPECS) >= SPECS_MAX:
-            SPECS.clear()
-        s = SPECS[key] = TensorSpec._make(shape, attr)
-    return s
-
-
-# Flattened rule answers by the answer's identity: the rules' memo hands back the same SpmdInfo
-# for every layer, so each is flattened once. The entry holds the answer (its id stays unique).
-FLAT_CACHE: dict[int, tuple[SpmdInfo, OpSchema, int, tuple[DistAttr, ...], tuple[DistAttr, ...]]] = {}
-FLAT_CACHE_MAX: Final = 1 << 14
-
-
-# One object per distinct annotation, so that the layers of a stack share theirs; by the identity
-# of each annotation seen (held, so its id stays unique), to skip comparing it on the next run.
-CANON: dict[int, tuple[Annotation, Annotation]] = {}
-CANON_BY_VALUE: dict[Annotation, Annotation] = {}
-CANON_MAX: Final = 1 << 16
-
-
-def canonical_annotation(ann: Annotation) -> Annotation:
-    hit = CANON.get(id(ann))
-    if hit is not None and hit[0] is ann:
-        return hit[1]
-    if len(CANON) >= CANON_MAX:
-        CANON.clear()
-        CANON_BY_VALUE.clear()
-    canon = CANON_BY_VALUE.setdefault(ann, ann)
-    CANON[id(ann)] = (ann, canon)
-    return canon
 
 
 def first_of(entry: tuple[int, ProcessMesh]) -> int:

@@ -7,19 +7,17 @@ from collections.abc import Iterator, Sequence
 
 from spmdrules.completion.blocks import Flags, Visit, close, entry_head, matches, open_visit
 from spmdrules.completion.blocks import replay as replay_block
+from spmdrules.completion.memo import FLAT_CACHE, FLAT_CACHE_MAX, cached_spec
 from spmdrules.completion.offers import RawOffer, put_offer
 from spmdrules.completion.planning import evenly, reshard_time
 from spmdrules.completion.result import WEAK_RANK, UnresolvableConflictError
 from spmdrules.completion.state import (
     DEM,
-    FLAT_CACHE,
-    FLAT_CACHE_MAX,
     FWD,
     MAX_CHANGES,
     RECENT_VISITS,
     REV,
     RunState,
-    cached_spec,
     offer_key,
     project,
 )
@@ -355,14 +353,14 @@ class Sweeps(RunState):
                     pending[c] = 1
                 else:
                     later[c] = 1
-            p = self.producer[i]
+            p = self.queued[i]
             if p >= 0:
                 self.rev_next[p] = 1
         else:
             fwd_next = self.fwd_next
             for c in self.consumers[i]:
                 fwd_next[c] = 1
-            p = self.producer[i]
+            p = self.queued[i]
             if 0 <= p < cur:
                 self.pending[p] = 1
             elif p >= 0:
