@@ -58,12 +58,16 @@ class Block:
     #: the block's own tensors (those not shared), as ranges of tensor ids ``[a, b)`` in
     #: order (``take``): a layer's tensors are a few ranges, so the state of all of them is
     #: read and written a slice at a time
-    own: tuple[int, ...]
     pieces: tuple[tuple[int, int], ...]
     #: the tensors that every block of the run reads (made before the run: a mask, a rotary
     #: table), which a visit that is recorded may only make offers to (see ``close``)
     shared: tuple[int, ...]
     shared_gather: Callable[[Sequence[Any]], tuple[Any, ...]]
+
+    @property
+    def own(self) -> tuple[int, ...]:
+        """The block's own tensors, in the order of ``pieces``."""
+        return tuple(i for a, z in self.pieces for i in range(a, z))
 
 
 def take(seq: list[Any], pieces: tuple[tuple[int, int], ...]) -> list[Any]:
@@ -77,6 +81,8 @@ def take(seq: list[Any], pieces: tuple[tuple[int, int], ...]) -> list[Any]:
 
 def gatherer(idx: tuple[int, ...]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
     """The entries ``idx`` of a sequence, as a tuple."""
+    if not idx:
+        return lambda seq: ()
     if len(idx) == 1:
         only = idx[0]
         return lambda seq: (seq[only],)

@@ -244,13 +244,11 @@ def _run_blocks(sl: _Slots, run: int, k: int, length: int, count: int,
     a = int(sl.start[k])
     w = int(sl.start[k + length]) - a
     firsts = np.flatnonzero(sl.back[a:a + w] > np.arange(w))  # a tensor's first use in the block
-    pick = firsts.tolist()
-    flat = sl.flat
     starts = sl.start[k:k + count * length:length]
-    rows = [tuple([flat[at + f] for f in pick]) for at in starts.tolist()]
+    held = sl.tensor[starts[:, None] + firsts[None, :]]  # each block's tensors, a row each
+    rows = [tuple(row) for row in held.tolist()]
     # a tensor at one place in every block is shared; one shared by some blocks only has no
     # symmetry to follow, and the run is no run
-    held = sl.tensor[starts[:, None] + firsts[None, :]]
     same = held[1:] == held[:-1]
     everywhere = same.all(axis=0)
     if (same.any(axis=0) & ~everywhere).any():
@@ -266,20 +264,19 @@ def _run_blocks(sl: _Slots, run: int, k: int, length: int, count: int,
             near_lo, near_hi = min(near_lo, p), max(near_hi, p)
         if c:
             near_lo, near_hi = min(near_lo, c[0]), max(near_hi, c[-1])
-    own, pieces = _own_pieces(held[:, ~everywhere])
+    pieces = _own_pieces(held[:, ~everywhere])
     shared = [tuple(row) for row in held[:, everywhere].tolist()]
     out = []
     for j, tensors in enumerate(rows):
         d = j * length
         out.append(Block(run, k + d, k + d + length, tensors, near_lo + d, near_hi + 1 + d,
-                         gatherer(tensors), own[j], pieces[j], shared[j],
-                         gatherer(shared[j]) if shared[j] else gatherer(tensors)))
+                         gatherer(tensors), pieces[j], shared[j], gatherer(shared[j])))
     return out
 
 
-def _own_pieces(held: Ints) -> tuple[list[tuple[int, ...]], list[tuple[tuple[int, int], ...]]]:
-    """Each block's own tensors (a row of ``held``, one column per coordinate) in one order of
-    the coordinates for all, and as ranges of consecutive tensor ids. Sorted by the first
+def _own_pieces(held: Ints) -> list[tuple[tuple[int, int], ...]]:
+    """Each block's own tensors (a row of ``held``, one column per coordinate) as ranges of
+    consecutive tensor ids, in one order of the coordinates for all. Sorted by the first
     block's ids when that one order sorts every block's and cuts them into ranges alike (a
     layer's parameters, its results: a few ranges), else one tensor a range."""
     order = np.argsort(held[0], kind="stable")
@@ -294,8 +291,7 @@ def _own_pieces(held: Ints) -> tuple[list[tuple[int, ...]], list[tuple[tuple[int
         begins = np.arange(held.shape[1])
         ends = begins + 1
     firsts, lasts = ids[:, begins].tolist(), (ids[:, ends - 1] + 1).tolist()
-    return ([tuple(r) for r in ids.tolist()],
-            [tuple(zip(f, z, strict=True)) for f, z in zip(firsts, lasts, strict=True)])
+    return [tuple(zip(f, z, strict=True)) for f, z in zip(firsts, lasts, strict=True)]
 
 
 def find_blocks(

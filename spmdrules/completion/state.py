@@ -41,8 +41,7 @@ class State:
 
     __slots__ = (
         "any_rejected", "attr", "changes", "frozen", "natural", "needs", "offers", "rank",
-        "rejected",
-        "shared_at", "spec",
+        "rejected", "shared_at", "spec",
     )
 
     def __init__(self, n_tensors: int, n_ops: int) -> None:
@@ -300,8 +299,7 @@ class Index:
             if hit is not None:
                 call, code, shareable = hit[0], hit[2], True
             else:
-                call, shareable = calls_of.get(schema, attrs, plain_out)
-                code = calls_of.code(id(call))
+                call, code, shareable = calls_of.make(schema, attrs, plain_out)
             if shareable:
                 last = (schema, attrs, plain_out, call, code)
             add_call(call)
@@ -356,13 +354,11 @@ class _Calls:
     def code(self, key: Any) -> int:
         return self.codes.setdefault(key, len(self.codes))
 
-    def get(self, schema: OpSchema, attrs: tuple[Any, ...], plain_out: bool) -> tuple[Call, bool]:
-        """The call of an op of ``schema`` with ``attrs``, and whether every op of ``schema``
-        with this very ``attrs`` object has it (not when its tails cannot be shared)."""
-        key = (id(schema), id(attrs), plain_out)
-        hit = self.seen.get(key)
-        if hit is not None:
-            return hit[0], True
+    def make(self, schema: OpSchema, attrs: tuple[Any, ...],
+             plain_out: bool) -> tuple[Call, int, bool]:
+        """The call of an op of ``schema`` with ``attrs`` that ``seen`` does not hold yet, its
+        signature code, and whether every op of ``schema`` with this very ``attrs`` object has
+        it (not when its tails cannot be shared; else ``seen`` holds it now)."""
         rule = schema.rule
         entry = self.entries.get(id(rule))
         if entry is None:
@@ -377,10 +373,11 @@ class _Calls:
         call = self.calls.get(ckey)
         if call is None:  # the call holds its tails: their ids stay unique
             call = self.calls[ckey] = (entry[0], fwd, entry[1], back, schema, plain_out)
+        code = self.code(id(call))
         if fwd_tail is None or rev_tail is None:  # another op's would differ
-            return call, False
-        self.seen[key] = (call, attrs, self.code(id(call)))
-        return call, True
+            return call, code, False
+        self.seen[(id(schema), id(attrs), plain_out)] = (call, attrs, code)
+        return call, code, True
 
     def op_key(self, schema: OpSchema, attrs: tuple[Any, ...],
                operands: tuple[Any, ...], results: tuple[Any, ...]) -> tuple[Any, ...] | None:
