@@ -10,13 +10,17 @@ pieces in rank order, which is also what numpy's max over the whole axis gives.
 MPI's predefined MAX and MIN cannot do this: they compare in C (``a > b ? a : b``), which keeps
 or drops a NaN depending on which operand holds it, and they are commutative, so MPI applies
 them in any order: the ranks of one group ended with different copies of one replicated tensor.
-The MPI ops here are user-defined numpy ufuncs declared not commutative, which MPI applies in
+The MPI ops here are numpy's ufuncs, user-defined (as fast as MPI's own on 8 KB and 8 MB of
+float64 over 4 ranks). A max or a min is declared not commutative, which MPI applies in
 ascending rank order (the MPI standard, "User-Defined Reduction Operations"); a group's ranks
-are ordered by their mesh coordinate, the order of the pieces.
+are ordered by their mesh coordinate, the order of the pieces. Addition, multiplication and the
+logical ops give the same bits in either order, so they are declared commutative and MPI may
+group a sum otherwise than the fold does: a difference in rounding only.
 
 Selections (max, min, any, all) combine in the pieces' own dtype: exact, and a float16 tie must
 be decided by float16's rule. Sums, averages and products of float16 and bfloat16 accumulate in
-float32 (:func:`~spmdrules.runtime._mpi.accumulation_dtype`), then round once.
+float32 (:func:`~spmdrules.runtime._mpi.accumulation_dtype`), then round once; averages of
+integers in float64, as ``np.mean``.
 """
 
 from __future__ import annotations
@@ -51,9 +55,15 @@ def _check(reduce_type: str) -> np.ufunc:
 
 
 def reduction_dtype(reduce_type: str, dtype: np.dtype[Any]) -> np.dtype[Any]:
-    """The dtype pieces of ``dtype`` are combined in: their own for a selection, else the
-    accumulation dtype (float32 for the half floats)."""
-    return np.dtype(dtype) if reduce_type in SELECTIONS else accumulation_dtype(dtype)
+    """The dtype pieces of ``dtype`` are combined in: their own for a selection, float64 for an
+    average of integers (as ``np.mean``: their sum may not fit), else the accumulation dtype
+    (float32 for the half floats)."""
+    dtype = np.dtype(dtype)
+    if reduce_type in SELECTIONS:
+        return dtype
+    if reduce_type == "avg" and dtype.kind in "iu":
+        return np.dtype(np.float64)
+    return accumulation_dtype(dtype)
 
 
 def _finish(out: Array, reduce_type: str, n: int, dtype: np.dtype[Any]) -> Array:
@@ -104,10 +114,11 @@ def _numpy_dtype(datatype: Any) -> np.dtype[Any]:
 
 
 @cache
-def mpi_op(ufunc: np.ufunc) -> Any:
-    """``ufunc`` as an MPI op that is not commutative: MPI passes the lower ranks' operand
-    first (``inout = in op inout``), so the fold keeps numpy's order. One op per ufunc (mpi4py
-    holds at most 32 user-defined ops at once)."""
+def ufunc_op(ufunc: np.ufunc) -> Any:
+    """``ufunc`` as a user-defined MPI op (mpi4py holds at most 32 at once: one per ufunc).
+    A max or a min is declared not commutative: MPI passes the lower ranks' operand first
+    (``inout = in op inout``), so the fold keeps numpy's order. The others give the same bits
+    in either order (a NaN's payload aside), so MPI may reorder them."""
 
     def combine(inbuf: Any, inoutbuf: Any, datatype: Any) -> None:
         dtype = _numpy_dtype(datatype)
@@ -115,30 +126,30 @@ def mpi_op(ufunc: np.ufunc) -> Any:
         with np.errstate(all="ignore"):
             ufunc(np.frombuffer(inbuf, dtype), inout, out=inout)
 
-    return mpi().Op.Create(combine, commute=False)
+    return mpi().Op.Create(combine, commute=ufunc not in (np.maximum, np.minimum))
 
 
 def allreduce(comm: Any, x: Array, reduce_type: str) -> Array:
     """Every rank of ``comm`` gets :func:`reduce_in_order` of the ranks' ``x`` (one shape and
     dtype on every rank)."""
-    ufunc = _check(reduce_type)
+    op = ufunc_op(_check(reduce_type))
     acc = reduction_dtype(reduce_type, x.dtype)
     xa = np.array(x, dtype=acc, order="C")  # np.ascontiguousarray turns a 0-d x into shape (1,)
     out = np.empty_like(xa)
     t = reduction_datatype(acc)
-    comm.Allreduce([xa, t], [out, t], mpi_op(ufunc))
+    comm.Allreduce([xa, t], [out, t], op)
     return _finish(out, reduce_type, comm.Get_size(), x.dtype)
 
 
 def reduce_scatter(comm: Any, x: Array, counts: Sequence[int], reduce_type: str) -> Array:
     """Rank ``i`` of ``comm`` gets :func:`reduce_in_order` of the ranks' ``x`` (flattened in C
     order) at entries ``sum(counts[:i])`` to ``sum(counts[:i + 1])``, flat."""
-    ufunc = _check(reduce_type)
+    op = ufunc_op(_check(reduce_type))
     acc = reduction_dtype(reduce_type, x.dtype)
     xa = np.array(x, dtype=acc, order="C")
     out = np.empty(counts[comm.Get_rank()], dtype=acc)
     t = reduction_datatype(acc)
-    comm.Reduce_scatter([xa, t], [out, t], list(counts), mpi_op(ufunc))
+    comm.Reduce_scatter([xa, t], [out, t], list(counts), op)
     return _finish(out, reduce_type, comm.Get_size(), x.dtype)
 
 
@@ -146,9 +157,9 @@ __all__ = [
     "COMBINE",
     "SELECTIONS",
     "allreduce",
-    "mpi_op",
     "reduce_in_order",
     "reduce_scatter",
     "reduction_datatype",
     "reduction_dtype",
+    "ufunc_op",
 ]

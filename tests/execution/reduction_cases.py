@@ -8,6 +8,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
@@ -17,6 +18,7 @@ from spmdrules.completion import complete
 from spmdrules.execution.executor import run_serial
 from spmdrules.execution.lowering import lower
 from spmdrules.execution.mpi import MPIExecutor
+from spmdrules.runtime import reduce_ops
 
 comm = MPI.COMM_WORLD
 warnings.simplefilter("ignore", RuntimeWarning)  # the kernels' own NaN and overflow warnings
@@ -24,6 +26,12 @@ g, feeds, todo = rm.build()
 program = lower(complete(g))
 blocks, _ = MPIExecutor(program, comm).run(feeds, timeout=100)
 every = comm.gather(blocks, root=0)
+# an average of integers whose sum does not fit their dtype, straight through the MPI ops
+hundreds = np.full(8, 100, dtype=np.int8)
+averages = [reduce_ops.allreduce(comm, hundreds, "avg"),
+            reduce_ops.reduce_scatter(comm, hundreds, [2] * comm.Get_size(), "avg")]
+if any(a.dtype != np.int8 or (a != 100).any() for a in averages):
+    print("FAIL int8 avg on rank", comm.Get_rank(), averages, flush=True)
 if comm.Get_rank() == 0:
     assert every is not None
     failures = rm.check(program, todo, run_serial(g, feeds), dict(enumerate(every)))

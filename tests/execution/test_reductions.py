@@ -16,9 +16,10 @@ import reduction_matrix as rm
 import spmdrules as sr
 from spmdrules import ops
 from spmdrules.completion import complete
+from spmdrules.core.errors import SpmdError
 from spmdrules.execution.executor import run_serial
 from spmdrules.execution.lowering import lower
-from spmdrules.execution.simulated import run_simulated
+from spmdrules.execution.simulated import all_reduce, reduce_scatter, run_simulated
 from spmdrules.graph.annotate import shard
 from spmdrules.graph.graph import Graph
 
@@ -91,3 +92,32 @@ def test_a_pending_sum_times_inf_is_nan_where_a_piece_is_zero() -> None:
     np.testing.assert_array_equal(pending, [[np.nan, np.nan], [np.inf, np.inf]])
     np.testing.assert_array_equal(run_serial(g, feeds)["out"], np.full((2, 2), np.inf))
     np.testing.assert_array_equal(summed, np.full((2, 2), np.inf))
+
+
+@pytest.mark.parametrize(("dtype", "kept"), [("float64", 1), ("float32", 1), ("float16", 0)])
+def test_a_tie_of_signed_zeros_keeps_the_operand_numpy_keeps(dtype: str, kept: int) -> None:
+    """np.maximum(-0.0, 0.0) is 0.0 for float64 and float32 (the later operand of a tie) but
+    -0.0 for float16 (the earlier): the fold runs in group order in numpy's own dtype."""
+    pieces = [np.array([-0.0, 0.0], dtype=dtype), np.array([0.0, -0.0], dtype=dtype)]
+    for rt, fn in (("max", np.max), ("min", np.min)):
+        want = fn(np.stack(pieces), axis=0)
+        assert np.signbit(want).tolist() == np.signbit(pieces[kept]).tolist()  # numpy's rule
+        outs, _, _ = all_reduce(pieces, rt)
+        for out in outs:
+            assert np.signbit(out).tolist() == np.signbit(want).tolist()
+            assert np.signbit(out).tolist() == np.signbit(pieces[kept]).tolist()
+
+
+def test_an_average_of_integers_is_taken_in_float64_as_numpy_does() -> None:
+    pieces = [np.full(4, 100, dtype=np.int8)] * 4  # their sum, 400, does not fit an int8
+    outs, _, _ = all_reduce(pieces, "avg")
+    parts, _, _ = reduce_scatter(pieces, "avg", [(slice(i, i + 1),) for i in range(4)])
+    assert all(o.dtype == np.int8 and o.tolist() == [100] * 4 for o in outs)
+    assert [p.tolist() for p in parts] == [[100]] * 4
+
+
+def test_an_unknown_reduce_type_is_a_typed_error() -> None:
+    from spmdrules.runtime.reduce_ops import reduce_in_order
+
+    with pytest.raises(SpmdError, match="unknown reduce type 'median'; use one of sum, avg"):
+        reduce_in_order([np.zeros(2)], "median")
