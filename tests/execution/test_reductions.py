@@ -92,6 +92,8 @@ def test_a_pending_sum_times_inf_is_nan_where_a_piece_is_zero() -> None:
     np.testing.assert_array_equal(pending, [[np.nan, np.nan], [np.inf, np.inf]])
     np.testing.assert_array_equal(run_serial(g, feeds)["out"], np.full((2, 2), np.inf))
     np.testing.assert_array_equal(summed, np.full((2, 2), np.inf))
+    doc = (HERE.parents[1] / "docs" / "execution.md").read_text()
+    assert "**A pending sum through a linear op.**" in doc  # the limit is where users read
 
 
 @pytest.mark.parametrize(("dtype", "kept"), [("float64", 1), ("float32", 1), ("float16", 0)])
