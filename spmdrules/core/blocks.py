@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from spmdrules.core.attr import DistAttr
+from spmdrules.core.dtypes import same_values
 from spmdrules.core.errors import SpmdError
 
 Coord = tuple[int, ...]
@@ -169,13 +170,10 @@ def gather(blocks: Mapping[Coord, Array], shape: Sequence[int], attr: DistAttr) 
             globals_[key] = np.zeros(shape, dtype=b.dtype)
             filled[key] = np.zeros(shape, dtype=bool)
         g, f = globals_[key], filled[key]
-        if f[sl].any():
-            prev = g[sl]
-            same = np.array_equal(prev, b, equal_nan=b.dtype.kind == "f")
-            if not same:
-                raise ShardMismatch(
-                    f"gather: replicas disagree at mesh coordinate {c} under {attr.mapping_str()}"
-                )
+        if f[sl].any() and not same_values(g[sl], b):
+            raise ShardMismatch(
+                f"gather: replicas disagree at mesh coordinate {c} under {attr.mapping_str()}"
+            )
         g[sl] = b
         f[sl] = True
     # Reduce the last-split partial mesh dim first, mirroring scatter.

@@ -63,6 +63,7 @@ from spmdrules.execution.program import (
 )
 from spmdrules.execution.vjp.cross_entropy import one_hot
 from spmdrules.execution.vocab_parallel_reverse import multi_label_reverse
+from spmdrules.graph.shapes.shape_rule import INTEGRAL_DTYPES
 from spmdrules.runtime.decomposition import relative
 
 Array = NDArray[Any]
@@ -70,7 +71,6 @@ Coord = tuple[int, ...]
 
 SEED: Final = "seed:"
 GRAD: Final = "grad:"
-_FLOAT_KINDS: Final = "fc"
 
 
 class GradientError(SpmdError, ValueError):
@@ -204,7 +204,7 @@ class _Reverse:
         return live
 
     def _float(self, name: str) -> bool:
-        return np.dtype(self.buffers[name].dtype).kind in _FLOAT_KINDS
+        return self.buffers[name].dtype not in INTEGRAL_DTYPES
 
     # -- cotangent bookkeeping --
     def contribute(self, buf: str) -> str:
@@ -444,13 +444,13 @@ def gradient_program(program: Program, outputs: Sequence[str], wrt: Sequence[str
         raise GradientError("gradient_program: name at least one output to seed")
     if wrt is None:
         wrt = [n for n in program.feeds
-               if np.dtype(program.buffers[n].dtype).kind in _FLOAT_KINDS]
+               if program.buffers[n].dtype not in INTEGRAL_DTYPES]
     for role, names in (("output", outputs), ("wrt", wrt)):
         for n in names:
             if n not in known:
                 raise GradientError(f"gradient_program: {role} {n!r} is not a tensor of program "
                                     f"{program.name!r}")
-            if np.dtype(program.buffers[n].dtype).kind not in _FLOAT_KINDS:
+            if program.buffers[n].dtype in INTEGRAL_DTYPES:
                 raise GradientError(f"gradient_program: {role} {n!r} holds "
                                     f"{program.buffers[n].dtype}; only float tensors have "
                                     "gradients")

@@ -6,9 +6,11 @@ walks all of them, so collective calls line up):
 
 - kernel calls and local steps run on the ranks of the op's mesh;
 - ``all_reduce`` with a sum is the runtime's ``AllSumReduce`` over the mesh dim of the mesh's
-  Cartesian partition; other reduce types use ``Allreduce`` with the matching MPI op on the
-  mesh-dim group (avg sums, then divides);
-- ``reduce_scatter`` is ``Reduce_scatter`` on the mesh-dim group, the scattered dim moved first;
+  Cartesian partition; other reduce types use ``Allreduce`` on the mesh-dim group with the
+  reduce type's numpy combine as an MPI op applied in rank order (avg sums, then divides), so
+  NaN propagates as in serial numpy (:mod:`spmdrules.runtime.reduce_ops`);
+- ``reduce_scatter`` is ``Reduce_scatter`` on the mesh-dim group with the same ops, the
+  scattered dim moved first;
 - ``all_gather``, ``all_to_all`` and ``p2p`` are the runtime's ``BoxExchange`` (Repartition's data
   movement: one message per overlapping pair of blocks) on the mesh-dim group, or between the
   meshes;
@@ -70,7 +72,8 @@ from spmdrules.execution.program import (
     mesh_coords,
     owners,
 )
-from spmdrules.runtime._mpi import accumulation_dtype, dtype_code, dtype_of_code
+from spmdrules.runtime import reduce_ops
+from spmdrules.runtime._mpi import dtype_code, dtype_of_code
 from spmdrules.runtime.abort import fail
 from spmdrules.runtime.agreement import agree
 from spmdrules.runtime.decomposition import Box
@@ -287,30 +290,23 @@ class MPIExecutor:
             if rt == "sum":
                 layer = self._sum[k]
                 before = layer.bytes_sent
-                out = np.array(layer(np.ascontiguousarray(x)), copy=True)  # the layer reuses it
+                # a copy: the layer reuses its buffer (and ascontiguousarray makes a 0-d x 1-d)
+                out = np.array(layer(np.ascontiguousarray(x)), copy=True).reshape(x.shape)
                 traffic.add(step, layer.bytes_sent - before, 2 * (n - 1), x.itemsize)
                 return out
-            acc = accumulation_dtype(x.dtype)  # float16/bfloat16 reduce in float32
-            xa = np.ascontiguousarray(x, dtype=acc)
-            out = np.empty_like(xa)
-            t = self._dtype(xa)
-            group.Allreduce([xa, t], [out, t], self._op(rt))
             traffic.add(step, 2 * (n - 1) * x.nbytes // n, 2 * (n - 1), x.itemsize)
-            return ((out / n) if rt == "avg" else out).astype(x.dtype, copy=False)
+            return reduce_ops.allreduce(group, x, rt).reshape(x.shape)
         if step.kind == "reduce_scatter":
             d = next(i for i, ms in enumerate(b.split_mesh_dims) if m in ms)
             members = [(*coord[:m], i, *coord[m + 1:]) for i in range(n)]
             sizes = [b.box(c)[d][1] - b.box(c)[d][0] for c in members]
-            acc = accumulation_dtype(x.dtype)  # float16/bfloat16 reduce in float32
-            moved = np.ascontiguousarray(np.moveaxis(x, d, 0), dtype=acc)
+            moved = np.moveaxis(x, d, 0)
             rest = int(np.prod(moved.shape[1:], dtype=np.int64))
-            recv = np.empty((sizes[coord[m]], *moved.shape[1:]), dtype=acc)
-            t = self._dtype(moved)
-            group.Reduce_scatter([moved, t], [recv, t], [s * rest for s in sizes], self._op(rt))
+            recv = reduce_ops.reduce_scatter(group, moved, [s * rest for s in sizes], rt)
             # the ring: a member sends every piece of its block but its own
             traffic.add(step, x.nbytes - sizes[coord[m]] * rest * x.itemsize, n - 1, x.itemsize)
-            out = np.ascontiguousarray(np.moveaxis(recv, 0, d))
-            return ((out / n) if rt == "avg" else out).astype(x.dtype, copy=False)
+            return np.ascontiguousarray(
+                np.moveaxis(recv.reshape(sizes[coord[m]], *moved.shape[1:]), 0, d))
         # all_gather, all_to_all: Repartition's box exchange inside the group
         from spmdrules.runtime.box_exchange import BoxExchange
 
@@ -393,16 +389,6 @@ class MPIExecutor:
         codes: list[int | None] = self.comm.allgather(
             None if x is None else dtype_code(x.dtype, f"transfer {step.src} -> {step.dst}"))
         return dtype_of_code(next(c for c in codes if c is not None))
-
-    def _dtype(self, x: Array) -> Any:
-        from spmdrules.runtime._mpi import mpi_datatype
-
-        return mpi_datatype(x.dtype)
-
-    def _op(self, rt: str) -> Any:
-        MPI = self.MPI
-        return {"sum": MPI.SUM, "avg": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN,
-                "product": MPI.PROD, "any": MPI.LOR, "all": MPI.LAND}[rt]
 
     # ---- results -----------------------------------------------------------------------------
     def fetch(self, blocks: Mapping[str, Array], names: Sequence[str], root: int = 0

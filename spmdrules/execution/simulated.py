@@ -5,8 +5,9 @@ another's, counted in bytes as it is made. Collectives run the algorithms the pl
 assume, message by message:
 
 - all-reduce is a ring: a reduce-scatter then an all-gather over n chunks, 2(n-1) rounds, each
-  process sending one chunk per round; the combine follows the reduce type (avg sums, then
-  divides by n);
+  process sending one chunk per round; each chunk is combined by the reduce type's numpy ufunc
+  over the group's members in order, as the MPI executor combines (avg sums, then divides by
+  n; see :mod:`spmdrules.runtime.reduce_ops`);
 - reduce-scatter is the first half of that ring, with member i's piece of the scattered dim as
   chunk i;
 - all-gather, all-to-all and transfers between meshes are box exchanges (the data movement of
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -49,15 +50,11 @@ from spmdrules.execution.program import (
     owners,
 )
 from spmdrules.runtime.decomposition import Box, box_shape, box_volume, intersect, relative
+from spmdrules.runtime.reduce_ops import COMBINE, reduce_in_order
 
 Array = NDArray[Any]
 Blocks = dict[int, Array]
 
-#: the binary combine of each reduce type (avg combines as a sum, then divides)
-COMBINE: Final[dict[str, Any]] = {
-    "sum": np.add, "avg": np.add, "max": np.maximum, "min": np.minimum,
-    "product": np.multiply, "any": np.logical_or, "all": np.logical_and,
-}
 
 
 @dataclass(slots=True)
@@ -85,19 +82,20 @@ def _ring_reduce_scatter(arrays: list[Array], chunks: Sequence[tuple[slice, ...]
                          shift: int) -> tuple[int, int]:
     """In place: after n-1 rounds member i holds the reduction of chunk (i + shift) % n.
 
-    Round s: member r sends chunk (r - s - 1 + shift) % n to member r + 1, which combines it into
-    its own copy. Returns (bytes, messages)."""
+    Round s: member r sends chunk (r - s - 1 + shift) % n to member r + 1. A chunk's chain of
+    combines wraps around the ring, but numpy's max and min are not commutative (which of -0.0
+    and 0.0 a tie keeps), so each chunk is reduced over the members in group order, as MPI
+    applies its ops (:mod:`spmdrules.runtime.reduce_ops`). Returns (bytes, messages)."""
     n = len(arrays)
-    op = COMBINE[rt]
     sent = msgs = 0
     for s in range(n - 1):
-        outgoing = [(r, (r - s - 1 + shift) % n) for r in range(n)]
-        data = [arrays[r][chunks[c]].copy() for r, c in outgoing]
-        for (r, c), d in zip(outgoing, data, strict=True):
-            dst = arrays[(r + 1) % n]
-            dst[chunks[c]] = op(dst[chunks[c]], d)
-            sent += d.nbytes
+        for r in range(n):
+            sent += arrays[r][chunks[(r - s - 1 + shift) % n]].nbytes
             msgs += 1
+    mine = [chunks[(i + shift) % n] for i in range(n)]
+    reduced = [reduce_in_order([a[c] for a in arrays], rt) for c in mine]
+    for a, c, out in zip(arrays, mine, reduced, strict=True):
+        a[c] = out
     return sent, msgs
 
 
@@ -134,10 +132,7 @@ def all_reduce(blocks: Sequence[Array], rt: str) -> tuple[list[Array], int, int]
     chunks = _flat_chunks(work[0].size, n)
     b1, m1 = _ring_reduce_scatter(work, chunks, rt, shift=1)
     b2, m2 = _ring_all_gather(work, chunks, shift=1)
-    out = [w.reshape(np.shape(blocks[0])) for w in work]
-    if rt == "avg":
-        out = [(w / n).astype(w.dtype) for w in out]
-    return out, b1 + b2, m1 + m2
+    return [w.reshape(np.shape(blocks[0])) for w in work], b1 + b2, m1 + m2
 
 
 def reduce_scatter(blocks: Sequence[Array], rt: str, pieces: Sequence[tuple[slice, ...]]
@@ -146,10 +141,7 @@ def reduce_scatter(blocks: Sequence[Array], rt: str, pieces: Sequence[tuple[slic
     n = len(blocks)
     work = [np.array(b, copy=True) for b in blocks]
     sent, msgs = _ring_reduce_scatter(work, pieces, rt, shift=0) if n > 1 else (0, 0)
-    out = [np.array(w[pieces[i]]) for i, w in enumerate(work)]
-    if rt == "avg":
-        out = [(o / n).astype(o.dtype) for o in out]
-    return out, sent, msgs
+    return [np.array(w[pieces[i]]) for i, w in enumerate(work)], sent, msgs
 
 
 def box_exchange(owned: Mapping[int, tuple[Box, Array]], needed: Mapping[int, Box],

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from spmdrules.core.dtypes import is_bfloat16
 from spmdrules.runtime.errors import MPIUnavailableError, TensorStructureError
 
 
@@ -40,11 +41,6 @@ SUPPORTED_NAMES = ", ".join([*(d.name for d in SUPPORTED_DTYPES), "bfloat16"])
 
 
 _DTYPE_CODES = {d: i for i, d in enumerate(SUPPORTED_DTYPES)}
-
-
-def is_bfloat16(dtype: np.dtype[Any]) -> bool:
-    """True for a 2-byte extension dtype named bfloat16 (ml_dtypes.bfloat16)."""
-    return dtype.name == "bfloat16" and dtype.itemsize == 2
 
 
 @cache

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from spmdrules.core.dtypes import extremes, is_float
 from spmdrules.runtime.errors import RuntimeSetupError, TensorStructureError
 
 Array = np.ndarray[Any, Any]
@@ -141,10 +142,8 @@ def _offset_slices(
 
 
 def _lowest(dtype: np.dtype[Any]) -> Any:
-    if np.issubdtype(dtype, np.floating):
-        return -np.inf
-    if np.issubdtype(dtype, np.integer):
-        return np.iinfo(dtype).min
+    if is_float(dtype) or dtype.kind in "iu":
+        return extremes(dtype)[0]
     raise TensorStructureError(f"max pooling does not support dtype {dtype.name}")
 
 

@@ -25,6 +25,7 @@ from typing import Any, Final
 import numpy as np
 
 from spmdrules.core.blocks import block_slices
+from spmdrules.core.dtypes import is_float
 from spmdrules.core.errors import RuleArgumentError, UnsupportedError
 from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
 
@@ -56,7 +57,7 @@ def _scalar(fn: Callable[[float], float]) -> Callable[[Array], Array]:
 
     def apply(x: Array) -> Array:
         out = np.asarray(ufunc(x), dtype=np.float64)
-        return out.astype(x.dtype) if x.dtype.kind == "f" else out
+        return out.astype(x.dtype) if is_float(x.dtype) else out
 
     return apply
 
@@ -110,7 +111,7 @@ def _softplus(x: Array, beta: float, threshold: float) -> Array:
 
 def _paddle_round(x: Array, decimals: int) -> Array:
     """std::round: halves away from zero (numpy rounds them to even)."""
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         return x.copy()
     scale = 10.0 ** decimals
     y = x * scale if decimals else x

@@ -17,10 +17,11 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 
+from spmdrules.core.dtypes import extremes
 from spmdrules.core.errors import RuleArgumentError, UnsupportedError
 from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
 
@@ -58,27 +59,18 @@ def reduced_axes(op: str, ndim: int, axis: Sequence[int]) -> Axes:
     return tuple(sorted(set(out))) if out else tuple(range(ndim))
 
 
-def _identity(reduce_type: str, dtype: np.dtype[Any]) -> Any:
-    """What a block holding nothing of the reduced dims yields for a max or a min."""
-    if dtype.kind == "f":
-        lo, hi = -math.inf, math.inf
-    elif dtype.kind == "b":
-        lo, hi = False, True
-    else:
-        lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
-    return lo if reduce_type == "max" else hi
-
-
 def reduce_block(x: Array, reduce_type: str, axes: Axes, keepdims: bool) -> Array:
     """Reduce one block with a reduce type (the same that combines the blocks' results)."""
     if reduce_type == "sum":
         out = np.sum(x, axis=axes, keepdims=keepdims)
     elif reduce_type in ("max", "min"):
         fn = np.max if reduce_type == "max" else np.min
-        init = _identity(reduce_type, x.dtype)
-        out = fn(x, axis=axes, keepdims=keepdims, initial=init) if x.size == 0 else fn(
-            x, axis=axes, keepdims=keepdims
-        )
+        if x.size:
+            out = fn(x, axis=axes, keepdims=keepdims)
+        else:  # nothing of the reduced dims here: the identity, which leaves the combine as is
+            lowest, highest = extremes(x.dtype)
+            out = fn(x, axis=axes, keepdims=keepdims,
+                     initial=lowest if reduce_type == "max" else highest)
     elif reduce_type == "product":
         out = np.prod(x, axis=axes, keepdims=keepdims)
     elif reduce_type == "avg":

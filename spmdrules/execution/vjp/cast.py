@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from spmdrules.core.dtypes import is_inexact
 from spmdrules.execution.local import Block, LocalContext, array, cotangent, register_vjp
 
 
@@ -15,8 +16,8 @@ def cast_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
              cts: Sequence[Block]) -> tuple[Block, ...]:
     x = array(ctx, ins, 0, "x")
     y = array(ctx, outs, 0, "out")
-    if x.dtype.kind not in "fc":
+    if not is_inexact(x.dtype):
         return (None,)
-    if y.dtype.kind not in "fc":
+    if not is_inexact(y.dtype):
         return (np.zeros_like(x),)
     return (cotangent(cts, 0, y).astype(x.dtype),)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from spmdrules.core.dtypes import is_inexact
 from spmdrules.execution.local import Block, LocalContext, array, register_vjp
 
 
@@ -20,4 +21,4 @@ def full_like_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block]
                   cts: Sequence[Block]) -> tuple[Block, ...]:
     # only x's shape is read: a float x's cotangent is zero, an integer x takes none
     x = array(ctx, ins, 0, "x")
-    return (np.zeros_like(x) if x.dtype.kind in "fc" else None,)
+    return (np.zeros_like(x) if is_inexact(x.dtype) else None,)

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from spmdrules.core.dtypes import is_inexact
 from spmdrules.execution.kernels.selection import unique_parts
 from spmdrules.execution.local import Block, LocalContext, array, cotangent, register_vjp
 
@@ -16,14 +17,14 @@ from spmdrules.execution.local import Block, LocalContext, array, cotangent, reg
 def nonzero_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
                 cts: Sequence[Block]) -> tuple[Block, ...]:
     x = array(ctx, ins, 0, "x")
-    return (np.zeros_like(x) if x.dtype.kind in "fc" else None,)
+    return (np.zeros_like(x) if is_inexact(x.dtype) else None,)
 
 
 @register_vjp("unique")
 def unique_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
                cts: Sequence[Block]) -> tuple[Block, ...]:
     x = array(ctx, ins, 0, "x")
-    if x.dtype.kind not in "fc":
+    if not is_inexact(x.dtype):
         return (None,)
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     _, first, _, _, ax = unique_parts(ctx, x)
