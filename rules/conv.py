@@ -116,7 +116,9 @@ def _channel_check(call: ConvCall, x: TensorSpec, f: TensorSpec, quirks: frozens
     base = call.op.removesuffix("_grad")
     xm, fm = x.attr.multi_dims_mapping, f.attr.multi_dims_mapping
     if base == "depthwise_conv2d":
-        if fm[1]:
+        # a gradient replicates a split size-1 dim (nothing to split), as Paddle's answers;
+        # Paddle's forward refuses it, and so does ours
+        if fm[1] and (f.shape[1] > 1 or not call.op.endswith("_grad")):
             raise RuleArgumentError(
                 f"{call.op}: 'filter' dim 1 (one input channel per group) is sharded on mesh dims "
                 f"{list(fm[1])}; it is never sharded, replicate it"

@@ -196,19 +196,29 @@ def fused_linear_param_grad_add_forward(
         raise RuleArgumentError(
             f"'x' {list(x.shape)} and 'dout' {list(dout.shape)} must have one rank >= 2 and the "
             "same leading dims (the rows of the linear layer)")
-    mm = _MATMUL.matmul_forward(x, dout, True, False, even)
-    wgrad = _reduce_leading(mm.outputs[0], 2)
-    # from dout as laid out for the product (Paddle reads the given one, pending sums included)
-    bgrad = (_reduce_leading(dout.attr if given_dout else mm.inputs[1], 1) if has_bias
-             else DistAttr._make(x.attr.mesh, (), ()))  # no bias: a 0-d placeholder
-    for name, given, want in (("dweight", _present(dweight), wgrad),
-                              ("dbias", _present(dbias), bgrad)):
-        if given is not None and given.attr != want:
-            raise RuleArgumentError(
-                f"{name!r} is laid out {given.attr.mapping_str()} but the gradient it accumulates "
-                f"is {want.mapping_str()}; give {name} that layout (none without has_bias)")
-    return SpmdInfo((mm.inputs[0], mm.inputs[1], None if dweight is None else dweight.attr,
-                     None if dbias is None else dbias.attr), (wgrad, bgrad))
+    refusal: RuleArgumentError | None = None
+    # our policy keeps an uneven row or contracted letter split; where the given accumulator is
+    # laid out as the gradient is with those letters replicated (Paddle's policy), that layout
+    # is taken: it executes as well, and the accumulator needs no resharding
+    for policy in (True,) if even else (False, True):
+        mm = _MATMUL.matmul_forward(x, dout, True, False, policy)
+        wgrad = _reduce_leading(mm.outputs[0], 2)
+        # from dout as laid out for the product (Paddle reads the given one, pending sums included)
+        bgrad = (_reduce_leading(dout.attr if given_dout else mm.inputs[1], 1) if has_bias
+                 else DistAttr._make(x.attr.mesh, (), ()))  # no bias: a 0-d placeholder
+        for name, given, want in (("dweight", _present(dweight), wgrad),
+                                  ("dbias", _present(dbias), bgrad)):
+            if given is not None and given.attr != want:
+                refusal = refusal or RuleArgumentError(
+                    f"{name!r} is laid out {given.attr.mapping_str()} but the gradient it "
+                    f"accumulates is {want.mapping_str()}; give {name} that layout (none without "
+                    "has_bias)")
+                break
+        else:
+            return SpmdInfo((mm.inputs[0], mm.inputs[1], None if dweight is None else dweight.attr,
+                             None if dbias is None else dbias.attr), (wgrad, bgrad))
+    assert refusal is not None
+    raise refusal
 
 
 register_rule(

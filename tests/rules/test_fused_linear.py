@@ -167,6 +167,43 @@ def test_deviation_bias_grad_of_given_dout_paddle_wrong_ours_right() -> None:
     assert execute("fused_linear_param_grad_add", args, paddle, attrs) == "wrong"
 
 
+def test_a_given_accumulator_in_paddle_s_layout_is_taken() -> None:
+    """Issue 23 item 15, fused_linear_param_grad_add/forward/102 (mesh [1,2,4]): our policy keeps
+    x's 6 rows split over 4 (a pending sum), so the complete dweight [-1,1] given was refused;
+    with the rows gathered (Paddle's policy) the gradient is that complete [-1,1], which Paddle
+    answers and which executes. The rule now takes it."""
+    mesh = ProcessMesh.from_shape([1, 2, 4])
+    args = (spec([6, 6], [2, 1], mesh=mesh), spec([6, 7], [2, 1], mesh=mesh),
+            spec([6, 7], [-1, 1], mesh=mesh), None)
+    attrs = {"multi_precision": False, "has_bias": False}
+    ours = get_rule("fused_linear_param_grad_add").infer_forward(*args, **attrs)
+    assert dms(ours.inputs) == [[-1, -1], [-1, 1], [-1, 1], None]
+    assert dms(ours.outputs) == [[-1, 1], []] and not ours.outputs[0].partial_items  # type: ignore[union-attr]
+    assert execute("fused_linear_param_grad_add", args, ours, attrs) == "ok"
+    # without an accumulator the rows keep their (uneven) split: a pending sum
+    free = get_rule("fused_linear_param_grad_add").infer_forward(*args[:2], None, None, **attrs)
+    assert free.outputs[0].partial_items == ((2, "sum"),)  # type: ignore[union-attr]
+    assert execute("fused_linear_param_grad_add", (*args[:2], None, None), free, attrs) == "ok"
+    # an accumulator neither layout produces is still refused, naming the layout to give
+    with pytest.raises(RuleArgumentError, match="'dweight' is laid out"):
+        get_rule("fused_linear_param_grad_add").infer_forward(
+            *args[:2], spec([6, 7], [1, -1], mesh=mesh), None, **attrs)
+
+
+def test_a_complete_dbias_paddle_refuses_is_taken_with_the_rows_gathered() -> None:
+    """fused_linear_param_grad_add/forward/54 (mesh [2]): x [5,2] and dout [5,6] rows split
+    unevenly, dbias [6] complete. Paddle reads the bias gradient off the given dout (rows split:
+    pending) and refuses; with the rows gathered the gradients are complete and take the dbias."""
+    m1 = ProcessMesh([0, 1])
+    args = (spec([5, 2], [0, -1], mesh=m1), spec([5, 6], [0, -1], mesh=m1), None,
+            spec([6], [-1], mesh=m1))
+    attrs = {"multi_precision": False, "has_bias": True}
+    ours = get_rule("fused_linear_param_grad_add").infer_forward(*args, **attrs)
+    assert dms(ours.inputs)[:2] == [[-1, -1], [-1, -1]]
+    assert not any(a.partial_items for a in ours.outputs)  # type: ignore[union-attr]
+    assert execute("fused_linear_param_grad_add", args, ours, attrs) == "ok"
+
+
 def _model() -> Graph:
     with Graph("fused-linear") as g:
         x = g.input("x", [6, 8], "float64")
