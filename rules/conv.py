@@ -116,7 +116,9 @@ def _channel_check(call: ConvCall, x: TensorSpec, f: TensorSpec, quirks: frozens
     base = call.op.removesuffix("_grad")
     xm, fm = x.attr.multi_dims_mapping, f.attr.multi_dims_mapping
     if base == "depthwise_conv2d":
-        if fm[1]:
+        # a gradient replicates a split size-1 dim (nothing to split), as Paddle's answers;
+        # Paddle's forward refuses it, and so does ours
+        if fm[1] and (f.shape[1] > 1 or not call.op.endswith("_grad")):
             raise RuleArgumentError(
                 f"{call.op}: 'filter' dim 1 (one input channel per group) is sharded on mesh dims "
                 f"{list(fm[1])}; it is never sharded, replicate it"
@@ -145,6 +147,11 @@ def _merge(pairs: Iterable[tuple[str, TensorSpec]], whole: frozenset[str],
 
 def _read(t: TensorSpec, ls: str, lm: einsum.LetterMap, partial: PartialItems = ()) -> DistAttr:
     return attr(t, einsum.mapping_for(ls, lm), partial)
+
+
+def _contracted(operands: Iterable[tuple[str, DistAttr]], out: str) -> PartialItems:
+    """The pending sum of the product of ``operands`` (as laid out) over the letters ``out`` lacks."""
+    return einsum.contracted_partial(((ls, a.multi_dims_mapping) for ls, a in operands), out)
 
 
 def _letters(d: Description) -> tuple[str, str, str]:
@@ -177,12 +184,13 @@ def forward_answer(op: str, x: TensorSpec, f: TensorSpec, data_format: str, grou
     xl, fl, ol = _letters(d)
     # depthwise: the input channel is never sharded (Paddle blanks it before the merge too)
     lm = _merge(((xl, x), (fl, f)), d.whole | {"1"}, ("input", "filter"))
-    partial = einsum.contracted_partial(lm, ol)
+    xa, fa = _read(x, xl, lm), _read(f, fl, lm)
+    partial = _contracted(((xl, xa), (fl, fa)), ol)
     mesh = x.attr.mesh
     if call.spatial and not quirks:
-        check_halos(call, x, f, einsum.mapping_for(xl, lm), attrs)
+        check_halos(call, x, f, xa.multi_dims_mapping, attrs)
     out = DistAttr._make(mesh, einsum.mapping_for(ol, lm), partial)
-    return SpmdInfo((_read(x, xl, lm), _read(f, fl, lm)), (out,))
+    return SpmdInfo((xa, fa), (out,))
 
 
 def reverse_answer(op: str, x: TensorSpec, f: TensorSpec, out: TensorSpec, data_format: str,
@@ -225,10 +233,12 @@ def grad_answer(op: str, x: TensorSpec, f: TensorSpec, g: TensorSpec, data_forma
         _channel_check(call, x, f, quirks)
         lm = _merge(((xl, x), (fl, f), (ol, g)), d.whole, ("input", "filter", "output_grad"))
         mesh = x.attr.mesh
+        xa, fa, ga = _read(x, xl, lm), _read(f, fl, lm), _read(g, ol, lm)
+        # input_grad contracts filter and output_grad, filter_grad input and output_grad
         return SpmdInfo(
-            (_read(x, xl, lm), _read(f, fl, lm), _read(g, ol, lm)),
-            (DistAttr._make(mesh, einsum.mapping_for(xl, lm), einsum.contracted_partial(lm, xl)),
-             DistAttr._make(mesh, einsum.mapping_for(fl, lm), einsum.contracted_partial(lm, fl))),
+            (xa, fa, ga),
+            (DistAttr._make(mesh, xa.multi_dims_mapping, _contracted(((fl, fa), (ol, ga)), xl)),
+             DistAttr._make(mesh, fa.multi_dims_mapping, _contracted(((xl, xa), (ol, ga)), fl))),
         )
     return _paddle_grad(call, d, x, f, g)
 
@@ -243,8 +253,9 @@ def _paddle_grad(call: ConvCall, d: Description, x: TensorSpec, f: TensorSpec, g
     m2 = _merge(((xl, x), (ol, g)), w, ("input", "output_grad"))
     m3 = _merge(((xl, x), (fl, f), (ol, g)), w, ("input", "filter", "output_grad"))
     depthwise = base == "depthwise_conv2d"
-    xg_part = () if depthwise else einsum.contracted_partial(m1, xl)
-    fg_part = () if depthwise else einsum.contracted_partial(m2, fl)
+    # each gradient's pending sum from its own merge's operands (Paddle's three merges)
+    xg_part = () if depthwise else _contracted(((fl, _read(f, fl, m1)), (ol, _read(g, ol, m1))), xl)
+    fg_part = () if depthwise else _contracted(((xl, _read(x, xl, m2)), (ol, _read(g, ol, m2))), fl)
     xg_map = list(einsum.mapping_for(xl, m1))
     fg_map = list(einsum.mapping_for(fl, m2))
     g_part: PartialItems = ()

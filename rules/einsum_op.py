@@ -116,14 +116,10 @@ def einsum_forward(inputs: tuple[TensorSpec, ...], equation: str) -> SpmdInfo:
     _sizes(nota, inputs, names)
     letters = _merge(nota, inputs, names, diag)
     out = nota.outputs[0]
+    ins = [(ls, einsum.mapping_for(ls, letters)) for ls in nota.inputs]
     return SpmdInfo(
-        [
-            tuple(
-                attr(t, einsum.mapping_for(ls, letters))
-                for ls, t in zip(nota.inputs, inputs, strict=True)
-            )
-        ],
-        [attr(inputs[0], einsum.mapping_for(out, letters), einsum.contracted_partial(letters, out))],
+        [tuple(attr(t, m) for (_, m), t in zip(ins, inputs, strict=True))],
+        [attr(inputs[0], einsum.mapping_for(out, letters), einsum.contracted_partial(ins, out))],
     )
 
 
@@ -149,11 +145,15 @@ def einsum_grad(
     ins = tuple(
         attr(t, einsum.mapping_for(ls, letters)) for ls, t in zip(nota.inputs, inputs, strict=True)
     )
+    og = attr(out_grad, einsum.mapping_for(out, letters))
+    computed = [(ls, a.multi_dims_mapping) for ls, a in zip(nota.inputs, ins, strict=True)]
+    # an operand's gradient contracts the other operand and out_grad over the letters it lacks
     grads: tuple[DistAttr, ...] = tuple(
-        attr(a, a.multi_dims_mapping, einsum.contracted_partial(letters, ls))
-        for a, ls in zip(ins, nota.inputs, strict=True)
+        attr(a, a.multi_dims_mapping, einsum.contracted_partial(
+            [*computed[:i], *computed[i + 1:], (out, og.multi_dims_mapping)], ls))
+        for i, (a, ls) in enumerate(zip(ins, nota.inputs, strict=True))
     )
-    return SpmdInfo([ins, attr(out_grad, einsum.mapping_for(out, letters))], [grads])
+    return SpmdInfo([ins, og], [grads])
 
 
 def _unary_grad(

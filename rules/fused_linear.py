@@ -9,7 +9,10 @@ partial inputs are resharded, and:
 * fused_gemm_epilogue keeps a sharded ``k``: the product is a pending sum over k's mesh dims, and
   the bias takes the same pending sum (each rank adds its share of it once). With an activation
   (``relu``, ``gelu``) the sum must be complete before it, so k is gathered instead (Paddle's rule
-  does not see the activation; no recorded case has one).
+  does not see the activation; no recorded case has one). The sum is pending only where x and y
+  as computed split k: a size-1 k has nothing to split, both hold it whole and every rank's
+  product is the whole one (Paddle marks it pending all the same, deviation
+  ``fused-gemm-size-one-k-pending``: the sum then counts the product once per process).
 * linear_v2 refuses the pending sum: where k would stay sharded the matrix letters m, k, n are
   all replicated and only the batch letters keep their shards (Paddle: "a fused matmul +
   elementwise op").
@@ -104,6 +107,7 @@ def linear_v2_forward(input: TensorSpec, weight: TensorSpec, bias: TensorSpec | 
     lm = _merge(input, xl, weight, yl)
     if lm.get("k"):
         # the pending sum is refused: the matrix letters are gathered, the batch letters keep
+        # (Paddle's test is on the merge, so a size-1 k gathers them too, and no sum is pending)
         lm = {ch: (() if ch in "mkn" else dims) for ch, dims in lm.items()}
     mesh = input.attr.mesh
     return SpmdInfo(
@@ -124,7 +128,10 @@ register_rule(
 
 # ---- fused_gemm_epilogue(x, y, bias) -> out, reserve_space ----------------------------------------
 def fused_gemm_epilogue_forward(x: TensorSpec, y: TensorSpec, bias: TensorSpec, trans_x: bool,
-                                trans_y: bool, activation: str) -> SpmdInfo:
+                                trans_y: bool, activation: str, merged_k: bool = False
+                                ) -> SpmdInfo:
+    """``merged_k`` is Paddle's pending sum, read off the merged k rather than off x and y as
+    computed (a size-1 k they replicate stays pending), kept to recognise Paddle's answers."""
     if activation not in ACTIVATIONS:
         raise RuleArgumentError(f"activation {activation!r} is not one of {list(ACTIVATIONS)}")
     if x.ndim < 2:
@@ -137,12 +144,15 @@ def fused_gemm_epilogue_forward(x: TensorSpec, y: TensorSpec, bias: TensorSpec, 
     lm = _merge(x, xl, y, yl)
     if lm.get("k") and activation != "none":
         lm["k"] = ()  # the activation needs the complete sum
-    partial: PartialItems = tuple(sorted((d, "sum") for d in lm.get("k", ())))
-    mesh = x.attr.mesh
     xm: MultiDims = einsum.mapping_for(xl, lm, x.shape)
+    ym: MultiDims = einsum.mapping_for(yl, lm, y.shape)
+    # pending only where x and y as computed split k: a size-1 k is replicated in both, and
+    # every rank's product is then the whole one
+    partial: PartialItems = (tuple(sorted((d, "sum") for d in lm.get("k", ()))) if merged_k
+                             else einsum.contracted_partial(((xl, xm), (yl, ym)), ol))
+    mesh = x.attr.mesh
     return SpmdInfo(
-        (attr(x, xm), attr(y, einsum.mapping_for(yl, lm, y.shape)),
-         attr(bias, (lm.get("n", ()),), partial)),
+        (attr(x, xm), attr(y, ym), attr(bias, (lm.get("n", ()),), partial)),
         (DistAttr._make(mesh, _out_mapping(ol, lm, _out_shape(xs, ys), True), partial),  # type: ignore[arg-type]
          DistAttr._make(mesh, (), ())))
 
@@ -186,19 +196,29 @@ def fused_linear_param_grad_add_forward(
         raise RuleArgumentError(
             f"'x' {list(x.shape)} and 'dout' {list(dout.shape)} must have one rank >= 2 and the "
             "same leading dims (the rows of the linear layer)")
-    mm = _MATMUL.matmul_forward(x, dout, True, False, even)
-    wgrad = _reduce_leading(mm.outputs[0], 2)
-    # from dout as laid out for the product (Paddle reads the given one, pending sums included)
-    bgrad = (_reduce_leading(dout.attr if given_dout else mm.inputs[1], 1) if has_bias
-             else DistAttr._make(x.attr.mesh, (), ()))  # no bias: a 0-d placeholder
-    for name, given, want in (("dweight", _present(dweight), wgrad),
-                              ("dbias", _present(dbias), bgrad)):
-        if given is not None and given.attr != want:
-            raise RuleArgumentError(
-                f"{name!r} is laid out {given.attr.mapping_str()} but the gradient it accumulates "
-                f"is {want.mapping_str()}; give {name} that layout (none without has_bias)")
-    return SpmdInfo((mm.inputs[0], mm.inputs[1], None if dweight is None else dweight.attr,
-                     None if dbias is None else dbias.attr), (wgrad, bgrad))
+    refusal: RuleArgumentError | None = None
+    # our policy keeps an uneven row or contracted letter split; where the given accumulator is
+    # laid out as the gradient is with those letters replicated (Paddle's policy), that layout
+    # is taken: it executes as well, and the accumulator needs no resharding
+    for policy in (True,) if even else (False, True):
+        mm = _MATMUL.matmul_forward(x, dout, True, False, policy)
+        wgrad = _reduce_leading(mm.outputs[0], 2)
+        # from dout as laid out for the product (Paddle reads the given one, pending sums included)
+        bgrad = (_reduce_leading(dout.attr if given_dout else mm.inputs[1], 1) if has_bias
+                 else DistAttr._make(x.attr.mesh, (), ()))  # no bias: a 0-d placeholder
+        for name, given, want in (("dweight", _present(dweight), wgrad),
+                                  ("dbias", _present(dbias), bgrad)):
+            if given is not None and given.attr != want:
+                refusal = refusal or RuleArgumentError(
+                    f"{name!r} is laid out {given.attr.mapping_str()} but the gradient it "
+                    f"accumulates is {want.mapping_str()}; give {name} that layout (none without "
+                    "has_bias)")
+                break
+        else:
+            return SpmdInfo((mm.inputs[0], mm.inputs[1], None if dweight is None else dweight.attr,
+                             None if dbias is None else dbias.attr), (wgrad, bgrad))
+    assert refusal is not None
+    raise refusal
 
 
 register_rule(

@@ -211,8 +211,7 @@ def _mapping(letters: str, dims: LetterDims, shape: tuple[int, ...]) -> MultiDim
 def _input_mapping(
     letters: str, dims: LetterDims, shape: tuple[int, ...], trans: bool
 ) -> MultiDims:
-    m = _mapping(letters, dims, shape)
-    return (*m[:-2], m[-1], m[-2]) if trans else m
+    return _swap_last2(_mapping(letters, dims, shape), trans)
 
 
 Inferred = tuple[MultiDims, MultiDims, MultiDims, PartialItems]
@@ -233,12 +232,12 @@ def _infer(
     xl, yl, ol = notation(len(xs), len(ys))
     sizes = _check_shapes(xl, xs, yl, ys)
     dims = _merge(xl, xm, yl, ym, sizes, mesh_shape, even)
-    k = dims.get("k")
+    xm, ym = _mapping(xl, dims, xs), _mapping(yl, dims, ys)
     return (
-        _input_mapping(xl, dims, xs, trans_x),
-        _input_mapping(yl, dims, ys, trans_y),
+        _swap_last2(xm, trans_x),
+        _swap_last2(ym, trans_y),
         _out_mapping(ol, dims, sizes, mesh_shape),
-        tuple([(d, "sum") for d in sorted(k)]) if k else (),
+        einsum.contracted_partial(((xl, xm), (yl, ym)), ol),
     )
 
 

@@ -21,8 +21,6 @@ grad_scatter_index (integers) takes the layout of scatter_index.
 
 from __future__ import annotations
 
-import functools
-
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine import einsum
@@ -54,10 +52,6 @@ def _merged(*pairs: tuple[str, TensorSpec], names: tuple[str, ...]) -> dict[str,
         [(ls, t.attr.multi_dims_mapping) for ls, t in pairs], names=names))
 
 
-def _pending(lm: dict[str, tuple[int, ...]], letters: str) -> tuple[tuple[int, str], ...]:
-    return tuple((d, "sum") for d in sorted(d for ch in letters for d in lm.get(ch, ())))
-
-
 def moe_combine_forward(x: TensorSpec, combine_weights: TensorSpec, scatter_index: TensorSpec
                         ) -> SpmdInfo:
     check_moe(x.shape, combine_weights.shape, scatter_index.shape)
@@ -65,10 +59,11 @@ def moe_combine_forward(x: TensorSpec, combine_weights: TensorSpec, scatter_inde
                  names=("x", "combine_weights", "scatter_index"))
     if lm.get("k"):
         lm.pop("h", None)  # as Paddle: a split k leaves the hidden dim whole
-    sk = einsum.mapping_for("sk", lm)
+    xm, sk = einsum.mapping_for("rh", lm), einsum.mapping_for("sk", lm)
     return SpmdInfo(
-        [attr(x, einsum.mapping_for("rh", lm)), attr(combine_weights, sk), attr(scatter_index, sk)],
-        [attr(x, einsum.mapping_for("sh", lm), _pending(lm, "rk"))],
+        [attr(x, xm), attr(combine_weights, sk), attr(scatter_index, sk)],
+        [attr(x, einsum.mapping_for("sh", lm), einsum.contracted_partial((("rh", xm), ("sk", sk)),
+                                                                         "sh"))],
     )
 
 
@@ -85,14 +80,13 @@ def moe_combine_grad(x: TensorSpec, combine_weights: TensorSpec, scatter_index: 
     lm = _merged(("rh", x), ("sk", combine_weights), ("sk", scatter_index), ("sh", grad_y),
                  names=("x", "combine_weights", "scatter_index", "grad_y"))
     lm.pop("k", None)  # as Paddle: k merges (it claims its mesh dim), then is whole
-    pend = functools.partial(_pending, lm)
-
-    sk = einsum.mapping_for("sk", lm)
+    xm, sk, gm = (einsum.mapping_for(ls, lm) for ls in ("rh", "sk", "sh"))
+    # grad_x scatters grad_y's rows by the weights; grad_combine_weights contracts x with grad_y
+    x_pending = einsum.contracted_partial((("sk", sk), ("sh", gm)), "rh")
+    w_pending = einsum.contracted_partial((("rh", xm), ("sh", gm)), "sk")
     return SpmdInfo(
-        [attr(x, einsum.mapping_for("rh", lm)), attr(combine_weights, sk),
-         attr(scatter_index, sk), attr(grad_y, einsum.mapping_for("sh", lm))],
-        [attr(x, einsum.mapping_for("rh", lm), pend("s")), attr(combine_weights, sk, pend("hr")),
-         attr(scatter_index, sk)],
+        [attr(x, xm), attr(combine_weights, sk), attr(scatter_index, sk), attr(grad_y, gm)],
+        [attr(x, xm, x_pending), attr(combine_weights, sk, w_pending), attr(scatter_index, sk)],
     )
 
 

@@ -2,8 +2,9 @@
 
 Each tensor dim gets a letter. Forward inference merges the inputs' mesh dims per letter, then reads
 the outputs' mappings off the merged letters and marks outputs partial on the mesh dims of letters
-that were contracted away. Reverse inference merges the outputs' mappings and reads the inputs' off
-them. The policy for conflicts is the op's own choice, passed as options:
+that were contracted away, as the inputs the op computes with split them (``contracted_partial``).
+Reverse inference merges the outputs' mappings and reads the inputs' off them. The policy for
+conflicts is the op's own choice, passed as options:
 
 * a replicated dim yields to a sharded one (always);
 * one letter on two mesh dims: ``"error"`` (most ops), ``"coshard"`` (matmul, bmm: the letter is split
@@ -200,13 +201,23 @@ def mapping_for(
 
 
 def contracted_partial(
-    letter_map: Mapping[str, MeshDims], out_letters: str, reduce_type: str = "sum"
+    operands: Iterable[tuple[str, Mapping_]], out_letters: str, reduce_type: str = "sum"
 ) -> tuple[tuple[int, str], ...]:
-    """Partial items for an output: the mesh dims of every merged letter it does not keep."""
-    dims = sorted(
-        d for ch, ds in letter_map.items() if ch not in out_letters and ch != BROADCAST for d in ds
-    )
-    return tuple((d, reduce_type) for d in dims)
+    """Partial items for an output computed from ``operands`` (each one's letters and the mapping
+    the op computes it with): the mesh dims on which some operand splits a letter the output does
+    not keep. Read off the operands, not the merged letters: a contracted letter's mesh dim that
+    the operands dropped (a size-1 dim, or a letter made whole) splits nothing, every local result
+    is already the whole sum, and declaring it pending would sum it once per process.
+
+    >>> contracted_partial([("mk", ((0,), (1,))), ("kn", ((1,), ()))], "mn")
+    ((1, 'sum'),)
+    >>> contracted_partial([("mk", ((), ())), ("kn", ((), ()))], "mn")  # k of size 1, dropped
+    ()
+    """
+    dims = {d for letters, mapping in operands
+            for ch, ds in zip(letters, mapping, strict=True)
+            if ch not in out_letters and ch != BROADCAST for d in ds}
+    return tuple((d, reduce_type) for d in sorted(dims))
 
 
 def drop_indivisible(

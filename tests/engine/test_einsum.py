@@ -52,8 +52,9 @@ def test_replicated_yields_and_first_sharded_keeps_mesh_dim() -> None:
 
 def test_partial_and_divisibility() -> None:
     letters = {"m": (0,), "k": (1, 2)}
-    assert einsum.contracted_partial(letters, "mn") == ((1, "sum"), (2, "sum"))
-    assert einsum.contracted_partial(letters, "mn", "max") == ((1, "max"), (2, "max"))
+    operands = [("mk", ((0,), (1, 2))), ("kn", ((1, 2), ()))]
+    assert einsum.contracted_partial(operands, "mn") == ((1, "sum"), (2, "sum"))
+    assert einsum.contracted_partial(operands, "mn", "max") == ((1, "max"), (2, "max"))
     assert einsum.drop_indivisible(letters, {"m": 7, "k": 8}, (2, 2, 2)) == {"m": (), "k": (1, 2)}
     assert einsum.letter_sizes([("mk", (1, 8)), ("kn", (8, 5)), ("mn", (7, 5))]) == {
         "m": 7,
@@ -64,3 +65,16 @@ def test_partial_and_divisibility() -> None:
 
 def test_size_one_dims_are_replicated() -> None:
     assert einsum.mapping_for("abc", {"a": (0,), "c": (1,)}, shape=(1, 3, 4)) == ((), (), (1,))
+
+
+def test_a_contracted_letter_the_operands_drop_leaves_no_pending_sum() -> None:
+    """Issue 23 item 10: k of size 1 merged on mesh dim 0 is replicated in both operands (nothing
+    to split), so every rank's product is the whole one: no pending sum may come of it."""
+    lm = einsum.merge([("mk", ((), (0,))), ("nk", ((), (0,)))])
+    assert lm == {"k": (0,)}
+    operands = [("mk", einsum.mapping_for("mk", lm, (12, 1))),
+                ("nk", einsum.mapping_for("nk", lm, (3, 1)))]
+    assert operands == [("mk", ((), ())), ("nk", ((), ()))]
+    assert einsum.contracted_partial(operands, "mn") == ()
+    # a k that one operand really splits (a broadcast partner holds it whole) is pending
+    assert einsum.contracted_partial([("mk", ((), (0,))), ("k", ((),))], "m") == ((0, "sum"),)

@@ -17,6 +17,7 @@ from spmdrules.execution.local import LocalContext, get_kernel
 
 MESH = sr.ProcessMesh([0, 1], dim_names=["x"])
 MESH2 = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["a", "b"])
+MESH24 = sr.ProcessMesh.from_shape([2, 4])
 RNG = np.random.default_rng(0)
 
 
@@ -160,6 +161,47 @@ def test_deviation_reverse_keeps_partial_paddle_wrong_ours_right() -> None:
     assert _wrong("conv2d", [x, f], paddle, out, {})
     ours = sr.get_rule("conv2d").infer_reverse(xs, fs, os_)
     assert not _wrong("conv2d", [x, f], ours, out, {})
+
+
+def test_the_gradient_replicates_a_split_size_one_filter_channel_as_paddle() -> None:
+    """Issue 23 item 15, depthwise_conv2d/reverse/8 (mesh [2]): the filter's one input channel
+    (size 1) given split. Paddle's gradient rule answers everything replicated, which executes;
+    ours refused it. A size-1 dim has nothing to split: ours now replicates it, as Paddle."""
+    mesh = sr.ProcessMesh([0, 1])
+    x, f = RNG.standard_normal((4, 3, 5, 4)), RNG.standard_normal((3, 1, 1, 1))
+    g = RNG.standard_normal((4, 3, 5, 4))
+    attrs = {"groups": 3}
+    xs = sr.TensorSpec(x.shape, _attr(mesh, [-1] * 4))
+    fs = sr.TensorSpec(f.shape, _attr(mesh, [-1, 0, -1, -1]))
+    gs = sr.TensorSpec(g.shape, _attr(mesh, [-1] * 4))
+    ours = sr.get_rule("depthwise_conv2d_grad").infer_forward(xs, fs, gs, **attrs)
+    rep = _attr(mesh, [-1] * 4)
+    assert list(ours.inputs) == [rep] * 3 and list(ours.outputs) == [rep] * 2  # Paddle's answer
+    assert not _wrong("depthwise_conv2d_grad", [x, f, g], ours, [x.shape, f.shape], attrs)
+    # with the output channels split, the input gradient is a pending sum over them
+    gs = sr.TensorSpec(g.shape, _attr(mesh, [-1, 0, -1, -1]))
+    ours = sr.get_rule("depthwise_conv2d_grad").infer_forward(xs, fs, gs, **attrs)
+    assert ours.inputs[1].dims_mapping == (0, -1, -1, -1)
+    assert not _wrong("depthwise_conv2d_grad", [x, f, g], ours, [x.shape, f.shape], attrs)
+    # the forward rule refuses the split, as Paddle's does (an error naming the fix)
+    with pytest.raises(sr.SpmdError, match="replicate it"):
+        sr.get_rule("depthwise_conv2d").infer_forward(xs, fs, **attrs)
+
+
+def test_the_gradient_answers_where_paddle_s_shared_letter_conflicts() -> None:
+    """depthwise_conv2d/reverse/37 (mesh [2,4]): the split size-1 filter channel's shared '1'
+    claims mesh dim 1 in Paddle's merges, which then conflict: Paddle refuses. Ours, one merge,
+    answers (it refused too until issue 23, for the split size-1 dim), and the answer executes."""
+    x, f = RNG.standard_normal((2, 4, 6, 7)), RNG.standard_normal((4, 1, 1, 1))
+    g = RNG.standard_normal((2, 4, 6, 7))
+    attrs = {"groups": 4}
+    xs = sr.TensorSpec(x.shape, _attr(MESH24, [-1, 0, -1, -1]))
+    fs = sr.TensorSpec(f.shape, _attr(MESH24, [-1, 1, 0, -1]))
+    gs = sr.TensorSpec(g.shape, _attr(MESH24, [-1, -1, -1, 0]))
+    with pytest.raises(sr.SpmdError):
+        _paddle("depthwise_conv2d", xs, fs, gs, fmt="NCHW", groups=4, grad=True)
+    ours = sr.get_rule("depthwise_conv2d_grad").infer_forward(xs, fs, gs, **attrs)
+    assert not _wrong("depthwise_conv2d_grad", [x, f, g], ours, [x.shape, f.shape], attrs)
 
 
 @pytest.mark.parametrize(("bad", "match"), [

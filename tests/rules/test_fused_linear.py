@@ -8,10 +8,12 @@ from typing import Any
 import pytest
 from proofs import execute
 from sharded_runs import assert_mpi_equals_serial, assert_simulated_equals_serial
+from spmdrules.rules import fused_linear
 
 import spmdrules as sr
 from spmdrules import DistAttr, ProcessMesh, RuleArgumentError, TensorSpec, get_rule, ops
 from spmdrules.completion import complete
+from spmdrules.conformance.runner import run_case
 from spmdrules.execution.executor import random_feeds
 from spmdrules.execution.lowering import lower
 from spmdrules.graph.annotate import shard
@@ -97,6 +99,49 @@ def test_a_size_one_n_shared_with_the_bias_keeps_its_shard_as_paddle() -> None:
     assert execute("fused_gemm_epilogue", args, ours, attrs) == "ok"
 
 
+def _audit_case() -> tuple[tuple[TensorSpec, ...], dict[str, Any]]:
+    """Issue 23 item 10: x [12,1] and y [3,1] (trans_y) given k split on a 1-D mesh of 4, the
+    bias [3] given [0]."""
+    mesh = ProcessMesh([0, 1, 2, 3])
+    return ((spec([12, 1], [-1, 0], mesh=mesh), spec([3, 1], [-1, 0], mesh=mesh),
+             spec([3], [0], mesh=mesh)),
+            {"trans_x": False, "trans_y": True, "activation": "none"})
+
+
+def test_deviation_size_one_k_pending_paddle_wrong_ours_right() -> None:
+    """k of size 1 has nothing to split: x and y are replicated and every process computes the
+    whole product. Paddle (and our rule on af95ee8) marked the output and the bias pending sums
+    over mesh dim 0, which sums the product 4 times."""
+    args, attrs = _audit_case()
+    ours = get_rule("fused_gemm_epilogue").infer_forward(*args, **attrs)
+    assert dms(ours.inputs) == [[-1, -1], [-1, -1], [-1]]
+    assert [a.partial_items for a in (*ours.inputs, ours.outputs[0])] == [(), (), (), ()]  # type: ignore[union-attr]
+    assert execute("fused_gemm_epilogue", args, ours, attrs) == "ok"
+    paddle = fused_linear.fused_gemm_epilogue_forward(*args, **attrs, merged_k=True)
+    assert paddle.outputs[0].partial_items == ((0, "sum"),)  # type: ignore[union-attr]
+    assert paddle.inputs[2].partial_items == ((0, "sum"),)  # type: ignore[union-attr]
+    assert execute("fused_gemm_epilogue", args, paddle, attrs) == "wrong"
+
+
+def test_the_size_one_k_class_files_paddle_s_answer() -> None:
+    """The audit's case as a conformance record with Paddle's answer goes to its class."""
+    args, attrs = _audit_case()
+
+    def entry(a: DistAttr) -> dict[str, Any]:
+        return {"dims_mapping": list(a.dims_mapping),
+                "partial": {str(d): rt for d, rt in a.partial_items}}
+
+    paddle = fused_linear.fused_gemm_epilogue_forward(*args, **attrs, merged_k=True)
+    case = {"op": "fused_gemm_epilogue", "direction": "forward", "case_id": "audit/item10",
+            "mesh": {"shape": [4], "process_ids": [0, 1, 2, 3]},
+            "inputs": [{"name": n, "shape": list(t.shape), "dims_mapping": list(t.attr.dims_mapping),
+                        "partial": {}} for n, t in zip(("x", "y", "bias"), args, strict=True)],
+            "attrs": attrs, "expected": {"inputs": [entry(a) for a in paddle.inputs],  # type: ignore[arg-type]
+                                         "outputs": [entry(a) for a in paddle.outputs]}}  # type: ignore[arg-type]
+    result = run_case(case)
+    assert result.verdict == "disagree" and result.deviation == "fused-gemm-size-one-k-pending"
+
+
 def test_param_grad_add_sums_rows_into_pending_sums() -> None:
     m1 = ProcessMesh([0, 1])
     info = get_rule("fused_linear_param_grad_add").infer_forward(
@@ -120,6 +165,43 @@ def test_deviation_bias_grad_of_given_dout_paddle_wrong_ours_right() -> None:
     assert execute("fused_linear_param_grad_add", args, ours, attrs) == "ok"
     paddle = sr.SpmdInfo(ours.inputs, (ours.outputs[0], DistAttr(m1, [-1])))
     assert execute("fused_linear_param_grad_add", args, paddle, attrs) == "wrong"
+
+
+def test_a_given_accumulator_in_paddle_s_layout_is_taken() -> None:
+    """Issue 23 item 15, fused_linear_param_grad_add/forward/102 (mesh [1,2,4]): our policy keeps
+    x's 6 rows split over 4 (a pending sum), so the complete dweight [-1,1] given was refused;
+    with the rows gathered (Paddle's policy) the gradient is that complete [-1,1], which Paddle
+    answers and which executes. The rule now takes it."""
+    mesh = ProcessMesh.from_shape([1, 2, 4])
+    args = (spec([6, 6], [2, 1], mesh=mesh), spec([6, 7], [2, 1], mesh=mesh),
+            spec([6, 7], [-1, 1], mesh=mesh), None)
+    attrs = {"multi_precision": False, "has_bias": False}
+    ours = get_rule("fused_linear_param_grad_add").infer_forward(*args, **attrs)
+    assert dms(ours.inputs) == [[-1, -1], [-1, 1], [-1, 1], None]
+    assert dms(ours.outputs) == [[-1, 1], []] and not ours.outputs[0].partial_items  # type: ignore[union-attr]
+    assert execute("fused_linear_param_grad_add", args, ours, attrs) == "ok"
+    # without an accumulator the rows keep their (uneven) split: a pending sum
+    free = get_rule("fused_linear_param_grad_add").infer_forward(*args[:2], None, None, **attrs)
+    assert free.outputs[0].partial_items == ((2, "sum"),)  # type: ignore[union-attr]
+    assert execute("fused_linear_param_grad_add", (*args[:2], None, None), free, attrs) == "ok"
+    # an accumulator neither layout produces is still refused, naming the layout to give
+    with pytest.raises(RuleArgumentError, match="'dweight' is laid out"):
+        get_rule("fused_linear_param_grad_add").infer_forward(
+            *args[:2], spec([6, 7], [1, -1], mesh=mesh), None, **attrs)
+
+
+def test_a_complete_dbias_paddle_refuses_is_taken_with_the_rows_gathered() -> None:
+    """fused_linear_param_grad_add/forward/54 (mesh [2]): x [5,2] and dout [5,6] rows split
+    unevenly, dbias [6] complete. Paddle reads the bias gradient off the given dout (rows split:
+    pending) and refuses; with the rows gathered the gradients are complete and take the dbias."""
+    m1 = ProcessMesh([0, 1])
+    args = (spec([5, 2], [0, -1], mesh=m1), spec([5, 6], [0, -1], mesh=m1), None,
+            spec([6], [-1], mesh=m1))
+    attrs = {"multi_precision": False, "has_bias": True}
+    ours = get_rule("fused_linear_param_grad_add").infer_forward(*args, **attrs)
+    assert dms(ours.inputs)[:2] == [[-1, -1], [-1, -1]]
+    assert not any(a.partial_items for a in ours.outputs)  # type: ignore[union-attr]
+    assert execute("fused_linear_param_grad_add", args, ours, attrs) == "ok"
 
 
 def _model() -> Graph:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from spmdrules.rules import fused_linear
 
 import spmdrules as sr
 from spmdrules.core.spec import flat_slots
@@ -28,6 +29,7 @@ from spmdrules.verify import (
     verify_op,
 )
 from spmdrules.verify.cases import (
+    FAMILIES,
     Case,
     Draft,
     case_rng,
@@ -110,6 +112,67 @@ def test_generators_cover_meshes_partials_coshards_and_uneven_dims() -> None:
     assert set(meshes) == {1, 2, 3}
     assert set(reduces) == set(sr.REDUCE_TYPES)
     assert coshard > 50 and uneven > 100
+
+
+#: the families whose ops contract a dim (a product, a lookup, a reduction), each drawing the
+#: probe of issue 23 item 10: a contracted dim of size 1 given split
+CONTRACTING = ("matmul", "einsum_op", "fused_linear", "conv", "moe", "embedding",
+               "cross_entropy", "reduction", "gather", "pool", "channel_norm")
+
+
+@pytest.mark.parametrize("family", CONTRACTING)
+def test_contracting_families_draw_a_split_size_one_contracted_dim(family: str) -> None:
+    """A probe's split dims have size 1 and are given sharded on one mesh dim of size > 1, in
+    every tensor that holds them (inputs then outputs)."""
+    ops = [n for n in sr.list_rules() if sr.get_rule(n).family == family
+           and not is_gradient_rule(n)]
+    probes = 0
+    for name in ops:
+        for i in range(40):
+            rng = case_rng(11, name, "forward", i)
+            draft = FAMILIES[family](name, rng)
+            if not draft.split:
+                continue
+            try:
+                case = draft_case(name, "forward", draft, rng)
+            except sr.SpmdError:  # shape inference rejects the draft: draw_case draws again
+                continue
+            given = (*case.inputs, *case.outputs)
+            mesh_dims = set()
+            for s in draft.split:
+                t = given[s.arg]
+                t = t[s.item] if isinstance(t, tuple) and s.item is not None else t
+                assert isinstance(t, sr.TensorSpec), (name, s)
+                assert t.shape[s.dim] == 1, (name, s, t)
+                mesh_dims.add(t.attr.multi_dims_mapping[s.dim])
+            [(d,)] = mesh_dims  # one mesh dim for every split dim
+            assert case.mesh.shape[d] > 1
+            probes += 1
+    assert probes >= 10, (family, probes)
+
+
+def test_the_probe_catches_a_pending_sum_over_a_size_one_contraction() -> None:
+    """Issue 23 item 10: fused_gemm_epilogue's answer on af95ee8 (as Paddle's, kept as the
+    ``merged_k`` variant) leaves out and bias pending over a size-1 k's mesh dim; verify's
+    probe cases execute it wrong, and the rule's answer now verifies."""
+    caught = 0
+    for i in range(20):
+        rng = case_rng(0, "fused_gemm_epilogue", "forward", i)
+        draft = FAMILIES["fused_linear"]("fused_gemm_epilogue", rng)
+        if not draft.split:
+            continue
+        case = draft_case("fused_gemm_epilogue", "forward", draft, rng)
+        try:
+            ours = case.call()
+        except sr.SpmdError:
+            continue
+        kernel = get_kernel("fused_gemm_epilogue")
+        assert run_case(case, ours, kernel, rng, alternatives=False).status == "ok"
+        old = fused_linear.fused_gemm_epilogue_forward(*case.inputs, **case.attrs, merged_k=True)
+        caught += run_case(case, old, kernel, rng, alternatives=False).status == "wrong"
+    assert caught >= 3
+    report = verify_op("fused_gemm_epilogue", cases=20, seed=0, alternatives=False)
+    assert report.forward is not None and report.forward.wrong == 0
 
 
 def test_cases_are_reproducible_per_op() -> None:

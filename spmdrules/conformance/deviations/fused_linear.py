@@ -1,4 +1,5 @@
-"""The deviations of the fused linear rules (linear_v2, fused_gemm_epilogue) from Paddle 3.3.1."""
+"""The deviations of the fused linear rules (linear_v2, fused_gemm_epilogue,
+fused_linear_param_grad_add) from Paddle 3.3.1."""
 
 from __future__ import annotations
 
@@ -79,12 +80,28 @@ def _keeps_uneven(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
 def _paddle_variant(case: dict[str, Any], **variant: bool) -> bool:
     """Does our rule, with Paddle's choices ``variant``, give Paddle's answer (or error)?"""
     _, _, args, attrs = build_call(case)
+    rule = (_rules.fused_gemm_epilogue_forward if case["op"] == "fused_gemm_epilogue"
+            else _rules.fused_linear_param_grad_add_forward)
     try:
-        paddle: SpmdInfo | BaseException = _rules.fused_linear_param_grad_add_forward(
-            *args, **attrs, **variant)
+        paddle: SpmdInfo | BaseException = rule(*args, **attrs, **variant)
     except SpmdError as e:
         paddle = e
     return agrees(case, paddle)
+
+
+def _merged_k(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    if case["direction"] != "forward" or agrees(case, got):
+        return False
+    return _paddle_variant(case, merged_k=True)
+
+
+register_deviation(
+    "fused-gemm-size-one-k-pending", {"fused_gemm_epilogue"},
+    "A k of size 1 given split is replicated in x and y (nothing to split), so every process "
+    "computes the whole product; Paddle still marks the output and the bias pending sums over "
+    "k's mesh dims, which sums the product once per process. Ours leaves nothing pending.",
+    _merged_k,
+)
 
 
 register_deviation(

@@ -32,6 +32,9 @@ MESH_SHAPES: Final[tuple[Shape, ...]] = (
 )
 #: Dim sizes: small, often not divisible by the mesh, sometimes 1 (broadcast, squeeze).
 SIZES: Final = (1, 2, 2, 3, 4, 4, 5, 6, 8)
+#: How often a family with a contraction draws a contracted dim of size 1, given split
+#: (``Draft.split``): there is nothing to split, so no pending sum may come of it.
+SIZE_ONE_PROBE: Final = 0.3
 
 #: Reduce types a partial of each dtype kind can carry (simulate.scatter splits them).
 _REDUCES: Final[Mapping[str, tuple[str, ...]]] = {
@@ -176,13 +179,27 @@ ShapeArg = Shape | None | list[Shape]
 
 
 @dataclass(frozen=True)
+class Split:
+    """One dim the given attributes must shard: dim ``dim`` of argument ``arg``, counted over the
+    inputs then the outputs (``item``: the tensor of a list argument)."""
+
+    arg: int
+    dim: int
+    item: int | None = None
+
+
+@dataclass(frozen=True)
 class Draft:
-    """An op call without attributes: input shapes, value domains and the op's attributes."""
+    """An op call without attributes: input shapes, value domains and the op's attributes.
+
+    ``split``: dims the given attributes shard, all on one mesh dim of size > 1 (a contracted dim
+    of size 1 in every tensor that has it: the probe of ``size_one_probe``)."""
 
     op: str
     shapes: tuple[ShapeArg, ...]
     domains: tuple[DomainArg, ...]
     attrs: dict[str, Any]
+    split: tuple[Split, ...] = ()
 
 
 Family = Callable[[str, Rng], Draft]
@@ -198,6 +215,11 @@ def draw_shape(rng: Rng, rank: int) -> Shape:
 
 def draw_rank(rng: Rng, lo: int, hi: int) -> int:
     return int(rng.integers(lo, hi + 1))
+
+
+def size_one_probe(rng: Rng) -> bool:
+    """Does this draft contract a dim of size 1 that every tensor holding it has split?"""
+    return bool(rng.random() < SIZE_ONE_PROBE)
 
 
 def negative_axis(rng: Rng, axis: int, ndim: int) -> int:

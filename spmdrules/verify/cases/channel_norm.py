@@ -1,9 +1,18 @@
 """Cases of the channel norms: batch_norm (training and global statistics), group_norm,
-instance_norm (its gradient rule's cases come from instance_norm's)."""
+instance_norm (its gradient rule's cases come from instance_norm's). A probe gives instance_norm
+one sample or one channel, split: its gradient rule sums scale_grad and bias_grad over both."""
 
 from __future__ import annotations
 
-from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape, pick
+from spmdrules.verify.cases.case import (
+    Draft,
+    Rng,
+    Split,
+    draw_rank,
+    draw_shape,
+    pick,
+    size_one_probe,
+)
 
 
 def channel_norm(op: str, rng: Rng) -> Draft:
@@ -25,4 +34,14 @@ def channel_norm(op: str, rng: Rng) -> Draft:
         groups = pick(rng, [g for g in range(1, c + 1) if c % g == 0])
         return Draft(op, (x, scale, bias), domains,
                      {"epsilon": 1e-5, "groups": groups, "data_format": fmt})
-    return Draft(op, (x, scale, bias), domains, {"epsilon": 1e-5})
+    if not size_one_probe(rng):
+        return Draft(op, (x, scale, bias), domains, {"epsilon": 1e-5})
+    # N or C of size 1: x, y and the saved [N, C] statistics (inputs 0..2, outputs 3..5) hold
+    # both, scale and bias C
+    dim = int(rng.integers(2))
+    x = (*x[:dim], 1, *x[dim + 1:])
+    if dim:
+        scale, bias = (None if scale is None else (1,)), (None if bias is None else (1,))
+    split = [Split(a, dim) for a in (0, 3, 4, 5)]
+    split += [Split(a, 0) for a, t in ((1, scale), (2, bias)) if dim and t is not None]
+    return Draft(op, (x, scale, bias), domains, {"epsilon": 1e-5}, tuple(split))

@@ -1,11 +1,13 @@
 """Cases of the convolutions: random kernels, strides, paddings (one or two per dim, SAME,
-VALID), dilations, groups and layouts; spatial sharding on or off."""
+VALID), dilations, groups and layouts; spatial sharding on or off. A probe gives a contracted
+letter size 1, split in every tensor that holds it: the input channels (the forward's
+contraction), a kernel dim, the output channels or the batch (the gradients')."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from spmdrules.verify.cases.case import Draft, Rng, pick
+from spmdrules.verify.cases.case import Draft, Rng, Split, pick, size_one_probe
 
 
 def _window(rng: Rng, n: int, nsp: int) -> tuple[list[int], list[int], list[int], list[int]]:
@@ -39,6 +41,16 @@ def conv(op: str, rng: Rng) -> Draft:
         groups = int(pick(rng, (1, 1, 1, 2)))
         c = groups * int(pick(rng, (1, 2, 3)))
         m = groups * int(pick(rng, (1, 2, 3)))
+    letter = str(pick(rng, "ccmnu")) if size_one_probe(rng) else ""
+    if letter in ("c", "m"):  # one channel: one group
+        if base == "depthwise_conv2d":
+            m, c = (m // groups, 1) if letter == "c" else (1, 1)
+        else:
+            c, m = (1, m) if letter == "c" else (c, 1)
+        groups = 1
+    n = 1 if letter == "n" else n
+    if letter == "u":
+        k[0], d[0] = 1, 1
     attrs: dict[str, Any] = {
         "strides": s, "dilations": d, "groups": groups,
         "data_format": ("NDHWC" if nsp == 3 else "NHWC") if last else
@@ -62,4 +74,14 @@ def conv(op: str, rng: Rng) -> Draft:
     if base == "conv2d_transpose" and attrs["paddings"] == p[0::2]:
         attrs["paddings"] = p[0::2]
     x = (n, *sp, c) if last else (n, c, *sp)
-    return Draft(base, (x, f), ("real", "real"), attrs)
+    return Draft(base, (x, f), ("real", "real"), attrs,
+                 _probe(letter, last, nsp, base == "conv2d_transpose"))
+
+
+def _probe(letter: str, last: bool, nsp: int, transpose: bool) -> tuple[Split, ...]:
+    """The dims of input (0), filter (1) and output (2) that hold the probed letter."""
+    channel = nsp + 1 if last else 1
+    dims = {"c": ((0, channel), (1, 0 if transpose else 1)),
+            "m": ((1, 1 if transpose else 0), (2, channel)),
+            "n": ((0, 0), (2, 0)), "u": ((1, 2),)}.get(letter, ())
+    return tuple(Split(a, d) for a, d in dims)

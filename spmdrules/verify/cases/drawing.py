@@ -8,6 +8,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import TensorSpec
@@ -24,6 +25,7 @@ from spmdrules.verify.cases.case import (
     NoCaseError,
     Rng,
     ShapeArg,
+    Split,
     domain_dtype,
     draw_mesh,
     draw_spec,
@@ -233,6 +235,34 @@ def _given(rng: Rng, mesh: ProcessMesh, meta: Any) -> Arg:
     return tuple(draw_spec(rng, mesh, m.shape, m.dtype) for m in meta)
 
 
+def _sharded_on(t: TensorSpec, dim: int, mesh_dim: int) -> TensorSpec:
+    """``t`` with ``dim`` sharded on ``mesh_dim`` alone, which its other dims and partials give up."""
+    a = t.attr
+    mdm = [tuple(d for d in dims if d != mesh_dim) for dims in a.multi_dims_mapping]
+    mdm[dim] = (mesh_dim,)
+    partial = {d: rt for d, rt in a.partial_items if d != mesh_dim}
+    return TensorSpec(t.shape, DistAttr(a.mesh, multi_dims_mapping=mdm, partial=partial))
+
+
+def _split(given: tuple[Arg, ...], splits: tuple[Split, ...], mesh: ProcessMesh, rng: Rng
+           ) -> tuple[Arg, ...]:
+    """The given arguments (inputs then outputs) with every split dim sharded on one mesh dim of
+    size > 1: a contracted dim of size 1 split alike in every tensor that holds it."""
+    wide = [d for d, n in enumerate(mesh.shape) if n > 1]
+    if not splits or not wide:
+        return given
+    mesh_dim = int(pick(rng, wide))
+    out = list(given)
+    for s in splits:
+        a = out[s.arg]
+        if isinstance(a, tuple) and s.item is not None:
+            out[s.arg] = tuple(_sharded_on(t, s.dim, mesh_dim) if j == s.item else t
+                               for j, t in enumerate(a))
+        elif isinstance(a, TensorSpec):
+            out[s.arg] = _sharded_on(a, s.dim, mesh_dim)
+    return tuple(out)
+
+
 def draft_case(name: str, direction: Direction, draft: Draft, rng: Rng, *, generic: bool = False,
                mesh: ProcessMesh | None = None) -> Case:
     """The case of ``draft`` on a random (or the given) mesh with random given attributes."""
@@ -245,10 +275,12 @@ def draft_case(name: str, direction: Direction, draft: Draft, rng: Rng, *, gener
     out_metas = infer_meta(draft.op, metas, attrs)
     rule = get_rule(name)
     rev_attrs = rule.reverse_attrs
+    given = _split((*(_given(rng, mesh, m) for m in metas), *(_given(rng, mesh, m)
+                                                              for m in out_metas)),
+                   draft.split, mesh, rng)
     return Case(
         rule=name, direction=direction, op=draft.op, mesh=mesh,
-        inputs=tuple(_given(rng, mesh, m) for m in metas),
-        outputs=tuple(_given(rng, mesh, m) for m in out_metas),
+        inputs=given[:len(metas)], outputs=given[len(metas):],
         attrs=attrs, domains=draft.domains, generic=generic,
         reverse_attr_names=tuple(a.name for a in rev_attrs) if rev_attrs is not None else (),
     )

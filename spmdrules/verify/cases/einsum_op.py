@@ -1,8 +1,17 @@
-"""Cases of einsum: random equations over shared letters."""
+"""Cases of einsum: random equations over shared letters; a probe gives one letter (a contracted
+one where there is one) size 1, split in every tensor that holds it."""
 
 from __future__ import annotations
 
-from spmdrules.verify.cases.case import SIZES, Draft, Rng, draw_rank, pick
+from spmdrules.verify.cases.case import (
+    SIZES,
+    Draft,
+    Rng,
+    Split,
+    draw_rank,
+    pick,
+    size_one_probe,
+)
 
 
 def einsum(op: str, rng: Rng) -> Draft:
@@ -18,5 +27,14 @@ def einsum(op: str, rng: Rng) -> Draft:
     letters = sorted(set("".join(terms)))
     kept = [ch for ch in rng.permutation(letters) if rng.random() < 0.6]
     eq = ",".join(terms) + "->" + "".join(kept)
+    split: tuple[Split, ...] = ()
+    plain = [ch for ch in letters if all(t.count(ch) < 2 for t in terms)]  # no diagonal
+    if plain and size_one_probe(rng):
+        # a contracted letter is the forward's probe, a kept one einsum_grad's (an operand's
+        # gradient contracts the letters it lacks)
+        ch = str(pick(rng, [c for c in plain if c not in kept] or plain))
+        size[ch] = 1
+        split = tuple(Split(0, t.index(ch), item=i) for i, t in enumerate(terms) if ch in t)
+        split += (Split(1, kept.index(ch)),) if ch in kept else ()
     shapes = [tuple(size[ch] for ch in t) for t in terms]
-    return Draft(op, (shapes,), (("real",) * len(terms),), {"equation": eq})
+    return Draft(op, (shapes,), (("real",) * len(terms),), {"equation": eq}, split)

@@ -1,5 +1,7 @@
 """Cases of the gather family: positions in range along any axis (negative too), 0-d to 2-d
-indices, gather_nd over 1 to rank(x) dims."""
+indices, gather_nd over 1 to rank(x) dims. A probe gives gather, index_select and
+take_along_axis one position along the axis, split in the index and the result: their gradients
+scatter the positions back, a sum over them."""
 
 from __future__ import annotations
 
@@ -7,10 +9,12 @@ from spmdrules.verify.cases.case import (
     SIZES,
     Draft,
     Rng,
+    Split,
     draw_rank,
     draw_shape,
     negative_axis,
     pick,
+    size_one_probe,
 )
 
 
@@ -28,4 +32,9 @@ def gather(op: str, rng: Rng) -> Draft:
                       for d, n in enumerate(x))
     else:
         index = draw_shape(rng, 0 if op == "gather" and rng.random() < 0.2 else 1)
-    return Draft(op, (x, index), ("real", f"index:{x[ax]}"), {"axis": axis})
+    split: tuple[Split, ...] = ()
+    if index and size_one_probe(rng):
+        at = ax if op == "take_along_axis" else 0
+        index = (*index[:at], 1, *index[at + 1:])
+        split = (Split(1, at), Split(2, ax))  # the index, and the result's positions
+    return Draft(op, (x, index), ("real", f"index:{x[ax]}"), {"axis": axis}, split)

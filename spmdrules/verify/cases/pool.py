@@ -1,17 +1,21 @@
 """Cases of pool2d and pool3d: random kernels, strides, paddings, ceil_mode, exclusive, layouts,
-max and avg, windowed, adaptive and global; the spatial dims keep their shards (halos)."""
+max and avg, windowed, adaptive and global; the spatial dims keep their shards (halos). A probe
+gives one spatial dim size 1, split: adaptive and global pooling reduce across it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from spmdrules.verify.cases.case import Draft, Rng, pick
+from spmdrules.verify.cases.case import Draft, Rng, Split, pick, size_one_probe
 
 
 def pool(op: str, rng: Rng) -> Draft:
     nsp = 3 if op == "pool3d" else 2
     last = rng.random() < 0.3
     sp = [int(pick(rng, (2, 3, 4, 5, 6, 7, 8, 9, 11))) for _ in range(nsp)]
+    probe = int(rng.integers(nsp)) if size_one_probe(rng) else -1
+    if probe >= 0:
+        sp[probe] = 1
     n, c = int(pick(rng, (1, 2, 3))), int(pick(rng, (1, 2, 3, 4)))
     kind = rng.random()
     attrs: dict[str, Any] = {
@@ -33,4 +37,5 @@ def pool(op: str, rng: Rng) -> Draft:
         attrs["padding_algorithm"] = pick(rng, ("EXPLICIT", "EXPLICIT", "EXPLICIT", "SAME",
                                                 "VALID"))
     x = (n, *sp, c) if last else (n, c, *sp)
-    return Draft(op, (x,), ("real",), attrs)
+    split = (Split(0, probe + (1 if last else 2)),) if probe >= 0 else ()
+    return Draft(op, (x,), ("real",), attrs, split)

@@ -1,11 +1,22 @@
-"""Cases of the reduction family: reductions over random axes, with every reduce type."""
+"""Cases of the reduction family: reductions over random axes, with every reduce type. A probe
+gives one reduced dim size 1, split."""
 
 from __future__ import annotations
 
 import math
 from typing import Any, Final
 
-from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape, negative_axis, pick
+from spmdrules.verify.cases.case import (
+    Draft,
+    Rng,
+    Shape,
+    Split,
+    draw_rank,
+    draw_shape,
+    negative_axis,
+    pick,
+    size_one_probe,
+)
 
 # ---- reductions --------------------------------------------------------------------------------
 _REDUCE_BASE: Final = ("sum", "max", "min", "product", "avg", "any", "all")
@@ -46,4 +57,10 @@ def reduction(op: str, rng: Rng) -> Draft:
             rt = int(rng.integers(len(_REDUCE_BASE)))
             attrs["reduce_type"] = rt
             domain = {"any": "bool", "all": "bool", "product": "near1"}.get(_REDUCE_BASE[rt], "real")
-    return Draft(op, (x,), (domain,), attrs)
+    if not x or not size_one_probe(rng):
+        return Draft(op, (x,), (domain,), attrs)
+    axis = attrs.get("axis", [])
+    reduced = [int(a) % len(x) for a in (axis if isinstance(axis, list) else [axis])]
+    dim = int(pick(rng, reduced or range(len(x))))
+    shape: Shape = (*x[:dim], 1, *x[dim + 1:])
+    return Draft(op, (shape,), (domain,), attrs, (Split(0, dim),))
