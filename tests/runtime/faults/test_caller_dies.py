@@ -79,7 +79,7 @@ def test_the_job_ends_with_its_caller(sig: signal.Signals, tmp_path: Path) -> No
             segments |= shm_files(p)
         folders = _job_folders(next(iter(ranks)))
         assert segments, "the job's processes hold no shared memory: nothing to check"
-        assert len(job) >= 4 + 3, f"ranks, mpiexec, its proxy and the guard: {job}"
+        assert len(job) >= 4 + 2, f"the ranks, mpiexec and its proxy: {job}"
 
         os.kill(caller.pid, sig)
         caller.wait(END_SECONDS)
