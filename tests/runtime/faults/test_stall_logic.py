@@ -94,6 +94,16 @@ def test_a_record_caught_half_written_is_not_believed(as_rank: Path) -> None:
     assert read_places(as_rank) == {}
 
 
+def test_a_process_forked_from_a_rank_never_overwrites_its_record(as_rank: Path) -> None:
+    progress.at("instruction 3")
+    board = progress._board
+    assert board is not None
+    board.pid = -1  # as a forked child sees the board it inherited
+    progress.at("the child's own place")
+    assert progress.current() == "the child's own place"
+    assert read_places(as_rank)[3].place == "instruction 3"
+
+
 def test_outside_a_job_a_place_is_kept_in_memory_only(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(progress.JOB_DIR_ENV, raising=False)
@@ -184,3 +194,12 @@ def test_the_guard_stands_down_after_a_clean_end(
     guard.communicate(_record(proc, shm, folder) + b"end\n", timeout=60)
     assert guard.returncode == 0
     assert proc.poll() is None and shm.exists() and folder.exists()
+
+
+def test_the_guard_never_kills_a_process_that_reuses_a_recorded_pid(
+        orphan: tuple[subprocess.Popen[bytes], Path, Path]) -> None:
+    """A recorded pid whose start time differs is another process now: left alone."""
+    proc = orphan[0]
+    guard = _guard()
+    guard.communicate(f"pid {proc.pid} {start_time(proc.pid) + 1}\n".encode(), timeout=60)
+    assert guard.returncode == 0 and proc.poll() is None
