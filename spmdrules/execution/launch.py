@@ -1,12 +1,16 @@
 """Launch ``mpiexec -n N`` jobs that end cleanly: bounded time, every rank accounted for, and no
 shared memory left behind.
 
-Every job spmdrules starts (:func:`spmdrules.execution.mpi.run_mpi`, the demo, the test launcher)
-goes through :func:`launch`, which adds three guarantees to a plain ``subprocess`` call:
+Every job spmdrules starts (:func:`spmdrules.execution.mpi_run.run_mpi`, the demo, the test
+launcher) goes through :func:`launch`, which adds these guarantees to a plain ``subprocess``
+call:
 
 - **Bounded time.** After ``timeout`` seconds the job is interrupted and then every process of it
   is killed: ``mpiexec``, its proxy and the ranks (the ranks run in sessions of their own, so
-  killing ``mpiexec``'s process group alone would leave them behind).
+  killing ``mpiexec``'s process group alone would leave them behind). Before that, the launcher
+  reads where each rank is (:mod:`spmdrules.runtime.progress`: every rank records its place in
+  the job's folder) and which ranks are stopped or ended, and names the rank that holds the
+  others up, with its place.
 - **Completion markers.** Each rank that reaches the end of its work calls :func:`mark_done`,
   which creates ``done.<rank>`` in the job's marker directory. MPICH reports success when every
   rank exits with status 0, also when one of them left early (``os._exit(0)`` in the middle of
@@ -15,15 +19,21 @@ goes through :func:`launch`, which adds three guarantees to a plain ``subprocess
 - **The rank that died is named.** ``mpiexec`` runs with ``-disable-auto-cleanup``, so a rank
   that ends without its marker (killed, ``os._exit``, a crash in C) does not take the others
   down with it at once: the watcher sees it end (through a pidfd, the moment it happens), names
-  it, gives the others ``DEATH_GRACE_SECONDS`` to report their own errors, and then kills the
-  job. ``MPI_Abort`` (a rank that raised, see :mod:`spmdrules.runtime.abort`) still ends every
-  rank at once.
+  it and its last place, gives the others ``DEATH_GRACE_SECONDS`` to report their own errors,
+  and then kills the job. ``MPI_Abort`` (a rank that raised, see
+  :mod:`spmdrules.runtime.abort`, or a rank's watchdog) still ends every rank at once.
 - **No leftovers.** While the job runs, a watcher thread walks the job's process tree every
   ``POLL_SECONDS`` and records every file under ``/dev/shm`` that those processes have mapped
   or open (MPICH's ``mpich_shm_*`` segments: its intranode queues and the shared-memory windows).
   When the job ends, normally, by an abort or by the timeout, the recorded files that still exist
   are removed. Only files the job's own processes had open are touched, so concurrent jobs'
   segments are safe. Names are never guessed.
+- **Nothing outlives the caller.** An interrupted caller (Ctrl-C: ``KeyboardInterrupt``) ends
+  the job and removes its files before the exception goes on. A caller killed outright
+  (SIGKILL, SIGTERM) cannot, so every job has a guard, a small process of its own session that
+  the watcher keeps told of the job's processes and files: when the caller dies before the job
+  ends, the guard kills the job and removes its files and folders
+  (:mod:`spmdrules.runtime.processes`).
 """
 
 from __future__ import annotations
@@ -42,19 +52,34 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import IO, Final
 
-from spmdrules.runtime.abort import JOB_DIR_ENV
+from spmdrules.runtime.processes import (
+    ENDED,
+    SHM_DIR,
+    alive,
+    descendants,
+    guard_argv,
+    kill,
+    parents,
+    rank_of,
+    remove_files,
+    shm_files,
+    start_time,
+    state,
+)
+from spmdrules.runtime.progress import JOB_DIR_ENV, diagnose, read_places
 
 # the first line of spmdrules.runtime.abort.failure_report
 _FAILED_LINE = re.compile(r"^spmdrules: rank (\d+) of \d+ failed(.*)$", re.M)
+# a rank's watchdog's report (spmdrules.execution.mpi_faults.Watchdog)
+_STALL_LINE = re.compile(r"^spmdrules: stall: (.*)$", re.M)
+_STUCK = re.compile(r"^rank (\d+) of \d+ is stuck at (.*)$")
 
 #: environment variable naming the directory where ranks leave their completion markers
 DONE_DIR_ENV: Final = JOB_DIR_ENV
 #: how often the watcher walks the job's processes for shared-memory files
 POLL_SECONDS: Final = 0.05
-#: where MPICH (and POSIX shm_open) puts shared-memory segments
-SHM_DIR: Final = Path("/dev/shm")
 #: seconds between interrupting a timed-out job and killing what is left of it
 GRACE_SECONDS: Final = 2.0
 #: seconds the other ranks get, after one ended without finishing, before the job is killed
@@ -82,6 +107,10 @@ class JobResult:
     #: ranks whose process ended without their completion marker, with when (seconds from the
     #: start), in the order they ended; the first is the one that failed
     died: tuple[tuple[int, float], ...] = ()
+    #: each rank's last recorded place (:mod:`spmdrules.runtime.progress`)
+    places: Mapping[int, str] = field(default_factory=dict)
+    #: the launcher's own report, at its timeout, of the ranks that held the job up
+    diagnosis: tuple[str, ...] = ()
 
     @property
     def incomplete(self) -> tuple[int, ...]:
@@ -98,6 +127,18 @@ class JobResult:
         return found
 
     @property
+    def stall(self) -> tuple[str, ...]:
+        """The report of a stuck job: the launcher's own at its timeout, else the one a rank's
+        watchdog printed before aborting the job."""
+        return self.diagnosis or tuple(dict.fromkeys(_STALL_LINE.findall(self.stderr)))
+
+    @property
+    def stuck(self) -> dict[int, str]:
+        """The ranks the stall report names as holding the job up, with their place."""
+        found = (_STUCK.match(line) for line in self.stall)
+        return {int(m.group(1)): m.group(2) for m in found if m}
+
+    @property
     def ok(self) -> bool:
         """The job exited with status 0 and every rank completed."""
         return self.returncode == 0 and not self.timed_out and not self.incomplete
@@ -105,13 +146,17 @@ class JobResult:
     def describe(self) -> str:
         """One line saying how the job ended."""
         if self.timed_out:
-            return f"mpiexec -n {self.nprocs} timed out after {self.wall:.1f} s (killed)"
+            return (f"mpiexec -n {self.nprocs} timed out after {self.wall:.1f} s (killed)"
+                    + "".join(f"; {line}" for line in self.stall))
         first = ""
         if self.reported:
             first = "; " + "; ".join(f"rank {r} failed{line}" for r, line in self.reported.items())
+        elif self.stall:
+            first = "; " + "; ".join(self.stall)
         elif self.died:
             rank, when = self.died[0]
-            first = (f"; rank {rank} ended first without finishing its work, {when:.2f} s "
+            place = f" at {self.places[rank]}," if rank in self.places else ""
+            first = (f"; rank {rank} ended first without finishing its work,{place} {when:.2f} s "
                      "after the start")
         if self.returncode != 0:
             return f"mpiexec -n {self.nprocs} failed (exit {self.returncode}){first}"
@@ -133,90 +178,50 @@ def mark_done() -> None:
         Path(done, f"done.{int(rank)}").touch()
 
 
-# -- the job's processes -------------------------------------------------------------------
-def _stat(pid: int) -> list[bytes] | None:
-    """The fields of /proc/<pid>/stat after the command name (state first), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # the command name may hold spaces and parentheses: the fields follow the last ')'
-    return stat[stat.rindex(b")") + 2 :].split()
+class _Guard:
+    """The job's guard process (:mod:`spmdrules.runtime.processes`), kept told of what the job
+    owns; :meth:`close` tells it the job ended cleanly, or, with ``clean`` unset (the cleanup
+    did not finish), leaves the job to it."""
 
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            guard_argv(), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True)
+        self._lock = threading.Lock()
+        self.clean = False
 
-def _parents() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, start time) of every process visible in /proc."""
-    out: dict[int, tuple[int, int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        fields = _stat(int(entry.name))
-        if fields is not None:
-            out[int(entry.name)] = (int(fields[1]), int(fields[19]))
-    return out
+    def tell(self, *lines: str) -> None:
+        pipe: IO[bytes] | None = self.proc.stdin
+        with self._lock, contextlib.suppress(OSError, ValueError):
+            assert pipe is not None
+            pipe.write("".join(f"{line}\n" for line in lines).encode())
+            pipe.flush()
 
-
-def descendants(pid: int, table: Mapping[int, tuple[int, int]] | None = None) -> dict[int, int]:
-    """``pid`` and every process below it, each with its start time (to tell a reused pid);
-    ``table``: a snapshot of ``_parents()`` to read instead of a new one."""
-    if table is None:
-        table = _parents()
-    children: dict[int, list[int]] = {}
-    for p, (pp, _) in table.items():
-        children.setdefault(pp, []).append(p)
-    found = {pid: table.get(pid, (0, -1))[1]}
-    todo = [pid]
-    while todo:
-        for c in children.get(todo.pop(), ()):
-            if c not in found:
-                found[c] = table[c][1]
-                todo.append(c)
-    return found
-
-
-def shm_files(pid: int) -> set[str]:
-    """Files under /dev/shm that process ``pid`` has mapped or open (unlinked ones excluded)."""
-    prefix = str(SHM_DIR) + "/"
-    out: set[str] = set()
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as f:
-        for line in f:
-            i = line.find(prefix)
-            if i >= 0 and not line.rstrip().endswith("(deleted)"):
-                out.add(line[i:].rstrip())
-    with contextlib.suppress(OSError):
-        for fd in os.scandir(f"/proc/{pid}/fd"):
-            with contextlib.suppress(OSError):
-                target = os.readlink(fd.path)
-                if target.startswith(prefix) and not target.endswith("(deleted)"):
-                    out.add(target)
-    return out
-
-
-def _rank_of(pid: int) -> int | None:
-    """The MPI rank of process ``pid`` (hydra sets PMI_RANK in each rank's environment)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = f.read().split(b"\0")
-    except OSError:
-        return None
-    for item in env:
-        if item.startswith(b"PMI_RANK="):
-            return int(item[9:])
-    return None
+    def close(self) -> None:
+        if self.clean:
+            self.tell("end")
+        with contextlib.suppress(OSError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        if self.clean:
+            try:
+                self.proc.wait(timeout=GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 class _Watcher(threading.Thread):
     """Records the job's processes, their ranks, when each rank ends, and the shared-memory
-    files they hold, until stopped.
+    files they hold, until stopped; tells the guard of every process and file it finds.
 
     The end of each rank is seen through a pidfd (Linux 5.3+) the moment it happens, so the
     rank that ended first (the one that died, before mpiexec killed the others) can be named.
     """
 
-    def __init__(self, pid: int, t0: float, done: str) -> None:
+    def __init__(self, pid: int, t0: float, done: str, guard: _Guard) -> None:
         super().__init__(daemon=True, name=f"spmdrules-job-watch-{pid}")
-        self.pid, self.t0, self.done = pid, t0, done
+        self.pid, self.t0, self.done, self.guard = pid, t0, done, guard
         self.died: list[tuple[int, float]] = []
         self._kill_at: float | None = None
         self.pids: dict[int, int] = {}  # pid -> start time
@@ -230,8 +235,9 @@ class _Watcher(threading.Thread):
 
     def scan(self) -> None:
         with self._lock:
-            table = _parents()
+            table = parents()
             tree = descendants(self.pid, table)
+            news = [f"pid {p} {s}" for p, s in tree.items() if p not in self.pids]
             for p, start in tree.items():
                 if p in self.ranks or p == self.pid:
                     continue
@@ -240,9 +246,9 @@ class _Watcher(threading.Thread):
                 # so a process is asked again at every scan until it answers. A process a rank
                 # started (a compiler, ldconfig) inherits the rank's environment: it is not a
                 # rank, and its end is no rank's death
-                rank = _rank_of(p)
+                rank = rank_of(p)
                 parent = table.get(p, (0, 0))[0]
-                if rank is not None and (parent in self.ranks or _rank_of(parent) is not None):
+                if rank is not None and (parent in self.ranks or rank_of(parent) is not None):
                     continue
                 if rank is not None:
                     self.ranks[p] = rank
@@ -250,8 +256,25 @@ class _Watcher(threading.Thread):
                         fd = os.pidfd_open(p)
                         self._fds[fd] = p
                         self._poll.register(fd, select.POLLIN)
+            seen: set[str] = set()
             for p in tree:
-                self.segments |= shm_files(p)
+                seen |= shm_files(p)
+            news += [f"shm {s}" for s in sorted(seen - self.segments)]
+            self.segments |= seen
+            self.pids.setdefault(self.pid, tree[self.pid])
+        if news:
+            self.guard.tell(*news)
+
+    def processes(self) -> dict[int, int]:
+        """The job's processes seen so far (pid -> start time), mpiexec's included."""
+        with self._lock:
+            return dict(self.pids)
+
+    def states(self) -> dict[int, str]:
+        """Each rank's process: running, stopped or ended."""
+        with self._lock:
+            return {r: ENDED if r in self.ended else state(p, self.pids[p])
+                    for p, r in self.ranks.items()}
 
     def _reap(self, timeout_ms: int) -> None:
         events = self._poll.poll(timeout_ms) if self._fds else []
@@ -281,85 +304,114 @@ class _Watcher(threading.Thread):
                 # a rank died: the others may wait for it forever
                 self.scan()
                 with self._lock:
-                    _kill({p: s for p, s in self.pids.items() if p in self.ranks}, signal.SIGKILL)
+                    kill({p: s for p, s in self.pids.items() if p in self.ranks}, signal.SIGKILL)
                 self._kill_at = None
 
     def stop(self) -> None:
         self._stop_event.set()
-        self.join()
+        if self.is_alive():
+            self.join()
         self._reap(0)
         for fd in self._fds:
             os.close(fd)
         self._fds.clear()
 
 
-
-def _alive(pid: int, start: int) -> bool:
-    """The process recorded as (pid, start) still runs (not a zombie, not a reused pid)."""
-    fields = _stat(pid)
-    return fields is not None and fields[0] != b"Z" and int(fields[19]) == start
+def _completed(done: str) -> frozenset[int]:
+    return frozenset(int(n.split(".")[1]) for n in os.listdir(done) if n.startswith("done."))
 
 
-def _kill(pids: Mapping[int, int], sig: int) -> None:
-    for p, start in pids.items():
-        if _alive(p, start):
-            with contextlib.suppress(OSError):
-                os.kill(p, sig)
+def _diagnose(watcher: _Watcher, done: str, nprocs: int, timeout: float) -> tuple[str, ...]:
+    """The launcher's report of a job that did not end in time: who holds it up, and where."""
+    watcher.scan()
+    finished = _completed(done)
+    stall = diagnose([r for r in range(nprocs) if r not in finished], nprocs, read_places(done),
+                     watcher.states())
+    return (*stall.lines(), f"found by the launcher after {timeout:g} s")
+
+
+def _wait_gone(pids: Mapping[int, int], seconds: float) -> None:
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline and any(alive(p, s) for p, s in pids.items()):
+        time.sleep(POLL_SECONDS)
 
 
 def launch(nprocs: int, argv: Sequence[str], *, timeout: float, mpiexec: str | Path,
-           env: Mapping[str, str] | None = None, cwd: str | Path | None = None) -> JobResult:
-    """Run ``mpiexec -n nprocs argv...`` with the guarantees of this module's docstring."""
-    with tempfile.TemporaryDirectory(prefix="spmdrules-done-") as done:
-        full_env = {**(os.environ if env is None else env), DONE_DIR_ENV: done}
-        cmd = [str(mpiexec), "-disable-auto-cleanup", "-n", str(nprocs), *argv]
-        t0 = time.perf_counter()
+           env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
+           scratch: Sequence[str | Path] = ()) -> JobResult:
+    """Run ``mpiexec -n nprocs argv...`` with the guarantees of this module's docstring.
+
+    ``scratch``: folders of the job's own (its inputs), which the guard removes if the caller
+    dies before the job ends (otherwise they are the caller's to remove)."""
+    guard = _Guard()
+    try:
+        with tempfile.TemporaryDirectory(prefix="spmdrules-done-") as done:
+            guard.tell(*(f"dir {d}" for d in (done, *scratch)))
+            return _run(nprocs, argv, timeout, mpiexec, env, cwd, done, guard)
+    finally:
+        guard.close()
+
+
+def _run(nprocs: int, argv: Sequence[str], timeout: float, mpiexec: str | Path,
+         env: Mapping[str, str] | None, cwd: str | Path | None, done: str,
+         guard: _Guard) -> JobResult:
+    full_env = {**(os.environ if env is None else env), DONE_DIR_ENV: done}
+    cmd = [str(mpiexec), "-disable-auto-cleanup", "-n", str(nprocs), *argv]
+    t0 = time.perf_counter()
+    try:
         proc = subprocess.Popen(cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
-        watcher = _Watcher(proc.pid, t0, done)
-        watcher.start()
-        timed_out = False
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            watcher.scan()
-            # ask hydra to tear the job down, then kill whatever is left (ranks live in sessions
-            # of their own, so the process group of mpiexec is not enough)
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGINT)
-            deadline = time.perf_counter() + GRACE_SECONDS
-            while time.perf_counter() < deadline and any(
-                    _alive(p, s) for p, s in list(watcher.pids.items())):
-                time.sleep(POLL_SECONDS)
-            watcher.scan()
-            _kill(dict(watcher.pids), signal.SIGKILL)
-            out, err = proc.communicate()
-        finally:
-            watcher.stop()
-        # Ranks may outlive mpiexec by a moment (hydra kills them asynchronously).
-        deadline = time.perf_counter() + GRACE_SECONDS
-        ranks = {p: s for p, s in watcher.pids.items() if p != proc.pid}
-        while time.perf_counter() < deadline and any(_alive(p, s) for p, s in ranks.items()):
-            time.sleep(POLL_SECONDS)
-        _kill(ranks, signal.SIGKILL)
-        removed = []
-        for path in sorted(watcher.segments):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-                removed.append(path)
-        names = sorted(os.listdir(done))
-        completed = frozenset(int(n.split(".")[1]) for n in names if n.startswith("done."))
-        # a failing rank's own report (abort.fail), which its stderr may not have delivered
-        for n in names:
-            if n.startswith("failed."):
-                report = Path(done, n).read_text()
-                if report not in err:
-                    err += report
-        wall = time.perf_counter() - t0
+    except BaseException:
+        guard.clean = True  # nothing started
+        raise
+    guard.tell(f"pid {proc.pid} {start_time(proc.pid)}")
+    watcher = _Watcher(proc.pid, t0, done, guard)
+    watcher.start()
+    timed_out, out, err = False, "", ""
+    diagnosis: tuple[str, ...] = ()
+    interrupted: BaseException | None = None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        diagnosis = _diagnose(watcher, done, nprocs, timeout)
+        # ask hydra to tear the job down, then kill whatever is left (ranks live in sessions
+        # of their own, so the process group of mpiexec is not enough)
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGINT)
+        _wait_gone(watcher.processes(), GRACE_SECONDS)
+        watcher.scan()
+        kill(watcher.processes(), signal.SIGKILL)
+        out, err = proc.communicate()
+    except BaseException as e:
+        # the caller was interrupted (KeyboardInterrupt): end the job now, then let it go on
+        interrupted = e
+        watcher.scan()
+        kill(watcher.processes(), signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            out, err = proc.communicate(timeout=GRACE_SECONDS)
+    finally:
+        watcher.stop()
+    # Ranks may outlive mpiexec by a moment (hydra kills them asynchronously).
+    ranks = {p: s for p, s in watcher.pids.items() if p != proc.pid}
+    _wait_gone(ranks, GRACE_SECONDS)
+    kill(ranks, signal.SIGKILL)
+    removed = remove_files(watcher.segments)
+    completed = _completed(done)
+    # a failing rank's own report (abort.fail), which its stderr may not have delivered
+    for n in sorted(os.listdir(done)):
+        if n.startswith("failed."):
+            report = Path(done, n).read_text()
+            if report not in err:
+                err += report
+    places = {r: p.place for r, p in read_places(done).items()}
+    wall = time.perf_counter() - t0
+    guard.clean = True
+    if interrupted is not None:
+        raise interrupted
     return JobResult(-9 if timed_out else proc.returncode, out, err, timed_out, wall, nprocs,
                      completed, tuple(removed), tuple(sorted(watcher.segments)),
-                     tuple(watcher.died))
+                     tuple(watcher.died), places, diagnosis)
 
 
 def mpiexec_path() -> Path | None:
@@ -373,6 +425,7 @@ def mpiexec_path() -> Path | None:
 
 __all__ = [
     "DONE_DIR_ENV",
+    "SHM_DIR",
     "JobResult",
     "descendants",
     "launch",

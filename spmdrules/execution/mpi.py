@@ -20,23 +20,15 @@ Bytes: box exchanges count the bytes of the messages they send; the MPI collecti
 ring-algorithm volume of their buffers (2(n-1)/n of the block for an all-reduce, (n-1)/n for a
 reduce-scatter), which is what the plans assume.
 
-:func:`run_mpi` launches a program under ``mpiexec`` from an ordinary Python process (it pickles
-the program and the feeds into a job directory, runs :mod:`spmdrules.execution.mpi_worker` on every rank
-with a hard timeout, and reads back the gathered results).
+:func:`run_mpi` (:mod:`spmdrules.execution.mpi_run`, exported here too) launches a program under
+``mpiexec`` from an ordinary Python process.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import pickle
-import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -48,19 +40,19 @@ from spmdrules.execution.executor import (
     ExecutionError,
     Traffic,
     call_kernel,
-    check_feeds,
     gather_global,
     local_part,
 )
-from spmdrules.execution.launch import launch, mpiexec_path
+from spmdrules.execution.launch import mpiexec_path
 from spmdrules.execution.local import Block, list_kernels
 from spmdrules.execution.mpi_faults import (
-    Watchdog,
     agree_on_feeds,
     describe_instruction,
     program_view,
+    watched,
 )
 from spmdrules.execution.mpi_halo import MPIHalos
+from spmdrules.execution.mpi_run import MPI_ENV, MPIRun, RankReport, run_mpi
 from spmdrules.execution.program import (
     Collective,
     HaloStep,
@@ -77,47 +69,43 @@ from spmdrules.runtime._mpi import dtype_code, dtype_of_code
 from spmdrules.runtime.abort import fail
 from spmdrules.runtime.agreement import agree
 from spmdrules.runtime.decomposition import Box
-from spmdrules.runtime.errors import MPIUnavailableError
+from spmdrules.runtime.progress import at, current
 
 Array = NDArray[Any]
-
-#: MPICH settings for oversubscribed ranks (tests/runtime/mpirun.py uses the same)
-MPI_ENV: Final[dict[str, str]] = {
-    "MPIR_CVAR_POLLS_BEFORE_YIELD": "10",
-    "OMP_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-}
-
-
-@dataclass(slots=True)
-class RankReport:
-    """What one rank measured: bytes it sent and seconds per phase."""
-
-    traffic: Traffic = field(default_factory=Traffic)
-    seconds: dict[str, float] = field(default_factory=dict)
 
 
 class MPIExecutor:
     """Run a :class:`Program` on the ranks of ``comm`` (default ``COMM_WORLD``).
 
     Build it on every rank (it creates the communicators collectively), then call :meth:`run`
-    on every rank with the same feeds."""
+    on every rank with the same feeds. With ``timeout`` (seconds), a setup not finished by then
+    aborts the job, naming the rank that holds the others up and where every rank is (as
+    ``run(timeout=)`` does for a run)."""
 
-    def __init__(self, program: Program, comm: Any = None) -> None:
+    def __init__(self, program: Program, comm: Any = None, *,
+                 timeout: float | None = None) -> None:
+        from spmdrules.runtime._mpi import mpi
+
+        t0 = time.perf_counter()
+        self.comm = comm if comm is not None else mpi().COMM_WORLD
+        # a rank that stops here leaves the others waiting in the setup's collectives
+        with watched(self.comm, timeout, f"the setup of MPIExecutor({program.name!r})"):
+            self._setup(program)
+        self.setup_seconds = time.perf_counter() - t0
+
+    def _setup(self, program: Program) -> None:
         from spmdrules.runtime._mpi import mpi
         from spmdrules.runtime.all_sum_reduce import AllSumReduce
         from spmdrules.runtime.partition import MPIPartition
 
-        MPI = mpi()
-        t0 = time.perf_counter()
-        self.comm = comm if comm is not None else MPI.COMM_WORLD
         # Every rank must run the same program: a rank with another program would post other
         # messages, and the job would hang or compute garbage. One small collective, first.
+        at("setup: the agreement on the program")
         agree(self.comm, "MPIExecutor", range(self.comm.Get_size()),
               {"program": program_view(program), "ranks": self.comm.Get_size()})
+        at("setup: loading the kernels")
         list_kernels()  # load the kernel modules now, not inside the first timed kernel call
-        self.MPI = MPI
+        self.MPI = mpi()
         self.program = program
         self.rank = int(self.comm.Get_rank())
         need = max(program.process_ids(), default=0) + 1
@@ -126,6 +114,7 @@ class MPIExecutor:
                 f"program {program.name!r} uses process ids up to {need - 1} but the MPI job has "
                 f"{self.comm.Get_size()} ranks; run it with mpiexec -n {need}"
             )
+        at("setup: the communicators")
         self.world = MPIPartition(self.comm)
         self._coords = {m: mesh_coords(m) for m in {lay.mesh for lay in program.buffers.values()}}
         # Communicators for every (mesh, mesh dim) a step uses, made in program order so every
@@ -140,6 +129,7 @@ class MPIExecutor:
         for k, ins in enumerate(program.instructions):
             if not isinstance(ins, Collective) or ins.mesh_dim is None:
                 continue
+            at(f"setup: the communicators of instruction {k} ({describe_instruction(ins)})")
             mesh, m = program.buffers[ins.src].mesh, ins.mesh_dim
             if (mesh, m) not in self._groups:
                 self._groups[(mesh, m)] = self._split(mesh, m)
@@ -148,7 +138,6 @@ class MPIExecutor:
                     carts[mesh] = self.world.create_partition_inclusive(
                         list(mesh.process_ids)).create_cartesian_topology_partition(mesh.shape)
                 self._sum[k] = AllSumReduce(carts[mesh], axes_reduce=[m])
-        self.setup_seconds = time.perf_counter() - t0
 
     def _split(self, mesh: ProcessMesh, m: int) -> Any:
         """This rank's group along mesh dim ``m`` (ranks ordered by their coordinate there)."""
@@ -175,26 +164,24 @@ class MPIExecutor:
         an error while the instructions run would leave the others waiting, so with
         ``on_error="abort"`` (the default) the failing rank prints its rank and error and aborts
         the job (``"raise"``: raise on this rank only, for a caller that aborts itself); with
-        ``timeout`` (seconds) a run not finished by then reports where it waits and aborts."""
+        ``timeout`` (seconds) a run not finished by then (the feeds' agreement included) aborts
+        the job, naming the rank that holds the others up and where every rank is."""
         if on_error not in ("abort", "raise"):
             raise ExecutionError(f"MPIExecutor.run: on_error={on_error!r}; use 'abort' or 'raise'")
         prog = self.program
-        agree_on_feeds(self.comm, prog, feeds)
-        where = ["feeds"]
-        watchdog = Watchdog(self.comm, timeout, where) if timeout is not None else None
-        try:
-            return self._run(feeds, rng_seed, sync_collectives, where)
-        except BaseException as e:
-            if on_error == "abort":
-                fail(e, self.comm, f"MPIExecutor.run of {prog.name!r}, at {where[0]}")
-            raise
-        finally:
-            if watchdog is not None:
-                watchdog.cancel()
+        with watched(self.comm, timeout, f"MPIExecutor.run of {prog.name!r}"):
+            agree_on_feeds(self.comm, prog, feeds)
+            try:
+                return self._run(feeds, rng_seed, sync_collectives)
+            except BaseException as e:
+                if on_error == "abort":
+                    fail(e, self.comm, f"MPIExecutor.run of {prog.name!r}, at {current()}")
+                raise
 
-    def _run(self, feeds: Mapping[str, Any], rng_seed: int, sync_collectives: bool,
-             where: list[str]) -> tuple[dict[str, Array], RankReport]:
+    def _run(self, feeds: Mapping[str, Any], rng_seed: int, sync_collectives: bool
+             ) -> tuple[dict[str, Array], RankReport]:
         prog = self.program
+        at("feeds: cutting this rank's blocks")
         rng = np.random.default_rng(rng_seed)  # same on every rank: partial feeds agree
         blocks: dict[str, Array] = {}
         for name in prog.feeds:
@@ -211,10 +198,11 @@ class MPIExecutor:
         sec = {"kernel": 0.0, "collective": 0.0, "local": 0.0}
         if sync_collectives:
             sec["sync"] = 0.0
+        at("the barrier before the instructions")
         self.comm.Barrier()
         t_run = time.perf_counter()
         for k, ins in enumerate(prog.instructions):
-            where[0] = f"instruction {k} ({describe_instruction(ins)})"
+            at(f"instruction {k} ({describe_instruction(ins)})")
             t0 = time.perf_counter()
             if isinstance(ins, KernelCall):
                 self._kernel(ins, blocks)
@@ -240,7 +228,7 @@ class MPIExecutor:
                 if out is not None:
                     blocks[ins.dst] = out
                 sec["collective"] += time.perf_counter() - t0
-        where[0] = "the end of the run"
+        at("the end of the run")
         sec["run"] = time.perf_counter() - t_run
         sec["setup"] = self.setup_seconds
         report.seconds = sec
@@ -418,64 +406,8 @@ class MPIExecutor:
         return total
 
 
-# ---- launching from an ordinary process -------------------------------------------------------
-@dataclass(slots=True)
-class MPIRun:
-    """What :func:`run_mpi` brings back: the fetched values, bytes and seconds."""
-
-    values: dict[str, Array]
-    traffic: Traffic
-    #: slowest rank's seconds per phase (setup, run, kernel, collective, local, fetch)
-    seconds: dict[str, float]
-    #: wall time of the whole mpiexec job, start-up included
-    wall: float
-    nprocs: int
-
-
-def run_mpi(program: Program, feeds: Mapping[str, Any], *, nprocs: int | None = None,
-            fetch: Sequence[str] | None = None, timeout: float = 120.0) -> MPIRun:
-    """Run ``program`` under ``mpiexec -n nprocs`` and fetch ``fetch`` (default: every tensor).
-
-    Raises :class:`MPIUnavailableError` without mpiexec or mpi4py, :class:`ExecutionError` if the
-    job fails, if a rank ends before its work is done, or if the job exceeds ``timeout`` seconds
-    (then every process of it is killed). The job runs through :func:`~spmdrules.execution.
-    launch.launch`: shared-memory segments its ranks leave behind are removed."""
-    exe = mpiexec_path()
-    if exe is None:
-        raise MPIUnavailableError("no mpiexec found; install spmdrules[mpi] (the mpich wheel)")
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError as e:
-        raise MPIUnavailableError("mpi4py is not installed; pip install 'spmdrules[mpi]'") from e
-    check_feeds(program, feeds)
-    n = nprocs if nprocs is not None else max(program.process_ids(), default=0) + 1
-    names = list(program.tensors if fetch is None else fetch)
-    with tempfile.TemporaryDirectory(prefix="spmdrules-job-") as tmp:
-        job = Path(tmp)
-        with open(job / "program.pkl", "wb") as f:
-            pickle.dump(program, f)
-        with open(job / "feeds.pkl", "wb") as f:
-            pickle.dump({k: np.asarray(v) for k, v in feeds.items()}, f)
-        (job / "fetch.json").write_text(json.dumps(names))
-        env = {**os.environ, **MPI_ENV}
-        repo = str(Path(__file__).resolve().parents[1])
-        env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
-        # the ranks' own watchdog ends a stuck run (naming where each rank waits) a little
-        # before the launcher kills the job
-        argv = [sys.executable, "-m", "spmdrules.execution.mpi_worker", str(job),
-                str(max(1.0, 0.9 * timeout - 5.0))]
-        res = launch(n, argv, timeout=timeout, mpiexec=exe, env=env)
-        wall = res.wall
-        if not res.ok or not (job / "report.pkl").exists():
-            raise ExecutionError(f"{res.describe()}:\n{(res.stderr or res.stdout)[-3000:]}")
-        with open(job / "report.pkl", "rb") as f:
-            report: RankReport = pickle.load(f)
-        with open(job / "values.pkl", "rb") as f:
-            values = pickle.load(f)
-    return MPIRun(values, report.traffic, report.seconds, wall, n)
-
-
 __all__ = [
+    "MPI_ENV",
     "MPIExecutor",
     "MPIRun",
     "RankReport",

@@ -16,9 +16,11 @@ import sys
 def main(argv: list[str]) -> int:
     from spmdrules.execution.launch import mark_done
     from spmdrules.runtime.abort import abort_on_error
+    from spmdrules.runtime.progress import at
 
     script = argv[0]
     sys.argv = list(argv)
+    at(f"the script {script}")  # the first place, in the launcher's report of a stuck job
     with abort_on_error(where=script):
         try:
             runpy.run_path(script, run_name="__main__")

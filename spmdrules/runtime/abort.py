@@ -10,7 +10,9 @@ why:
   calls collectives);
 - :func:`install_excepthook` does the same for any exception that reaches the top of the
   script, in the main thread or another one;
-- :func:`fail` reports and aborts from wherever a failure is caught (the MPI executor uses it).
+- :func:`fail` reports and aborts from wherever a failure is caught (the MPI executor uses it);
+  :func:`abort_job` aborts with a report of the caller's own (the watchdog's, which names the
+  rank that holds the job up: :mod:`spmdrules.runtime.progress`).
 
 A worker that exits without an exception but too early (``os._exit``) is ended by ``mpiexec``
 itself (MPICH's hydra kills the job when a process leaves without ``MPI_Finalize``); a job
@@ -28,16 +30,13 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, NoReturn
+from typing import Any, NoReturn
 
 from spmdrules.runtime._mpi import mpi
+from spmdrules.runtime.progress import JOB_DIR_ENV
 
 #: exit status of a job that a failing worker aborted
 ABORT_STATUS = 13
-#: the folder a launcher gives its job (:mod:`spmdrules.execution.launch`). A failing worker also
-#: writes its report there: the copy on stderr goes through MPICH's output forwarding, which the
-#: abort may kill before it reaches ``mpiexec``, and then the job would end without the error.
-JOB_DIR_ENV: Final = "SPMDRULES_DONE_DIR"
 
 
 def failure_report(exc: BaseException, comm: Any = None, where: str = "") -> str:
@@ -53,10 +52,20 @@ def failure_report(exc: BaseException, comm: Any = None, where: str = "") -> str
 def fail(exc: BaseException, comm: Any = None, where: str = "") -> NoReturn:
     """Print who failed and why, then ``MPI_Abort`` the whole job."""
     comm = comm if comm is not None else mpi().COMM_WORLD
+    report = ""
     with contextlib.suppress(Exception):
         report = failure_report(exc, comm, where)
+    abort_job(report, comm)
+
+
+def abort_job(report: str, comm: Any = None) -> NoReturn:
+    """Print ``report`` (also into the job's folder, in a job that spmdrules launches: the
+    copy on stderr goes through MPICH's output forwarding, which the abort may kill before it
+    reaches ``mpiexec``), then ``MPI_Abort`` the whole job."""
+    comm = comm if comm is not None else mpi().COMM_WORLD
+    with contextlib.suppress(Exception):
         job = os.environ.get(JOB_DIR_ENV)
-        if job:
+        if job and report:
             Path(job, f"failed.{comm.Get_rank()}").write_text(report)
         sys.stderr.write(report)
         sys.stderr.flush()
@@ -92,4 +101,5 @@ def install_excepthook(comm: Any = None) -> None:
     threading.excepthook = thread_hook
 
 
-__all__ = ["ABORT_STATUS", "JOB_DIR_ENV", "abort_on_error", "fail", "failure_report", "install_excepthook"]
+__all__ = ["ABORT_STATUS", "JOB_DIR_ENV", "abort_job", "abort_on_error", "fail", "failure_report",
+           "install_excepthook"]

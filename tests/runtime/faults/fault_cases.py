@@ -2,9 +2,10 @@
 
 Each case breaks one rank on purpose: a partition or argument that differs from the other
 ranks', an exception before or inside a collective, a rank that dies or exits with status 0
-half-way, bad feeds or another program for the MPI executor. A rank that catches a typed error
-prints ``TYPED <rank> <error class> <message>``; a rank that gets to the end prints
-``DONE <rank>``. Scripts run the way a user's own mpiexec script would: the body runs inside
+half-way, bad feeds or another program for the MPI executor, a rank that exits, is killed, is
+stopped or hangs in the executor's setup, its feeds' agreement or its instruction loop. A rank
+that catches a typed error prints ``TYPED <rank> <error class> <message>``; a rank that gets to
+the end prints ``DONE <rank>``. Scripts run the way a user's own mpiexec script would: the body runs inside
 :func:`spmdrules.runtime.abort_on_error`, the documented pattern, so an exception on one rank
 aborts the job naming that rank.
 """
@@ -12,7 +13,9 @@ aborts the job naming that rank.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -301,10 +304,66 @@ def executor_dies() -> None:
     ex.run(_feeds(prog))
 
 
+# -- a rank that stops: it exits, is killed, is stopped by a signal, or waits forever -------------
+#: the watchdog of the cases below: a healthy setup or run of the small program takes well under
+#: a second, also on an oversubscribed machine
+WATCHDOG = 12.0
+
+
+def _stop(how: str) -> None:
+    """Rank VICTIM stops: ``exit`` (os._exit), ``kill`` (SIGKILL), ``stop`` (SIGSTOP: the process
+    is there but never runs again) or ``hang`` (waits forever, its threads alive)."""
+    if rank != VICTIM:
+        return
+    if how == "exit":
+        os._exit(1)
+    if how in ("kill", "stop"):
+        os.kill(os.getpid(), signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+    threading.Event().wait()
+
+
+def executor_stops() -> None:
+    """``executor_stops PLACE HOW``: rank VICTIM stops (HOW, see ``_stop``) in the local work of
+    a place of the MPI executor, while the others go on to wait in the next collective: its
+    setup (loading the kernels, then the setup's communicators), its feeds' agreement (checking
+    the feeds, then sharing the verdicts) or its instruction loop (its first kernel call, then
+    the next collective). The setup is watched only when the victim stops there: run(timeout=)
+    alone covers the feeds' agreement and the instructions."""
+    import spmdrules.execution.mpi as mpi_mod
+    import spmdrules.execution.mpi_faults as faults_mod
+
+    place, how = sys.argv[2], sys.argv[3]
+    module, name = {"setup": (mpi_mod, "list_kernels"), "feeds": (faults_mod, "check_feeds"),
+                    "instruction": (mpi_mod, "call_kernel")}[place]
+    original = getattr(module, name)
+
+    def stopping(*args: Any, **kw: Any) -> Any:
+        _stop(how)
+        return original(*args, **kw)
+
+    setattr(module, name, stopping)
+    prog = _program()
+    setup = {"timeout": WATCHDOG} if place == "setup" else {}
+    mpi_mod.MPIExecutor(prog, comm, **setup).run(_feeds(prog), timeout=WATCHDOG)
+
+
+def stops_unwatched() -> None:
+    """No watchdog: rank VICTIM is stopped (SIGSTOP) before an AllSumReduce that the others wait
+    in. The script records its own places; the launcher, at its timeout, names the rank."""
+    from spmdrules.runtime.progress import at
+
+    layer = AllSumReduce(MPIPartition(comm).create_cartesian_topology_partition([n]))
+    at("step 1: before the sum")
+    _stop("stop")
+    at("step 2: the sum")
+    layer(np.ones(10))
+
+
 CASES: dict[str, Callable[[], None]] = {f.__name__: f for f in (
     shapes, shapes_sum_reduce, rank_sets, rank_sets_layer, missing_rank, global_shapes, axes,
     raise_before, raise_silent, raise_inside, exit_sum_reduce, exit_broadcast, exit_repartition, exit_zero,
     executor_program, executor_feeds, executor_kernel, executor_dies, child_processes,
+    executor_stops, stops_unwatched,
 )}
 
 

@@ -59,12 +59,30 @@ def _outcomes(res: mpirun.Result, n: int) -> dict[int, str]:
     out = {int(r): f"{kind}" for r, kind, _ in TYPED.findall(res.stdout)}
     for r, line in res.job.reported.items():
         out[r] = f"aborted the job: {line.strip(': ')[:70]}"
-    if res.job.died and not res.job.reported:
+    for r, place in res.job.stuck.items():
+        out[r] = f"stuck at {place[:70]}, named by {'the launcher' if res.job.timed_out else 'a watchdog'}"
+    if res.job.died and not res.job.reported and not res.job.stuck:
         out[res.job.died[0][0]] = "ended first without finishing, named by the launcher"
+    aborted = res.job.reported or (res.job.stuck and not res.job.timed_out)
     for r in range(n):
         out.setdefault(r, "done" if r in res.job.completed else
-                       "ended by the abort" if res.job.reported else "killed by the launcher")
+                       "ended by the abort" if aborted else "killed by the launcher")
     return dict(sorted(out.items()))
+
+
+def _report(case: str, n: int, kind: str, res: mpirun.Result) -> None:
+    """Append the case's line to FAULTS_REPORT, if set."""
+    report = os.environ.get("FAULTS_REPORT")
+    if not report:
+        return
+    job = res.job
+    left = [p for p in job.seen_segments if Path(p).exists()]
+    with open(report, "a") as f:
+        f.write(json.dumps({
+            "case": case, "n": n, "kind": kind, "outcome": _outcomes(res, n),
+            "ended": job.describe(), "seconds": round(job.wall, 2),
+            "segments_seen": len(job.seen_segments), "segments_removed": len(job.removed_segments),
+            "segments_left": len(left), "timed_out": job.timed_out}) + "\n")
 
 
 @pytest.mark.timeout(TIMEOUT + 60)
@@ -73,14 +91,7 @@ def test_fault_ends_cleanly(case: str, n: int, kind: str) -> None:
     res = mpirun.mpirun(n, [str(SCRIPT), case], timeout=TIMEOUT, wrap=False)
     job = res.job
     left = [p for p in job.seen_segments if Path(p).exists()]
-    report = os.environ.get("FAULTS_REPORT")
-    if report:
-        with open(report, "a") as f:
-            f.write(json.dumps({
-                "case": case, "n": n, "kind": kind, "outcome": _outcomes(res, n),
-                "ended": job.describe(), "seconds": round(job.wall, 2),
-                "segments_seen": len(job.seen_segments), "segments_removed": len(job.removed_segments),
-                "segments_left": len(left), "timed_out": job.timed_out}) + "\n")
+    _report(case, n, kind, res)
     detail = f"{job.describe()}\n--- stdout ---\n{res.stdout[-3000:]}\n--- stderr ---\n" \
              f"{res.stderr[-3000:]}"
     assert not job.timed_out, detail
@@ -108,3 +119,50 @@ def test_fault_ends_cleanly(case: str, n: int, kind: str) -> None:
         assert not job.ok, detail
         assert job.died and job.died[0][0] == VICTIM, detail
         assert f"rank {VICTIM} ended first" in job.describe(), detail
+
+
+# -- a rank that stops (issue 23): the job ends by the watchdog, not the launcher's timeout, and
+# names the stopped rank and its place, not a rank that waits for it
+PLACES = {"setup": "setup: loading the kernels", "feeds": "feeds: checking the feeds",
+          "instruction": "instruction 0 (kernel 'fc1.matmul' (matmul) on mesh (2, 2))"}
+WHY = {"stop": "its process is stopped", "hang": "the other ranks got further"}
+STOPS = [("setup", "stop"), ("feeds", "stop"), ("instruction", "stop"),
+         ("setup", "hang"), ("feeds", "hang"), ("instruction", "hang"),
+         ("setup", "exit"), ("instruction", "kill")]
+
+
+@pytest.mark.timeout(TIMEOUT + 60)
+@pytest.mark.parametrize(("place", "how"), STOPS, ids=[f"{p}-{h}" for p, h in STOPS])
+def test_a_stopped_rank_is_named_with_its_place(place: str, how: str) -> None:
+    res = mpirun.mpirun(4, [str(SCRIPT), "executor_stops", place, how], timeout=TIMEOUT,
+                        wrap=False)
+    _report(f"executor_stops {place} {how}", 4, "stuck", res)
+    job = res.job
+    detail = f"{job.describe()}\n--- stderr ---\n{res.stderr[-3000:]}"
+    assert not job.timed_out, detail  # ended by the ranks' watchdog or the launcher's watcher
+    assert not job.ok and job.seen_segments, detail
+    assert not [p for p in job.seen_segments if Path(p).exists()], detail
+    if how in ("exit", "kill"):
+        assert job.died and job.died[0][0] == VICTIM, detail
+        assert f"rank {VICTIM} ended first without finishing its work, at {PLACES[place]}," \
+            in job.describe(), detail
+    else:
+        assert job.stuck == {VICTIM: f"{PLACES[place]} ({WHY[how]})"}, detail
+        assert f"rank {VICTIM} of 4 is stuck at {PLACES[place]}" in job.describe(), detail
+        assert "watchdog" in job.describe(), detail
+        assert not job.reported, detail  # no waiting rank reports itself as the failure
+
+
+@pytest.mark.timeout(120)
+def test_the_launcher_names_the_stopped_rank_at_its_timeout() -> None:
+    """No watchdog: the job runs to the launcher's timeout, which names the stopped rank and the
+    place it recorded, and the place where the others wait."""
+    res = mpirun.mpirun(4, [str(SCRIPT), "stops_unwatched"], timeout=40.0, wrap=False)
+    _report("stops_unwatched", 4, "stuck", res)
+    job = res.job
+    detail = f"{job.describe()}\n--- stderr ---\n{res.stderr[-3000:]}"
+    assert job.timed_out, detail
+    assert job.stuck == {VICTIM: "step 1: before the sum (its process is stopped)"}, detail
+    assert "ranks [0, 1, 3] wait at step 2: the sum" in job.describe(), detail
+    assert "found by the launcher after 40 s" in job.describe(), detail
+    assert not [p for p in job.seen_segments if Path(p).exists()], detail
