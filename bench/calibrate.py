@@ -197,7 +197,9 @@ def main() -> int:
         print(f"MPI calibration on a {MESH_SHAPE[0]}x{MESH_SHAPE[1]} mesh {DIM_NAMES}, {version}")
         print(report(results))
         if args.write:
-            Path(args.write).write_text(json.dumps(calibration(results, version), indent=2) + "\n")
+            from spmdrules.core.output import write_text
+
+            write_text(args.write, json.dumps(calibration(results, version), indent=2) + "\n")
             print(f"wrote {args.write}")
     return 0
 

@@ -1,7 +1,12 @@
 """The ``spmdrules`` command: complete a model file, explain a tensor, write an example model.
 
 Exit codes follow the usual conventions: 0 success, 1 the job failed (unreadable or invalid
-model, a conflict completion cannot settle, an unknown tensor), 2 bad usage (argparse's own).
+model, a conflict completion cannot settle, an unknown tensor, an output path that is not a
+regular file), 2 bad usage (argparse's own).
+
+Everything the command prints passes through ``printable``: a name, a path or an argument that
+holds terminal controls is shown escaped, on stdout and on stderr. Every file is written by
+``spmdrules.core.output`` (atomically, over a regular file or a new name only).
 """
 
 from __future__ import annotations
@@ -9,12 +14,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
+from typing import NoReturn
 
 from spmdrules.completion.driver import complete
 from spmdrules.completion.explain import explain
-from spmdrules.core.errors import SpmdError
+from spmdrules.core.errors import SpmdError, printable
 from spmdrules.core.mesh import ProcessMesh
+from spmdrules.core.output import check_target
 from spmdrules.graph import examples
 from spmdrules.graph.exchange import dump, load
 from spmdrules.importers import sources
@@ -22,8 +28,24 @@ from spmdrules.importers import sources
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse quotes a bad choice but echoes unrecognized arguments as given."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(printable(message))
+
+
+def _say(text: str) -> None:
+    print(printable(text, indent=""))
+
+
+def _fail(err: Exception | str) -> int:
+    print(printable(f"spmdrules: error: {err}"), file=sys.stderr)
+    return EXIT_FAILED
+
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = _Parser(
         prog="spmdrules",
         description="Complete the distributed attributes of a model graph from a few "
                     "annotations, plan its reshards, and explain every decision.",
@@ -59,37 +81,35 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)  # exits with 2 on bad usage
     try:
+        if getattr(args, "output", None):
+            check_target(args.output)  # before the work, which may take minutes
         if args.command == "complete":
             g = load(args.model)
             r = complete(g)
             if args.table:
-                print(r.table())
-            print(r.summary())
+                _say(r.table())
+            _say(r.summary())
             if args.output:
                 dump(g, args.output)
-                print(f"wrote {args.output}")
+                _say(f"wrote {args.output}")
         elif args.command == "import":
             g = sources.read(args.source)
-            dump(g, Path(args.output))
-            print(f"wrote {args.output}: {g!r}")
+            dump(g, args.output)
+            _say(f"wrote {args.output}: {g!r}")
         elif args.command == "explain":
             g = load(args.model)
-            print(explain(complete(g), g.tensor(args.tensor)))
+            _say(explain(complete(g), g.tensor(args.tensor)))
         else:
             mesh = ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
             if args.layers < 0:
-                print("spmdrules: error: --layers must be >= 0", file=sys.stderr)
+                _fail("--layers must be >= 0")
                 return EXIT_USAGE
             g = (examples.gpt_decoder(args.layers, mesh) if args.which == "gpt"
                  else examples.mlp(mesh))
-            dump(g, Path(args.output))
-            print(f"wrote {args.output}: {g!r}")
-    except SpmdError as err:
-        print(f"spmdrules: error: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    except OSError as err:
-        print(f"spmdrules: error: {err}", file=sys.stderr)
-        return EXIT_FAILED
+            dump(g, args.output)
+            _say(f"wrote {args.output}: {g!r}")
+    except (SpmdError, OSError) as err:
+        return _fail(err)
     return EXIT_OK
 
 

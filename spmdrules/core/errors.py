@@ -5,8 +5,38 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 
+def printable(text: str, *, indent: str = "  ") -> str:
+    """``text`` safe to show on a terminal: every character that is not printable (C0 and C1
+    controls such as ESC, BEL, CR and DEL, bidi overrides and isolates, zero-width and format
+    characters, unassigned code points) written as its Python escape (``\\x1b``, ``\\r``,
+    ``\\u202e``). Line breaks stay, and each line after the first starts with ``indent``, so a
+    multi-line message stays readable but no string inside it can begin a line of its own.
+
+    >>> print(printable("mesh '\\x1b[31mdp': bad\\nsecond line"))
+    mesh '\\x1b[31mdp': bad
+      second line
+    """
+    if text.isprintable():
+        return text
+    return ("\n" + indent).join(
+        line if line.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1]
+                                                for c in line)
+        for line in text.split("\n"))
+
+
 class SpmdError(Exception):
-    """Base of every error spmdrules raises on bad input."""
+    """Base of every error spmdrules raises on bad input.
+
+    Its message may quote what the user gave (a name, a key, a file name, a framework's own
+    message); ``str()`` passes it through ``printable``, here and only here, so that no raise
+    site can let a terminal control through. A subclass does not override ``__str__``
+    (tests/core/test_errors.py checks every one).
+    """
+
+    def __str__(self) -> str:
+        if len(self.args) == 1 and isinstance(self.args[0], str):
+            return printable(self.args[0])  # not KeyError's quoted repr either
+        return printable(super().__str__())
 
 
 class InvalidMeshError(SpmdError, ValueError):
@@ -33,6 +63,11 @@ class UnsupportedError(SpmdError, NotImplementedError):
     """The op does not support this input (Paddle refuses it too, or it cannot be computed)."""
 
 
+class OutputPathError(SpmdError, ValueError):
+    """An output path that names something other than a regular file: a symbolic link, a
+    folder, a FIFO, a device or a socket (spmdrules writes over a regular file or a new name)."""
+
+
 class UnknownOpError(SpmdError, KeyError):
     """No rule is registered under this name."""
 
@@ -44,9 +79,6 @@ class UnknownOpError(SpmdError, KeyError):
             f"no SPMD rule is registered for op {name!r}.{hint} "
             "Call spmdrules.list_rules() for every name."
         )
-
-    def __str__(self) -> str:  # KeyError would otherwise quote the message
-        return str(self.args[0])
 
 
 def did_you_mean(word: str, choices: Iterable[str], n: int = 2) -> str:

@@ -76,11 +76,13 @@ def run_mpi(program: Program, feeds: Mapping[str, Any], *, nprocs: int | None = 
     shared-memory segments its ranks leave behind are removed, also when the caller is killed."""
     exe = mpiexec_path()
     if exe is None:
-        raise MPIUnavailableError("no mpiexec found; install spmdrules[mpi] (the mpich wheel)")
+        raise MPIUnavailableError("no mpiexec found; install the extra in a clone: "
+                                  "pip install -e '.[mpi]' (the mpich wheel)")
     try:
         import mpi4py  # noqa: F401
     except ImportError as e:
-        raise MPIUnavailableError("mpi4py is not installed; pip install 'spmdrules[mpi]'") from e
+        raise MPIUnavailableError("mpi4py is not installed; in a clone of spmdrules: "
+                                  "pip install -e '.[mpi]'") from e
     check_feeds(program, feeds)
     n = nprocs if nprocs is not None else max(program.process_ids(), default=0) + 1
     names = list(program.tensors if fetch is None else fetch)

@@ -55,9 +55,6 @@ class InvalidNameError(GraphError):
 class UnknownNodeError(GraphError, KeyError):
     """A name that is not an op or tensor of this graph."""
 
-    def __str__(self) -> str:  # KeyError would otherwise quote the message
-        return str(self.args[0])
-
 
 class UnknownTensorError(UnknownNodeError):
     """A name or handle that is not a tensor of this graph."""

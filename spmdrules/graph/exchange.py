@@ -26,8 +26,6 @@ absent optional).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
@@ -43,6 +41,7 @@ from pydantic import (
 )
 from pydantic.dataclasses import dataclass
 
+from spmdrules.core import output
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.bulk import release_scratch, without_gc
 from spmdrules.core.errors import SpmdError
@@ -203,18 +202,10 @@ def dumps(graph: Graph, *, indent: int | None = 1) -> str:
 
 
 def dump(graph: Graph, path: str | Path) -> None:
-    """Write the graph to ``path``: to a temporary file beside it, then renamed over it, so that
-    a failed write leaves the previous file as it was."""
-    p = Path(path)
-    text = dumps(graph)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write the graph to ``path`` atomically, over a regular file (keeping its mode) or a new
+    name; any other target (a link, a folder, a FIFO, a device) is an ``OutputPathError``
+    (``spmdrules.core.output``)."""
+    output.write_text(path, dumps(graph))
 
 
 # ---- load ------------------------------------------------------------------------------------

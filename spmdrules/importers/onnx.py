@@ -44,7 +44,7 @@ def _onnx() -> Any:
         import onnx
     except ImportError as e:
         raise MissingExtraError("spmdrules.importers.onnx needs the onnx package; install the "
-                                "extra: pip install 'spmdrules[onnx]'") from e
+                                "extra in a clone of spmdrules: pip install -e '.[onnx]'") from e
     return onnx
 
 

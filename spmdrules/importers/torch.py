@@ -48,8 +48,8 @@ def _torch() -> Any:
         import torch
     except ImportError as e:
         raise MissingExtraError(
-            "spmdrules.importers.torch needs torch; install the extra: pip install "
-            f"'spmdrules[torch]' (torch=={TORCH_VERSION}, the CPU build)") from e
+            "spmdrules.importers.torch needs torch; install the extra in a clone of spmdrules: "
+            f"pip install -e '.[torch]' (torch=={TORCH_VERSION}, the CPU build)") from e
     return torch
 
 

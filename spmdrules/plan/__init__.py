@@ -9,16 +9,18 @@
 >>> g.tensor("fc1.weight").annotation.source
 "plan entry 'fc1': ColwiseParallel(dim='mp')"
 
-See ``spmdrules.plan.apply`` for the patterns and ``spmdrules.plan.styles`` for the styles.
+See ``spmdrules.plan.patterns`` for the keys (a name, or else a glob),
+``spmdrules.plan.apply`` for what each style reaches and ``spmdrules.plan.styles`` for the styles.
 """
 
-from spmdrules.plan.apply import AppliedPlan, apply, matches, weight_use
+from spmdrules.plan.apply import AppliedPlan, apply, weight_use
 from spmdrules.plan.errors import (
     PlanConflictError,
     PlanError,
     PlanTargetError,
     UnmatchedPatternError,
 )
+from spmdrules.plan.patterns import matches
 from spmdrules.plan.styles import (
     ColwiseParallel,
     DataParallel,

@@ -1,11 +1,12 @@
 """``apply(graph, mesh, plan)``: annotate a graph by name patterns, one style per pattern.
 
-Patterns are ``fnmatch`` globs (``*`` crosses dots) over the graph's names. A pattern matches a
-name when it matches the whole name or a dotted tail of it, as DTensor's plans are written
-relative to the module they are given: ``"layers.*.mlp.down_proj"`` matches
-``model.layers.0.mlp.down_proj``. The names are the graph's tensors and its *modules*: every
-dotted prefix of a parameter's name (``model.layers.0.self_attn.q_proj`` for
-``...q_proj.weight``).
+A key names tensors and modules of the graph (``spmdrules.plan.patterns``): a key that is a
+name of the graph, or a dotted tail of one, names exactly that (``h[1]`` is the tensor ``h[1]``);
+any other key is an ``fnmatch`` glob (``*`` crosses dots) that matches a whole name or a dotted
+tail, as DTensor's plans are written relative to the module they are given:
+``"layers.*.mlp.down_proj"`` matches ``model.layers.0.mlp.down_proj``. The names are the graph's
+tensors and its *modules*: every dotted prefix of a parameter's name
+(``model.layers.0.self_attn.q_proj`` for ``...q_proj.weight``).
 
 What a style reaches: ColwiseParallel, RowwiseParallel and VocabParallel act on modules (their
 ``weight`` and ``bias``); Spatial and raw specs on tensors; DataParallel and SequenceParallel on
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from typing import Any
 
 from spmdrules.core.attr import DistAttr
@@ -36,6 +36,7 @@ from spmdrules.plan.errors import (
     PlanTargetError,
     UnmatchedPatternError,
 )
+from spmdrules.plan.patterns import GraphNames
 from spmdrules.plan.styles import (
     STYLES,
     WEIGHT_STYLES,
@@ -64,18 +65,6 @@ class AppliedPlan:
 
     def tensors(self) -> tuple[str, ...]:
         return tuple(t for names in self.annotated.values() for t in names)
-
-
-def matches(name: str, pattern: str) -> bool:
-    """``pattern`` matches ``name`` or one of its dotted tails (``b.c`` of ``a.b.c``)."""
-    if fnmatchcase(name, pattern):
-        return True
-    i = name.find(".")
-    while i >= 0:
-        if fnmatchcase(name[i + 1:], pattern):
-            return True
-        i = name.find(".", i + 1)
-    return False
 
 
 def _modules(graph: Graph) -> dict[str, list[Tensor]]:
@@ -127,74 +116,82 @@ def apply(graph: Graph, mesh: ProcessMesh, plan: Mapping[str, Any], *,
         raise PlanError(f"plan.apply: plan must be a dict {{pattern: style}}, got {plan!r}")
     modules = _modules(graph)
     tensors = {t.name: t for t in graph.tensors}
-    asked: dict[str, tuple[Annotation, str, Any]] = {}
+    names = GraphNames(tensors, modules)
+    before: dict[str, tuple[Annotation | None, DistAttr | None]] = {}
+    try:
+        return _apply(graph, mesh, plan, priority, modules, tensors, names, before)
+    except BaseException:  # a failing plan leaves the graph as it was
+        for name, (ann, attr) in before.items():
+            tensors[name].annotation, tensors[name].attr = ann, attr
+        raise
+
+
+def _apply(graph: Graph, mesh: ProcessMesh, plan: Mapping[str, Any], priority: int,
+           modules: Mapping[str, list[Tensor]], tensors: Mapping[str, Tensor],
+           names: GraphNames, before: dict[str, tuple[Annotation | None, DistAttr | None]]
+           ) -> AppliedPlan:
+    """Annotate the tensors each entry reaches, recording in ``before`` what each held first."""
+    asked: dict[str, tuple[Annotation, str]] = {}
     done: dict[str, tuple[str, ...]] = {}
     for pattern, value in plan.items():
         style = _style_of(pattern, value)
         source = describe(pattern, style)
-        specs = _entry(graph, mesh, pattern, style, modules, tensors)
-        names = []
-        for t, spec in specs:
-            ann, args = _annotation(t, mesh, spec, style, priority, source)
-            before = asked.get(t.name)
-            if before is not None and before[0] != ann:
+        hit = []
+        for t, spec in _entry(graph, mesh, pattern, style, modules, tensors, names):
+            before.setdefault(t.name, (t.annotation, t.attr))
+            ann = _annotate(t, mesh, spec, style, priority, source)
+            earlier = asked.get(t.name)
+            if earlier is not None and earlier[0] != ann:
                 raise PlanConflictError(
-                    f"tensor {t.name!r}: {before[1]} asks {before[0].spec_str()} but {source} "
+                    f"tensor {t.name!r}: {earlier[1]} asks {earlier[0].spec_str()} but {source} "
                     f"asks {ann.spec_str()}; narrow one of the two patterns")
-            asked[t.name] = (ann, source, args)
-            names.append(t.name)
-        done[pattern] = tuple(sorted(set(names), key=lambda n: tensors[n].order))
-    for name, (ann, _, _) in asked.items():
-        t = tensors[name]
-        old = t.annotation
+            asked[t.name] = (ann, source)
+            hit.append(t.name)
+        done[pattern] = tuple(sorted(set(hit), key=lambda n: tensors[n].order))
+    for name, (ann, _) in asked.items():
+        old = before[name][0]
         if old is not None and old != ann and old.source != ann.source:
             raise PlanConflictError(
                 f"tensor {name!r} is already annotated {old.spec_str()}"
                 + (f" by {old.source}" if old.source else "")
                 + f", but {ann.source} asks {ann.spec_str()}; drop one of them")
-    for name, (_, _, (spec, kwargs)) in asked.items():
-        shard(tensors[name], mesh, spec, **kwargs)
     return AppliedPlan(done)
 
 
-def _annotation(t: Tensor, mesh: ProcessMesh, spec: Any, style: Style, priority: int,
-                source: str) -> tuple[Annotation, tuple[Any, dict[str, Any]]]:
-    """The annotation ``shard`` would make, and shard's arguments (checked on a stand-in
-    tensor first, so a bad entry leaves the graph unchanged)."""
-    probe = Graph("probe")
-    p = probe.input("probe", t.shape, t.dtype)
+def _annotate(t: Tensor, mesh: ProcessMesh, spec: Any, style: Style, priority: int,
+              source: str) -> Annotation:
+    """``shard`` ``t`` as the entry asks; a misfit is a PlanTargetError naming the entry."""
     partial, closed = (style.partial, style.closed) if isinstance(style, Spec) else (None, True)
-    kwargs: dict[str, Any] = {"partial": partial, "priority": priority, "closed": closed,
-                              "source": source}
     try:
-        shard(p, mesh, spec, **kwargs)
+        shard(t, mesh, spec, partial=partial, priority=priority, closed=closed, source=source)
     except PlanError:
         raise
     except Exception as e:
         raise PlanTargetError(f"{source} on tensor {t.name!r} {list(t.shape)}: {e}") from e
-    assert p.annotation is not None
-    return p.annotation, (spec, kwargs)
+    assert t.annotation is not None
+    return t.annotation
 
 
 def _entry(graph: Graph, mesh: ProcessMesh, pattern: str, style: Style,
-           modules: Mapping[str, list[Tensor]], tensors: Mapping[str, Tensor]
-           ) -> list[tuple[Tensor, Any]]:
+           modules: Mapping[str, list[Tensor]], tensors: Mapping[str, Tensor],
+           names: GraphNames) -> list[tuple[Tensor, Any]]:
     """(tensor, spec) for every tensor the entry annotates."""
     source = describe(pattern, style)
-    on_tensors = isinstance(style, Spec | Spatial | DataParallel | SequenceParallel)
-    hit_t = [t for n, t in tensors.items() if on_tensors and matches(n, pattern)]
-    hit_m = [] if hit_t and not isinstance(style, WEIGHT_STYLES) else (
-        [m for m in modules if matches(m, pattern)] if not isinstance(style, Spec | Spatial) else [])
+    on_tensors = not isinstance(style, WEIGHT_STYLES)
+    on_modules = not isinstance(style, Spec | Spatial)
+    hit_t = names.tensors_of(pattern) if on_tensors else []
+    hit_m = names.modules_of(pattern) if on_modules and not hit_t else []
     if not hit_t and not hit_m:
-        pool = list(modules) if isinstance(style, WEIGHT_STYLES) else [*tensors, *modules]
-        what = "module" if isinstance(style, WEIGHT_STYLES) else "tensor or module"
+        # suggest only what this style reaches, so that a suggested key matches
+        pool = [*(tensors if on_tensors else ()), *(modules if on_modules else ())]
+        what = " or ".join(w for w, on in (("tensor", on_tensors), ("module", on_modules)) if on)
         raise UnmatchedPatternError(
             f"{source} matches no {what} of graph {graph.name!r}{did_you_mean(pattern, pool, 3)}"
-            f" (a pattern matches a whole dotted name or its tail; {len(modules)} modules, "
-            f"{len(tensors)} tensors)")
+            f" (a key is a name, or a dotted tail of one, or else a glob over the names and "
+            f"their dotted tails; {len(modules)} modules, {len(tensors)} tensors)")
     out: list[tuple[Tensor, Any]] = []
-    for t in hit_t:
-        out.append((t, _tensor_spec(t, mesh, style, source)))
+    for n in hit_t:
+        out.append((tensors[n], _tensor_spec(tensors[n], mesh, style, source)))
     for m in hit_m:
         out.extend(_module_specs(m, modules[m], style, source))
     return out

@@ -19,7 +19,7 @@ def mpi() -> Any:
     except ImportError as exc:  # pragma: no cover - exercised only without mpi4py
         raise MPIUnavailableError(
             "the partition runtime needs mpi4py and an MPI library; "
-            "install them with `pip install 'spmdrules[mpi]'`"
+            "install them in a clone of spmdrules with `pip install -e '.[mpi]'`"
         ) from exc
     return MPI
 

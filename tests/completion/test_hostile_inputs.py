@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from spmdrules import cli, examples
+from spmdrules.core import output
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.graph import exchange
 from spmdrules.graph.exchange import ExchangeError
@@ -93,7 +94,7 @@ def test_output_is_replaced_only_when_the_write_succeeds(tmp_path: Path,
     def fail(*_: Any, **__: Any) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(exchange.os, "replace", fail)  # the write fails at its last step
+    monkeypatch.setattr(output.os, "replace", fail)  # the write fails at its last step
     with pytest.raises(OSError):
         exchange.dump(examples.mlp(MESH), out)
     assert out.read_text() == "the previous file"

@@ -240,7 +240,7 @@ def test_errors_are_spmd_errors_and_a_missing_extra_says_so(
     with pytest.raises(errors.ImporterError, match="no such ONNX file"):
         onnx_import.load("/nonexistent/model.onnx")
     monkeypatch.setitem(sys.modules, "onnx", None)
-    with pytest.raises(errors.MissingExtraError, match=r"spmdrules\[onnx\]"):
+    with pytest.raises(errors.MissingExtraError, match=r"pip install -e '\.\[onnx\]'"):
         onnx_import.load("model.onnx")
 
 

@@ -135,7 +135,7 @@ def test_spmdrules_imports_without_torch_and_the_importer_says_how_to_get_it() -
             "try:\n    ti.load(object(), ())\nexcept MissingExtraError as e:\n    print(e)\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    assert "pip install 'spmdrules[torch]' (torch==2.13.0" in run.stdout
+    assert "pip install -e '.[torch]' (torch==2.13.0" in run.stdout
 
 
 def test_the_docs_list_every_mapped_op() -> None:
