@@ -320,23 +320,18 @@ def _div_mode(c: Ctx, a: dict[str, Any]) -> Tensor:
     return _binary("trunc_divide")(c, a)
 
 
-def _compare(op_type: str, negate: bool) -> TensorConverter:
+def _compare(op_type: str) -> TensorConverter:
     def convert(c: Ctx, a: dict[str, Any]) -> Tensor:
         x, y = a["self"], a["other"]
         dt = c.common(x, y)
-        out = c.call(op_type, c.operand(x, dt), c.operand(y, dt),
-                     part=op_type if negate else "")
-        return c.call("logical_not", out, part="not") if negate else out
+        return c.call(op_type, c.operand(x, dt), c.operand(y, dt))
     return convert
 
 
-for _names2, _op2, _negate in ((("ne.Tensor", "ne.Scalar"), "not_equal", False),
-                            (("eq.Tensor", "eq.Scalar"), "not_equal", True),
-                            (("lt.Tensor", "lt.Scalar"), "less_than", False),
-                            (("gt.Tensor", "gt.Scalar"), "greater_than", False),
-                            (("le.Tensor", "le.Scalar"), "greater_than", True),
-                            (("ge.Tensor", "ge.Scalar"), "less_than", True)):
-    aten(*_names2)(_compare(_op2, _negate))
+# Each comparison is its own op: with a NaN every one but ne is False, so none is another's negation.
+for _aten_name2, _op2 in (("ne", "not_equal"), ("eq", "equal"), ("lt", "less_than"),
+                          ("gt", "greater_than"), ("le", "less_equal"), ("ge", "greater_equal")):
+    aten(f"{_aten_name2}.Tensor", f"{_aten_name2}.Scalar")(_compare(_op2))
 
 
 @aten("bitwise_and.Tensor", "logical_and.default", "__and__.Tensor")
