@@ -313,7 +313,7 @@ UNARY_OP_ATTRS: dict[str, tuple[AttrParam, ...]] = {
     "leaky_relu": (A("negative_slope", "float", 0.02),),
     "logit": (A("eps", "float", 1e-6),),
     "mish": (A("lambda", "float", 20.0),),
-    "pow": (A("y", "float", 1.0),),
+    "pow": (A("y", "number", 1.0),),  # an int exponent keeps an integer power exact
     "round": (A("decimals", "int", 0),),
     "scale": (A("scale", "float", 1.0), A("bias", "float", 0.0),
               A("bias_after_scale", "bool", True)),

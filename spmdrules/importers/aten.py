@@ -98,7 +98,7 @@ class Ctx:
 
     def const(self, value: Any, dtype: str, part: str = "const") -> Tensor:
         """A rank-0 constant source (``full``)."""
-        return self.call("full", shape=[], value=float(value), dtype=dtype, part=part)
+        return self.call("full", shape=[], value=scalar(value), dtype=dtype, part=part)
 
     def cast(self, t: Tensor, dtype: str) -> Tensor:
         return t if t.dtype == dtype else self.call("cast", t, dtype=dtype, part="cast")
@@ -115,6 +115,12 @@ class Ctx:
 
     def operand(self, x: Any, dtype: str) -> Tensor:
         return self.cast(x, dtype) if isinstance(x, Tensor) else self.const(x, dtype)
+
+
+def scalar(value: Any) -> int | float:
+    """A Python scalar of the program as a "number" attribute: an int (a bool is 0 or 1) stays
+    an int, so an integer constant is exact (float64 holds 53 bits of an int64)."""
+    return int(value) if isinstance(value, bool | int) else float(value)
 
 
 def dtype_name(dt: Any) -> str:
@@ -267,20 +273,15 @@ def _dropout(c: Ctx, a: dict[str, Any]) -> Tensor:
 def _full(c: Ctx, a: dict[str, Any]) -> Tensor:
     name = c.node.target.__name__.split(".")[0]
     value = a.get("fill_value", a.get("s", 1 if "ones" in name else 0))
-    return c.call("full", shape=c.shape, value=_py(value, c.dtype), dtype=c.dtype)
-
-
-def _py(value: Any, dtype: str) -> float:
-    """An attribute value: the registered creation ops take floats and cast to ``dtype``."""
-    return float(value)
+    return c.call("full", shape=c.shape, value=scalar(value), dtype=c.dtype)
 
 
 @aten("arange.start_step", "arange.default", "arange.start")
 def _arange(c: Ctx, a: dict[str, Any]) -> Tensor:
     start = a.get("start", 0) if "start" in a else 0
     step = a.get("step", 1) if "step" in a else 1
-    return c.call("arange", start=_py(start, c.dtype), end=_py(a["end"], c.dtype),
-                  step=_py(step, c.dtype), dtype=c.dtype)
+    return c.call("arange", start=scalar(start), end=scalar(a["end"]), step=scalar(step),
+                  dtype=c.dtype)
 
 
 # ---- elementwise --------------------------------------------------------------------------------
@@ -385,7 +386,7 @@ def _gelu(c: Ctx, a: dict[str, Any]) -> Tensor:
 
 @aten("pow.Tensor_Scalar")
 def _pow(c: Ctx, a: dict[str, Any]) -> Tensor:
-    return c.call("pow", c.cast(a["self"], c.dtype), y=float(a["exponent"]))
+    return c.call("pow", c.cast(a["self"], c.dtype), y=scalar(a["exponent"]))
 
 
 @aten("where.self")

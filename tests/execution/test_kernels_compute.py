@@ -512,6 +512,13 @@ def _check2(kind: str, got: Array, want: Array) -> None:
         close(got, want.astype(got.dtype))
 
 
+def test_integer_powers_are_exact_and_a_negative_one_is_refused() -> None:
+    x = np.array([5, -3, 1], dtype=np.int64)  # 5**27 needs 63 bits; a float64 holds 53
+    assert serial("pow", [x], {"y": 27}, [(3,)])[0].tolist() == [5**27, (-3) ** 27, 1]
+    with pytest.raises(UnsupportedError, match="negative power y=-1 is no integer"):
+        serial("pow", [x], {"y": -1}, [(3,)])
+
+
 def test_integer_division_semantics() -> None:
     x, y = np.array([-7, 7, -7, 7, 6]), np.array([2, -2, -2, 2, 3])
     assert serial("divide", [x, y], {}, [(5,)])[0].tolist() == [-3, -3, 3, 3, 2]

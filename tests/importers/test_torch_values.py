@@ -1,5 +1,5 @@
 """Values the torch importer must carry exactly (issue 23): every comparison with NaN, infinities
-and ties. Each module is imported, completed
+and ties, and integer constants past float64's 53 bits. Each module is imported, completed
 data parallel on 2 ranks, lowered and run in the simulated executor, and compared with torch's
 own result by ``==`` (not allclose), dtype included."""
 
@@ -17,8 +17,10 @@ import spmdrules as sr  # noqa: E402
 from spmdrules import plan  # noqa: E402
 from spmdrules.completion import complete  # noqa: E402
 from spmdrules.execution.adjoint import gradient_program  # noqa: E402
+from spmdrules.execution.executor import run_serial  # noqa: E402
 from spmdrules.execution.lowering import lower  # noqa: E402
 from spmdrules.execution.simulated import run_simulated  # noqa: E402
+from spmdrules.graph.exchange import dumps, loads  # noqa: E402
 from spmdrules.importers import torch as torch_import  # noqa: E402
 
 MESH = sr.ProcessMesh([0, 1], dim_names=["dp"])
@@ -102,3 +104,50 @@ def test_where_on_a_comparison_zeroes_nan_as_torch_does_and_its_gradient_too() -
     a, b = fn(x, t)
     torch.autograd.backward([a, b], [torch.from_numpy(s) for s in seeds])
     assert np.array_equal(run.fetch(gp.grads[imp.inputs[0]]), x.grad.numpy())
+
+
+# ---- integer constants ---------------------------------------------------------------------------
+BIG = 2**53 + 1  # the first int64 a float64 cannot hold
+X_INT = torch.tensor([[1, 2], [3, 5]])
+Z = torch.tensor([[2**60 + 1, -(2**61) - 3], [BIG, 7]])
+INT_CASES: dict[str, Callable[[Any, Any], Any]] = {
+    # the audit's three
+    "x + (2**53+1)": lambda x, z: x + BIG,
+    "full(2**62+1)": lambda x, z: x + torch.full((2, 2), 2**62 + 1),
+    "x**27": lambda x, z: x**27,
+    # every other way an int scalar reaches a constant
+    "x - big": lambda x, z: x - BIG,
+    "big - x (rsub)": lambda x, z: BIG - x,
+    "x * big": lambda x, z: x * BIG,
+    "add alpha": lambda x, z: torch.add(x, z, alpha=3),
+    "z + 1": lambda x, z: z + 1 + x,
+    "z // 3": lambda x, z: torch.div(z, 3, rounding_mode="floor") + x,
+    "z == big": lambda x, z: (z == BIG) & (x > 0),
+    "where with big": lambda x, z: torch.where(x > 2, z, BIG),
+    "new_full": lambda x, z: x + x.new_full((2, 2), -(2**62) - 1),
+    "full_like": lambda x, z: x + torch.full_like(x, 2**58 + 3),
+    "arange": lambda x, z: x + torch.arange(2**60 + 1, 2**60 + 3),
+    "arange step": lambda x, z: x + torch.arange(BIG, BIG + 6 * 3, 6)[:2],
+}
+
+
+@pytest.mark.parametrize("name", list(INT_CASES))
+def test_int64_constants_are_exact(name: str) -> None:
+    fn = INT_CASES[name]
+    [got], _ = imported_run(fn, X_INT, Z)
+    want = fn(X_INT, Z)
+    assert same(got, want), (name, got, want.numpy(), got - want.numpy())
+
+
+def test_an_int64_constant_survives_the_json_exchange() -> None:
+    """``spmdrules import`` writes the graph as JSON: the attribute stays an exact int there."""
+    imp = torch_import.export(Fn(lambda x: x + torch.arange(BIG, BIG + 2) * BIG), (X_INT,))
+    g = loads(dumps(imp.graph))
+    assert g == imp.graph
+    attrs = [op.attr_dict for op in g.ops if op.type in ("full", "arange")]
+    assert {"start": BIG, "end": BIG + 2} in [{k: a[k] for k in ("start", "end")} for a in attrs
+                                              if "start" in a]
+    assert any(a.get("value") == BIG and type(a["value"]) is int for a in attrs)
+    got = run_serial(g, imp.feeds(X_INT))[imp.outputs[0]]
+    want = (X_INT + torch.arange(BIG, BIG + 2) * BIG).numpy()
+    assert got.dtype == want.dtype and np.array_equal(got, want)

@@ -43,7 +43,10 @@ def _full_like_dtype(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str,
 
 
 def arange_length(start: float, end: float, step: float) -> int:
-    """numpy's count: ceil((end - start) / step), and none for a range that runs backwards."""
+    """numpy's count: ceil((end - start) / step), and none for a range that runs backwards;
+    exact for int bounds (a float64 quotient is not, past 2**53)."""
+    if isinstance(start, int) and isinstance(end, int) and isinstance(step, int):
+        return max(0, -((start - end) // step))
     return max(0, math.ceil((end - start) / step))
 
 
