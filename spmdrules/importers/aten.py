@@ -17,9 +17,12 @@ import difflib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from spmdrules.graph import ops
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Op, Tensor
+from spmdrules.graph.shapes.shape_rule import INTEGRAL_DTYPES
 from spmdrules.importers.errors import UnmappedOpError
 
 Converter = Callable[["Ctx", dict[str, Any]], Any]
@@ -97,8 +100,12 @@ class Ctx:
         return dtype_name(self.val.dtype)
 
     def const(self, value: Any, dtype: str, part: str = "const") -> Tensor:
-        """A rank-0 constant source (``full``)."""
-        return self.call("full", shape=[], value=scalar(value), dtype=dtype, part=part)
+        """A rank-0 constant source (``full``). An int operand wraps into an integer dtype, as
+        torch's type promotion does (an int32 tensor + 2**40 adds 0)."""
+        v = scalar(value)
+        if isinstance(v, int) and dtype in INTEGRAL_DTYPES - {"bool"}:
+            v = int(np.array(v, dtype=np.int64).astype(dtype))
+        return self.call("full", shape=[], value=v, dtype=dtype, part=part)
 
     def cast(self, t: Tensor, dtype: str) -> Tensor:
         return t if t.dtype == dtype else self.call("cast", t, dtype=dtype, part="cast")

@@ -40,7 +40,10 @@ def load(path: Path) -> Any:
     from spmdrules.importers.torch import _torch
 
     torch = _torch()
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ImporterError(f"{path}: cannot be read ({e.strerror or e})") from e
     check(torch, data, path.name)
     try:
         contents = _package().load_pt2(io.BytesIO(data))

@@ -53,3 +53,12 @@ def test_the_older_pickled_format_is_not_read(tmp_path: Path) -> None:
 def test_a_saved_model_still_reads(tmp_path: Path) -> None:
     g = sources.read(save_model(torch, tmp_path / "clean.pt2"))
     assert {t.name for t in g.params} == {"fc.weight", "fc.bias", "shift", "constant.lifted_tensor_0"}
+
+
+def test_a_file_that_cannot_be_read_is_a_typed_error(tmp_path: Path) -> None:
+    (tmp_path / "folder.pt2").mkdir()
+    with pytest.raises(ImporterError, match=r"folder\.pt2: cannot be read"):
+        sources.read(tmp_path / "folder.pt2")
+    (tmp_path / "text.pt2").write_text("not a zip")
+    with pytest.raises(ImporterError, match=r"text\.pt2: not a PT2 archive"):
+        sources.read(tmp_path / "text.pt2")

@@ -128,6 +128,8 @@ INT_CASES: dict[str, Callable[[Any, Any], Any]] = {
     "full_like": lambda x, z: x + torch.full_like(x, 2**58 + 3),
     "arange": lambda x, z: x + torch.arange(2**60 + 1, 2**60 + 3),
     "arange step": lambda x, z: x + torch.arange(BIG, BIG + 6 * 3, 6)[:2],
+    # torch wraps an int operand into the tensor's dtype: 2**40 + 3 adds 3 to an int32
+    "int32 + (2**40+3)": lambda x, z: x.to(torch.int32) + (2**40 + 3),
 }
 
 
