@@ -33,7 +33,8 @@ def full_like_reverse(x: TensorSpec, out: TensorSpec, *_: object) -> SpmdInfo:
     return SpmdInfo((x.attr,), (out.attr.without_partial(),))
 
 
-VALUE = A("value", "float", 0.0)
+# An int value stays an int (a "number"), so an int64 constant is exact.
+VALUE = A("value", "number", 0.0)
 register_rule(
     "full", forward=unplaced, reverse=placed, inputs=[], outputs=[T("out")],
     attrs=[A("shape", "ints", None), VALUE, A("dtype", "dtype", "float32")],
@@ -46,7 +47,7 @@ register_rule(
 )
 register_rule(
     "arange", forward=unplaced, reverse=placed, inputs=[], outputs=[T("out")],
-    attrs=[A("start", "float", 0.0), A("end", "float", None), A("step", "float", 1.0),
+    attrs=[A("start", "number", 0.0), A("end", "number", None), A("step", "number", 1.0),
            A("dtype", "dtype", "")],
     doc="start, start+step, ... before end (dtype '': int64 when all three are integral, else "
     "float32): placed as its consumer needs, else replicated.",

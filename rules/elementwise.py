@@ -29,11 +29,14 @@ UNARY_OPS = (
     "square", "stanh", "swish", "tan", "tanh", "tanh_shrink", "thresholded_relu", "trunc",
 )
 
+# equal, greater_equal and less_equal have no case in Paddle's records; each comparison is its
+# own op, since with a NaN x <= y is not the negation of x > y.
 BINARY_OPS = (
     "add", "bitwise_and", "bitwise_or", "bitwise_xor", "divide", "elementwise_add",
-    "elementwise_binary", "elementwise_div", "elementwise_mul", "elementwise_pow", "floor_divide",
-    "fmax", "fmin", "greater_than", "heaviside", "less_than", "logical_and", "logical_or",
-    "logical_xor", "maximum", "minimum", "not_equal", "remainder", "subtract", "trunc_divide",
+    "elementwise_binary", "elementwise_div", "elementwise_mul", "elementwise_pow", "equal",
+    "floor_divide", "fmax", "fmin", "greater_equal", "greater_than", "heaviside", "less_equal",
+    "less_than", "logical_and", "logical_or", "logical_xor", "maximum", "minimum", "not_equal",
+    "remainder", "subtract", "trunc_divide",
 )
 
 # Letters for broadcast dims; the digit '1' is the shared letter of size-1 dims.
@@ -310,7 +313,7 @@ UNARY_OP_ATTRS: dict[str, tuple[AttrParam, ...]] = {
     "leaky_relu": (A("negative_slope", "float", 0.02),),
     "logit": (A("eps", "float", 1e-6),),
     "mish": (A("lambda", "float", 20.0),),
-    "pow": (A("y", "float", 1.0),),
+    "pow": (A("y", "number", 1.0),),  # an int exponent keeps an integer power exact
     "round": (A("decimals", "int", 0),),
     "scale": (A("scale", "float", 1.0), A("bias", "float", 0.0),
               A("bias_after_scale", "bool", True)),

@@ -21,9 +21,11 @@ from spmdrules.core.errors import (
     did_you_mean,
 )
 from spmdrules.core.spec import SpmdInfo, TensorSpec
+from spmdrules.engine.attributes import A as A  # rules declare attributes with the registry's A
+from spmdrules.engine.attributes import AttrParam as AttrParam
+from spmdrules.engine.attributes import check_attr as _check_attr
 
 TensorKind = Literal["tensor", "optional", "list"]
-AttrType = Literal["bool", "int", "float", "str", "ints", "floats", "dtype"]
 RuleFn = Callable[..., SpmdInfo]
 
 CACHE_SIZE: Final = 8192
@@ -35,15 +37,6 @@ class TensorParam:
 
     name: str
     kind: TensorKind = "tensor"
-
-
-@dataclass(frozen=True, slots=True)
-class AttrParam:
-    """A non-tensor attribute with its Paddle C++ name, type and default."""
-
-    name: str
-    type: AttrType
-    default: Any
 
 
 def T(name: str) -> TensorParam:
@@ -58,64 +51,8 @@ def Vec(name: str) -> TensorParam:
     return TensorParam(name, "list")
 
 
-def A(name: str, type_: AttrType, default: Any) -> AttrParam:
-    return AttrParam(name, type_, default)
-
-
-def _check_attr(op: str, p: AttrParam, v: Any) -> Any:
-    t = p.type
-    if t == "bool":
-        if isinstance(v, bool):
-            return v
-        if isinstance(v, int) and v in (0, 1):
-            return bool(v)
-    elif t == "int":
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-        if _is_np_int(v):
-            return int(v)
-    elif t == "float":
-        if isinstance(v, float | int) and not isinstance(v, bool):
-            return float(v)
-    elif t == "str":
-        if isinstance(v, str):
-            return v
-    elif t == "ints":
-        if isinstance(v, int) and not isinstance(v, bool):
-            return (v,)
-        if isinstance(v, list | tuple) and all(
-            (isinstance(e, int) and not isinstance(e, bool)) or _is_np_int(e) for e in v
-        ):
-            return tuple(int(e) for e in v)
-    elif t == "floats":
-        if isinstance(v, list | tuple) and all(
-            isinstance(e, float | int) and not isinstance(e, bool) for e in v
-        ):
-            return tuple(float(e) for e in v)
-    elif t == "dtype":
-        return str(v)
-    raise RuleArgumentError(f"{op}: attribute {p.name!r} must be {TYPE_WORDS[t]}, got {v!r}")
-
-
-TYPE_WORDS: Final = {
-    "bool": "a bool",
-    "int": "an int",
-    "float": "a float",
-    "str": "a str",
-    "ints": "a list of ints",
-    "floats": "a list of floats",
-    "dtype": "a dtype name",
-}
-
-
-def _is_np_int(v: Any) -> bool:
-    import numpy as np
-
-    return isinstance(v, np.integer)
-
-
 _EXACT_TYPES: Final[dict[str, type | str]] = {
-    "bool": bool, "int": int, "float": float, "str": str, "ints": "ints",
+    "bool": bool, "int": int, "float": float, "number": "number", "str": str, "ints": "ints",
 }
 
 
@@ -262,6 +199,8 @@ class _Binding:
             v = full[i]
             i += 1
             if type(v) is want:
+                continue
+            if want == "number" and (type(v) is int or type(v) is float):
                 continue
             if want != "ints" or type(v) is not tuple:
                 return False

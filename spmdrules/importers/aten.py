@@ -17,9 +17,12 @@ import difflib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from spmdrules.graph import ops
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Op, Tensor
+from spmdrules.graph.shapes.shape_rule import INTEGRAL_DTYPES
 from spmdrules.importers.errors import UnmappedOpError
 
 Converter = Callable[["Ctx", dict[str, Any]], Any]
@@ -97,8 +100,12 @@ class Ctx:
         return dtype_name(self.val.dtype)
 
     def const(self, value: Any, dtype: str, part: str = "const") -> Tensor:
-        """A rank-0 constant source (``full``)."""
-        return self.call("full", shape=[], value=float(value), dtype=dtype, part=part)
+        """A rank-0 constant source (``full``). An int operand wraps into an integer dtype, as
+        torch's type promotion does (an int32 tensor + 2**40 adds 0)."""
+        v = scalar(value)
+        if isinstance(v, int) and dtype in INTEGRAL_DTYPES - {"bool"}:
+            v = int(np.array(v, dtype=np.int64).astype(dtype))
+        return self.call("full", shape=[], value=v, dtype=dtype, part=part)
 
     def cast(self, t: Tensor, dtype: str) -> Tensor:
         return t if t.dtype == dtype else self.call("cast", t, dtype=dtype, part="cast")
@@ -115,6 +122,12 @@ class Ctx:
 
     def operand(self, x: Any, dtype: str) -> Tensor:
         return self.cast(x, dtype) if isinstance(x, Tensor) else self.const(x, dtype)
+
+
+def scalar(value: Any) -> int | float:
+    """A Python scalar of the program as a "number" attribute: an int (a bool is 0 or 1) stays
+    an int, so an integer constant is exact (float64 holds 53 bits of an int64)."""
+    return int(value) if isinstance(value, bool | int) else float(value)
 
 
 def dtype_name(dt: Any) -> str:
@@ -267,20 +280,15 @@ def _dropout(c: Ctx, a: dict[str, Any]) -> Tensor:
 def _full(c: Ctx, a: dict[str, Any]) -> Tensor:
     name = c.node.target.__name__.split(".")[0]
     value = a.get("fill_value", a.get("s", 1 if "ones" in name else 0))
-    return c.call("full", shape=c.shape, value=_py(value, c.dtype), dtype=c.dtype)
-
-
-def _py(value: Any, dtype: str) -> float:
-    """An attribute value: the registered creation ops take floats and cast to ``dtype``."""
-    return float(value)
+    return c.call("full", shape=c.shape, value=scalar(value), dtype=c.dtype)
 
 
 @aten("arange.start_step", "arange.default", "arange.start")
 def _arange(c: Ctx, a: dict[str, Any]) -> Tensor:
     start = a.get("start", 0) if "start" in a else 0
     step = a.get("step", 1) if "step" in a else 1
-    return c.call("arange", start=_py(start, c.dtype), end=_py(a["end"], c.dtype),
-                  step=_py(step, c.dtype), dtype=c.dtype)
+    return c.call("arange", start=scalar(start), end=scalar(a["end"]), step=scalar(step),
+                  dtype=c.dtype)
 
 
 # ---- elementwise --------------------------------------------------------------------------------
@@ -320,23 +328,18 @@ def _div_mode(c: Ctx, a: dict[str, Any]) -> Tensor:
     return _binary("trunc_divide")(c, a)
 
 
-def _compare(op_type: str, negate: bool) -> TensorConverter:
+def _compare(op_type: str) -> TensorConverter:
     def convert(c: Ctx, a: dict[str, Any]) -> Tensor:
         x, y = a["self"], a["other"]
         dt = c.common(x, y)
-        out = c.call(op_type, c.operand(x, dt), c.operand(y, dt),
-                     part=op_type if negate else "")
-        return c.call("logical_not", out, part="not") if negate else out
+        return c.call(op_type, c.operand(x, dt), c.operand(y, dt))
     return convert
 
 
-for _names2, _op2, _negate in ((("ne.Tensor", "ne.Scalar"), "not_equal", False),
-                            (("eq.Tensor", "eq.Scalar"), "not_equal", True),
-                            (("lt.Tensor", "lt.Scalar"), "less_than", False),
-                            (("gt.Tensor", "gt.Scalar"), "greater_than", False),
-                            (("le.Tensor", "le.Scalar"), "greater_than", True),
-                            (("ge.Tensor", "ge.Scalar"), "less_than", True)):
-    aten(*_names2)(_compare(_op2, _negate))
+# Each comparison is its own op: with a NaN every one but ne is False, so none is another's negation.
+for _aten_name2, _op2 in (("ne", "not_equal"), ("eq", "equal"), ("lt", "less_than"),
+                          ("gt", "greater_than"), ("le", "less_equal"), ("ge", "greater_equal")):
+    aten(f"{_aten_name2}.Tensor", f"{_aten_name2}.Scalar")(_compare(_op2))
 
 
 @aten("bitwise_and.Tensor", "logical_and.default", "__and__.Tensor")
@@ -390,7 +393,7 @@ def _gelu(c: Ctx, a: dict[str, Any]) -> Tensor:
 
 @aten("pow.Tensor_Scalar")
 def _pow(c: Ctx, a: dict[str, Any]) -> Tensor:
-    return c.call("pow", c.cast(a["self"], c.dtype), y=float(a["exponent"]))
+    return c.call("pow", c.cast(a["self"], c.dtype), y=scalar(a["exponent"]))
 
 
 @aten("where.self")

@@ -37,3 +37,13 @@ class ControlFlowError(ImporterError):
 
 class InPlaceMutationError(ImporterError):
     """The program writes into one of its inputs, parameters or buffers."""
+
+
+class UnsafeArchiveError(ImporterError):
+    """A model file holds an entry that reading it would unpickle or load as code."""
+
+    def __init__(self, file: str, entry: str, what: str, fix: str) -> None:
+        self.file = file
+        self.entry = entry
+        super().__init__(f"{file}: entry {entry!r} {what}, and spmdrules never unpickles a model "
+                         f"file or loads code from it; {fix}")

@@ -1,7 +1,8 @@
 """Model files by suffix: what ``spmdrules import SOURCE -o MODEL.json`` reads.
 
 A reader turns a file into a Graph; each importer registers one per suffix it reads (torch's
-``.pt2``, an ExportedProgram saved by ``torch.export.save``). A reader imports its framework
+``.pt2``, an ExportedProgram saved by ``torch.export.save``, read by ``spmdrules.importers.pt2``,
+which refuses an archive that would unpickle or load code). A reader imports its framework
 only when called. ONNX files (``.onnx``) are read by ``spmdrules.importers.onnx``.
 """
 
@@ -39,14 +40,10 @@ def read(path: str | Path) -> Graph:
 
 @reader(".pt2")
 def _pt2(path: Path) -> Graph:
+    from spmdrules.importers import pt2
     from spmdrules.importers import torch as torch_import
 
-    torch = torch_import._torch()
-    try:
-        ep = torch.export.load(str(path))
-    except Exception as e:
-        raise ImporterError(f"{path.name}: torch.export.load failed: {type(e).__name__}: "
-                            f"{str(e)[:1000]}") from e
+    ep = pt2.load(path)  # checked for pickles and code before torch reads it
     return torch_import.from_exported(ep.run_decompositions(), name=path.stem).graph
 
 

@@ -440,9 +440,12 @@ BINARY_REF: dict[str, tuple[str, Callable[[Any, Any], Any]]] = {
     "fmin": ("nan", lambda a, b: b if math.isnan(a) else a if math.isnan(b) else min(a, b)),
     "maximum": ("f", max),
     "minimum": ("f", min),
-    "greater_than": ("f", lambda a, b: a > b),
-    "less_than": ("f", lambda a, b: a < b),
-    "not_equal": ("int", lambda a, b: a != b),
+    "greater_than": ("cmp", lambda a, b: a > b),
+    "greater_equal": ("cmp", lambda a, b: a >= b),
+    "less_than": ("cmp", lambda a, b: a < b),
+    "less_equal": ("cmp", lambda a, b: a <= b),
+    "not_equal": ("cmp", lambda a, b: a != b),
+    "equal": ("cmp", lambda a, b: a == b),
     "heaviside": ("zero", _heaviside),
     "logical_and": ("bool", lambda a, b: a and b),
     "logical_or": ("bool", lambda a, b: a or b),
@@ -460,6 +463,9 @@ def _operands(kind: str, xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[Arra
         return RNG.integers(-20, 20, xs), RNG.integers(-20, 20, ys)
     if kind == "pos":
         return _positive(*xs), RNG.standard_normal(ys)
+    if kind == "cmp":  # ties, infinities and NaNs, where the comparisons differ
+        values = np.array([-np.inf, -1.0, 0.0, 1.0, np.inf, np.nan])
+        return RNG.choice(values, xs), RNG.choice(values, ys)
     x, y = _normal(*xs), _normal(*ys)
     if kind == "nan":
         x.ravel()[::3] = np.nan
@@ -489,12 +495,28 @@ def test_binary_serial_and_sharded(op: str) -> None:
         x, y = _operands(kind, xs, ys)
         want = _apply2(ref, x, y)
         (got,) = serial(op, [x, y], {}, [want.shape])
-        _close_nan(got, want) if kind == "nan" else close(got, want.astype(got.dtype))
+        _check2(kind, got, want)
         m = mesh(2, 2)
         for xm in ([0, 1], [1, -1], [-1, 0]):
             xa = DistAttr(m, xm[-len(xs) :] if len(xs) < 3 else [-1, *xm])
             (sh,) = execute(op, [x, y], [xa, rep(m, len(ys))], {}, [want.shape])
-            _close_nan(sh, want) if kind == "nan" else close(sh, want.astype(sh.dtype))
+            _check2(kind, sh, want)
+
+
+def _check2(kind: str, got: Array, want: Array) -> None:
+    if kind == "cmp":
+        assert got.dtype == np.bool_ and np.array_equal(got, want)
+    elif kind == "nan":
+        _close_nan(got, want)
+    else:
+        close(got, want.astype(got.dtype))
+
+
+def test_integer_powers_are_exact_and_a_negative_one_is_refused() -> None:
+    x = np.array([5, -3, 1], dtype=np.int64)  # 5**27 needs 63 bits; a float64 holds 53
+    assert serial("pow", [x], {"y": 27}, [(3,)])[0].tolist() == [5**27, (-3) ** 27, 1]
+    with pytest.raises(UnsupportedError, match="negative power y=-1 is no integer"):
+        serial("pow", [x], {"y": -1}, [(3,)])
 
 
 def test_integer_division_semantics() -> None:

@@ -15,6 +15,7 @@ import pytest
 
 import spmdrules as sr
 from spmdrules import ops
+from spmdrules.execution.executor import run_serial
 from spmdrules.graph import shapes
 from spmdrules.graph.errors import ShapeError
 from spmdrules.graph.graph import Graph
@@ -184,6 +185,21 @@ def test_broadcast_error_names_op_tensor_and_dim() -> None:
         with pytest.raises(ShapeError, match=r"op 'bad' \(add\): y: dim 1 has size 4 but x has size 3"):
             ops.add(x, y, name="bad")
     assert g.num_ops == 0
+
+
+def test_a_constant_holds_its_int_exactly_or_refuses_one_its_dtype_cannot() -> None:
+    big = 2**53 + 1  # a float64 holds only 53 bits of it
+    with Graph() as g:
+        full = ops.full(shape=[2], value=big, dtype="int64", name="big")
+        assert full.producer is not None and full.producer.attr_dict["value"] == big
+        x = g.input("x", [2], "int32")
+        with pytest.raises(ShapeError, match=r"op 'wide' \(full\): value: 1099511627776 does "
+                                             r"not fit int32; give a value in \[-2147483648, "):
+            ops.full(shape=[2], value=2**40, dtype="int32", name="wide")
+        with pytest.raises(ShapeError, match=r"value: nan does not fit int32"):
+            ops.full_like(x, value=float("nan"), name="nan")
+    got = run_serial(g, {"x": np.zeros(2, np.int32)})["big"]
+    assert got.dtype == np.int64 and got.tolist() == [big, big]
 
 
 def test_swiglu_and_add_n() -> None:

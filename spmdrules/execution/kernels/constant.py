@@ -3,7 +3,8 @@
 A constant reads no values, so every layout of its result is computed locally: ``full`` and
 ``full_like`` fill the block's shape, ``arange`` evaluates ``start + step * i`` at the block's own
 global positions ``i``. Floating results are computed in float64, as the executors compute every
-float tensor (so pipelines can be checked to 1e-12); integer and bool dtypes are exact.
+float tensor (so pipelines can be checked to 1e-12); integer and bool dtypes are exact: ``full``'s
+value and ``arange``'s bounds are attributes of type "number", where an int stays an int.
 """
 
 from __future__ import annotations
@@ -36,9 +37,13 @@ def full(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
 @register_kernel("arange")
 def arange(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     shape, attr = output(ctx)
+    dtype = numpy_dtype(arange_dtype(ctx.attrs))
+    start, step = ctx.attrs.get("start", 0.0), ctx.attrs.get("step", 1.0)
+    if dtype.kind in "iu" and isinstance(start, int) and isinstance(step, int):
+        positions = np.asarray(block_range(ctx, shape, attr, 0), dtype=dtype)
+        return ((dtype.type(start) + dtype.type(step) * positions).astype(dtype),)
     positions = np.asarray(block_range(ctx, shape, attr, 0), dtype=np.float64)
-    start, step = float(ctx.attrs.get("start", 0.0)), float(ctx.attrs.get("step", 1.0))
-    return ((start + step * positions).astype(numpy_dtype(arange_dtype(ctx.attrs))),)
+    return ((float(start) + float(step) * positions).astype(dtype),)
 
 
 __all__ = ["arange", "full"]

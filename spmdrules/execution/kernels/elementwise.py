@@ -201,6 +201,15 @@ def _scale(x: Array, ctx: LocalContext) -> Array:
     return np.asarray(out).astype(x.dtype)
 
 
+def _pow(x: Array, ctx: LocalContext) -> Array:
+    """x ** y, exact for an integer x and an int y (y is a "number": an int stays an int)."""
+    y = unary_attr(ctx, "y")
+    if x.dtype.kind in "iub" and isinstance(y, int) and y < 0:
+        raise UnsupportedError(f"pow: {x.dtype} x to the negative power y={y} is no integer; "
+                               "cast x to a float dtype first")
+    return np.asarray(np.power(x, y)).astype(x.dtype)
+
+
 _UNARY: Final[dict[str, UnaryFn]] = {
     "abs": _f(np.abs),
     "acos": _f(np.arccos),
@@ -253,7 +262,7 @@ _UNARY: Final[dict[str, UnaryFn]] = {
     "logsigmoid": _f(lambda x: -np.logaddexp(0.0, -x)),
     "mish": lambda x, ctx: np.asarray(x * np.tanh(_softplus(x, 1.0, unary_attr(ctx, "lambda")))),
     "poisson": _poisson,
-    "pow": lambda x, ctx: np.power(x, unary_attr(ctx, "y")).astype(x.dtype),
+    "pow": _pow,
     "reciprocal": _f(np.reciprocal),
     "relu": _f(lambda x: np.maximum(x, 0).astype(x.dtype)),
     "relu6": _f(lambda x: np.clip(x, 0, 6).astype(x.dtype)),
@@ -335,11 +344,14 @@ _BINARY: Final[dict[str, BinaryFn]] = {
     "elementwise_div": _divide,
     "elementwise_mul": np.multiply,
     "elementwise_pow": np.power,
+    "equal": np.equal,
     "floor_divide": _floor_divide,
     "fmax": np.fmax,
     "fmin": np.fmin,
+    "greater_equal": np.greater_equal,
     "greater_than": np.greater,
     "heaviside": np.heaviside,
+    "less_equal": np.less_equal,
     "less_than": np.less,
     "logical_and": np.logical_and,
     "logical_or": np.logical_or,

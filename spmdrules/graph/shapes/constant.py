@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from spmdrules.graph.shapes import shape_rule
 from spmdrules.graph.shapes.shape_rule import DTYPES, Arg, OutShape, ShapeContext, tensor_arg
@@ -28,8 +28,23 @@ def _full(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> S
     return (tuple(shape),)
 
 
+#: the values each integer dtype holds
+_INT_RANGES: Final = {name: (-(2 ** (8 * n - 1)), 2 ** (8 * n - 1) - 1)
+                      for name, n in (("int8", 1), ("int16", 2), ("int32", 4), ("int64", 8))}
+_INT_RANGES["uint8"] = (0, 255)
+
+
+def _filled(ctx: ShapeContext, attrs: Mapping[str, Any], name: str) -> str:
+    """The dtype ``name``, once ``value`` is known to fit it: numpy would wrap or refuse it."""
+    value, bounds = attrs.get("value", 0.0), _INT_RANGES.get(name)
+    if bounds is not None and not (math.isfinite(value) and bounds[0] <= value <= bounds[1]):
+        raise ctx.fail("value", f"{value!r} does not fit {name}",
+                       f"give a value in [{bounds[0]}, {bounds[1]}], or a wider dtype")
+    return name
+
+
 def _full_dtype(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> Sequence[str]:
-    return (_dtype(ctx, str(attrs.get("dtype", "float32"))),)
+    return (_filled(ctx, attrs, _dtype(ctx, str(attrs.get("dtype", "float32")))),)
 
 
 def _full_like(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> Sequence[OutShape]:
@@ -39,11 +54,14 @@ def _full_like(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any])
 def _full_like_dtype(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]
                      ) -> Sequence[str]:
     name = str(attrs.get("dtype", ""))
-    return (_dtype(ctx, name) if name else tensor_arg(args, 0).dtype,)
+    return (_filled(ctx, attrs, _dtype(ctx, name) if name else tensor_arg(args, 0).dtype),)
 
 
 def arange_length(start: float, end: float, step: float) -> int:
-    """numpy's count: ceil((end - start) / step), and none for a range that runs backwards."""
+    """numpy's count: ceil((end - start) / step), and none for a range that runs backwards;
+    exact for int bounds (a float64 quotient is not, past 2**53)."""
+    if isinstance(start, int) and isinstance(end, int) and isinstance(step, int):
+        return max(0, -((start - end) // step))
     return max(0, math.ceil((end - start) / step))
 
 

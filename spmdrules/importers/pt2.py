@@ -1,0 +1,154 @@
+"""A ``.pt2`` file (``torch.export.save``) read without unpickling anything.
+
+torch 2.13's own loader runs whatever pickle the archive asks it to: a weight or a tensor
+constant whose config entry says ``"use_pickle": true`` is read with
+``torch.load(weights_only=False)``, an opaque object with ``pickle.loads``, a custom object with
+TorchScript's unpickler; the legacy weight and constant files and the sample inputs go through a
+``weights_only=True`` load that falls back to ``weights_only=False`` when it fails; an
+``data/aotinductor/`` entry is compiled code that torch loads into the process; and
+``torch.export.load`` falls back to the pickled pre-2.8 format when the archive does not read.
+Every one of those files is the archive's own, so a crafted file runs code on import.
+
+``load`` therefore reads the file once into memory and checks it with torch's own archive reader
+(the parser torch then reads it with, so both see the same entries) before torch deserializes
+it. Every entry must be one an ExportedProgram archive holds as data: the format markers, each
+model's JSON program, weights and tensor constants stored raw (``use_pickle`` false) and named by
+their configs, sample inputs that load with ``weights_only=True``, and ``extra/`` text files.
+Anything else is refused with ``UnsafeArchiveError`` naming the entry. The checked bytes are then
+handed to ``load_pt2``, the reader behind ``torch.export.load``, which has no legacy fallback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from spmdrules.importers.errors import ImporterError, UnsafeArchiveError
+
+#: the archive's format markers, read as text
+_MARKERS = frozenset({"archive_format", "archive_version", "byteorder", ".data/version",
+                      ".data/serialization_id"})
+_OLDER = ("the older pickled format of torch.export.save is not read: save the model again with "
+          "torch.export.save of torch 2.13")
+
+
+def load(path: Path) -> Any:
+    """The ExportedProgram saved in the ``.pt2`` file ``path``, checked first (module docs)."""
+    from spmdrules.importers.torch import _torch
+
+    torch = _torch()
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ImporterError(f"{path}: cannot be read ({e.strerror or e})") from e
+    check(torch, data, path.name)
+    try:
+        contents = _package().load_pt2(io.BytesIO(data))
+    except Exception as e:
+        raise ImporterError(f"{path.name}: torch could not read the archive: "
+                            f"{type(e).__name__}: {str(e)[:1000]}") from e
+    programs = contents.exported_programs
+    if "model" not in programs:
+        raise ImporterError(f"{path.name}: the archive holds no program named 'model' (it holds "
+                            f"{sorted(programs)}); save one with torch.export.save")
+    return programs["model"]
+
+
+def check(torch: Any, data: bytes, name: str) -> None:
+    """Raise ``UnsafeArchiveError`` unless every entry of the archive ``data`` is plain data."""
+    c = _package()
+    try:
+        reader = c.PT2ArchiveReader(io.BytesIO(data))
+        entries = set(reader.get_file_names())
+    except Exception as e:
+        raise ImporterError(f"{name}: not a PT2 archive ({type(e).__name__}: {str(e)[:300]}); "
+                            f"{_OLDER}") from e
+    models = {e[len(c.MODELS_DIR):-len(".json")] for e in entries
+              if e.startswith(c.MODELS_DIR) and e.endswith(".json")}
+    if not models:
+        raise ImporterError(f"{name}: the archive holds no program (no {c.MODELS_DIR}*.json); "
+                            f"{_OLDER}")
+    allowed = set(_MARKERS)
+    for model in sorted(models):
+        for legacy in (f"{c.WEIGHTS_DIR}{model}.pt", f"{c.CONSTANTS_DIR}{model}.pt"):
+            if legacy in entries:  # torch reads it before any config, whatever the configs say
+                raise UnsafeArchiveError(name, legacy, *_why(c, legacy))
+        allowed.add(c.MODELS_FILENAME_FORMAT.format(model))
+        allowed |= _payloads(reader, entries, name, c.WEIGHTS_CONFIG_FILENAME_FORMAT.format(model),
+                             c.WEIGHTS_DIR, "weight", ())
+        allowed |= _payloads(reader, entries, name,
+                             c.CONSTANTS_CONFIG_FILENAME_FORMAT.format(model), c.CONSTANTS_DIR,
+                             "constant", (c.TENSOR_CONSTANT_FILENAME_PREFIX,))
+        inputs = c.SAMPLE_INPUTS_FILENAME_FORMAT.format(model)
+        if inputs in entries:
+            _check_tensors_only(torch, reader, name, inputs)
+            allowed.add(inputs)
+    for entry in sorted(entries - allowed):
+        if not entry.startswith(c.EXTRA_DIR):  # extra files are read as text
+            raise UnsafeArchiveError(name, entry, *_why(c, entry))
+
+
+def _package() -> Any:
+    """torch's archive module: its reader, ``load_pt2`` and the archive's names."""
+    return importlib.import_module("torch.export.pt2_archive._package")
+
+
+def _payloads(reader: Any, entries: set[str], name: str, config: str, folder: str, kind: str,
+              prefixes: tuple[str, ...]) -> set[str]:
+    """The config and the raw tensor files it names; a pickled entry is refused."""
+    if config not in entries:
+        return set()
+    try:
+        table = json.loads(reader.read_string(config))["config"]
+        items = list(table.items())
+    except Exception as e:
+        raise ImporterError(f"{name}: entry {config!r} is not a payload config "
+                            f"({type(e).__name__}: {e})") from e
+    out = {config}
+    for fqn, meta in items:
+        path = meta.get("path_name") if isinstance(meta, dict) else None
+        if not isinstance(path, str):
+            raise ImporterError(f"{name}: entry {config!r}: {kind} {fqn!r} names no file")
+        entry = folder + path
+        if meta.get("use_pickle", False) is not False:
+            raise UnsafeArchiveError(
+                name, entry, f"holds {kind} {fqn!r} pickled (use_pickle in {config}, as "
+                "torch.export.save writes a tensor subclass)", "export the model with plain "
+                "tensors")
+        if prefixes and not path.startswith(prefixes):
+            raise UnsafeArchiveError(name, entry, f"holds {kind} {fqn!r} as a pickled object, "
+                                     "not a tensor", "export a model whose constants are tensors")
+        out.add(entry)
+    return out
+
+
+def _check_tensors_only(torch: Any, reader: Any, name: str, entry: str) -> None:
+    """torch reads the sample inputs with ``weights_only=True`` and, if that fails, unpickles
+    them; they are checked to load the safe way, so torch's first attempt is the one that
+    succeeds (both read the same bytes)."""
+    try:
+        torch.load(io.BytesIO(reader.read_bytes(entry)), weights_only=True)
+    except Exception as e:
+        first = (str(e).splitlines() or [""])[0][:200]
+        raise UnsafeArchiveError(
+            name, entry, "holds sample inputs that are not plain tensors (a weights_only load "
+            f"refuses them: {type(e).__name__}: {first})", "save the model with tensor example "
+            "inputs") from e
+
+
+def _why(c: Any, entry: str) -> tuple[str, str]:
+    """What an entry outside the allowed ones is, and the fix."""
+    if entry.startswith(c.AOTINDUCTOR_DIR):
+        return ("is AOTInductor compiled code, which torch would load into the process",
+                "import the ExportedProgram saved without it (torch.export.save)")
+    if entry.endswith(".pt") and entry.startswith((c.WEIGHTS_DIR, c.CONSTANTS_DIR)):
+        return ("is a legacy pickled weights or constants file", "save the model again with "
+                "torch.export.save of torch 2.13, which stores tensors raw")
+    return ("is no file an ExportedProgram archive holds as data (no config names it)",
+            "save the model with torch.export.save")
+
+
+__all__ = ["check", "load"]
