@@ -23,7 +23,8 @@ from spmdrules.core.errors import (
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 
 TensorKind = Literal["tensor", "optional", "list"]
-AttrType = Literal["bool", "int", "float", "str", "ints", "floats", "dtype"]
+#: ``scalar`` is Paddle's Scalar (full's value): an int stays an int, so an int64 fill is exact
+AttrType = Literal["bool", "int", "float", "scalar", "str", "ints", "floats", "dtype"]
 RuleFn = Callable[..., SpmdInfo]
 
 CACHE_SIZE: Final = 8192
@@ -77,6 +78,11 @@ def _check_attr(op: str, p: AttrParam, v: Any) -> Any:
     elif t == "float":
         if isinstance(v, float | int) and not isinstance(v, bool):
             return float(v)
+    elif t == "scalar":
+        if isinstance(v, float | int) and not isinstance(v, bool):
+            return v
+        if _is_np_int(v):
+            return int(v)
     elif t == "str":
         if isinstance(v, str):
             return v
@@ -101,6 +107,7 @@ TYPE_WORDS: Final = {
     "bool": "a bool",
     "int": "an int",
     "float": "a float",
+    "scalar": "an int or a float",
     "str": "a str",
     "ints": "a list of ints",
     "floats": "a list of floats",
@@ -115,7 +122,7 @@ def _is_np_int(v: Any) -> bool:
 
 
 _EXACT_TYPES: Final[dict[str, type | str]] = {
-    "bool": bool, "int": int, "float": float, "str": str, "ints": "ints",
+    "bool": bool, "int": int, "float": float, "scalar": "scalar", "str": str, "ints": "ints",
 }
 
 
@@ -261,7 +268,7 @@ class _Binding:
         for want in self.attr_types:
             v = full[i]
             i += 1
-            if type(v) is want:
+            if type(v) is want or (want == "scalar" and (type(v) is int or type(v) is float)):
                 continue
             if want != "ints" or type(v) is not tuple:
                 return False

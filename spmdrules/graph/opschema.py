@@ -154,6 +154,10 @@ def _check_attr(node: str, op: str, p: AttrParam, v: Any) -> Any:
     elif t == "float":
         if isinstance(v, float | int | np.floating | np.integer) and not isinstance(v, bool):
             ok = float(v)
+    elif t == "scalar":  # an int stays an int: an int64 fill is exact
+        if isinstance(v, float | np.floating) or (isinstance(v, int | np.integer)
+                                                  and not isinstance(v, bool)):
+            ok = int(v) if isinstance(v, int | np.integer) else float(v)
     elif t == "str":
         if isinstance(v, str):
             ok = v

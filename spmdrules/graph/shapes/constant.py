@@ -6,14 +6,34 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from spmdrules.graph.shapes import shape_rule
-from spmdrules.graph.shapes.shape_rule import DTYPES, Arg, OutShape, ShapeContext, tensor_arg
+from spmdrules.graph.shapes.shape_rule import (
+    DTYPES,
+    INTEGRAL_DTYPES,
+    Arg,
+    OutShape,
+    ShapeContext,
+    tensor_arg,
+)
 
 
 def _dtype(ctx: ShapeContext, name: str) -> str:
     if name not in DTYPES:
         raise ctx.fail("dtype", f"{name!r} is not a dtype a tensor can have",
                        f"use one of {', '.join(sorted(DTYPES))}")
+    return name
+
+
+def _filled(ctx: ShapeContext, attrs: Mapping[str, Any], name: str) -> str:
+    """``name``, once an int fill value is known to fit it (it is kept exact, not cast)."""
+    value = attrs.get("value", 0.0)
+    if isinstance(value, int) and name in INTEGRAL_DTYPES and name != "bool":
+        info = np.iinfo(name)
+        if not info.min <= value <= info.max:
+            raise ctx.fail("value", f"{value} does not fit {name} ({info.min}..{info.max})",
+                           "give a value of the dtype's range, or a wider dtype")
     return name
 
 
@@ -29,7 +49,7 @@ def _full(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> S
 
 
 def _full_dtype(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> Sequence[str]:
-    return (_dtype(ctx, str(attrs.get("dtype", "float32"))),)
+    return (_filled(ctx, attrs, _dtype(ctx, str(attrs.get("dtype", "float32")))),)
 
 
 def _full_like(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> Sequence[OutShape]:
@@ -39,7 +59,7 @@ def _full_like(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any])
 def _full_like_dtype(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]
                      ) -> Sequence[str]:
     name = str(attrs.get("dtype", ""))
-    return (_dtype(ctx, name) if name else tensor_arg(args, 0).dtype,)
+    return (_filled(ctx, attrs, _dtype(ctx, name) if name else tensor_arg(args, 0).dtype),)
 
 
 def arange_length(start: float, end: float, step: float) -> int:
