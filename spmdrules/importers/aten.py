@@ -20,7 +20,7 @@ from typing import Any
 from spmdrules.graph import ops
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Op, Tensor
-from spmdrules.importers.errors import UnmappedOpError
+from spmdrules.importers.errors import UnmappedOpError, UnsupportedDtypeError
 
 Converter = Callable[["Ctx", dict[str, Any]], Any]
 TensorConverter = Callable[["Ctx", dict[str, Any]], Tensor]
@@ -94,7 +94,7 @@ class Ctx:
 
     @property
     def dtype(self) -> str:
-        return dtype_name(self.val.dtype)
+        return dtype_name(self.val.dtype, self.node.name)
 
     def const(self, value: Any, dtype: str, part: str = "const") -> Tensor:
         """A rank-0 constant source (``full``)."""
@@ -111,16 +111,19 @@ class Ctx:
         out = vals[0]
         for v in vals[1:]:
             out = torch.empty((), dtype=torch.result_type(out, v))
-        return dtype_name(out.dtype) if not isinstance(out, bool | int | float) else self.dtype
+        if isinstance(out, bool | int | float):
+            return self.dtype
+        return dtype_name(out.dtype, self.node.name)
 
     def operand(self, x: Any, dtype: str) -> Tensor:
         return self.cast(x, dtype) if isinstance(x, Tensor) else self.const(x, dtype)
 
 
-def dtype_name(dt: Any) -> str:
+def dtype_name(dt: Any, node: str) -> str:
     name = str(dt).removeprefix("torch.")
     if name not in DTYPES:
-        raise UnmappedOpError("<dtype>", f"dtype {name}", [], "spmdrules has no such dtype")
+        raise UnsupportedDtypeError(f"node {node!r}: torch dtype {name} has no spmdrules dtype; "
+                                    f"the supported dtypes are {', '.join(sorted(DTYPES))}")
     return DTYPES[name]
 
 
