@@ -85,7 +85,8 @@ def read(onnx: Any, source: Any, external_data_dir: str | Path | None) -> tuple[
 def _load(onnx: Any, path: Path) -> Any:
     """The ModelProto of a file, its external data not yet loaded."""
     if not path.is_file():
-        raise ImporterError(f"{path}: no such ONNX file")
+        raise ImporterError(f"{path}: " + ("not a regular file" if path.exists() else
+                                           "no such ONNX file"))
     if path.stat().st_size == 0:
         raise InvalidModelError(f"{path.name}: the file is empty, not an ONNX model")
     try:

@@ -108,6 +108,29 @@ def test_missing_or_short_external_data_is_refused(location: str, length: int, s
              f"read.*{says}", external_data_dir=tmp_path)
 
 
+def test_a_model_over_2_gib_is_checked_from_its_file(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Protobuf cannot serialise 2 GiB: such a model is checked from its file (the limit is
+    lowered here so that a small model stands for it); in memory it is refused."""
+    monkeypatch.setattr(onnx.checker, "MAXIMUM_PROTOBUF", 64)
+    m = _add_w(numpy_helper.from_array(W, "w"))
+    assert m.ByteSize() > 64
+    _refused(m, errors.InvalidModelError, "the model is over 2 GiB in memory: save it with its "
+             "weights as external data")
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    checked: list[Any] = []
+    real = onnx.checker.check_model
+
+    def spy(model: Any, **kw: Any) -> None:
+        checked.append(model)
+        real(model, **kw)
+
+    monkeypatch.setattr(onnx.checker, "check_model", spy)
+    np.testing.assert_array_equal(onnx_import.import_model(path).values["w"], W)
+    assert checked == [str(path)]
+
+
 def test_a_sparse_initializer_is_refused() -> None:
     sparse = helper.make_sparse_tensor(numpy_helper.from_array(np.ones(1, np.float32), "w"),
                                        numpy_helper.from_array(np.zeros(1, np.int64), "i"), [6])
@@ -268,6 +291,7 @@ def test_an_empty_or_garbage_file_is_not_a_model(tmp_path: Path,
     garbage.write_bytes(b"\xff" * 64)
     _refused(garbage, errors.InvalidModelError, "garbage.onnx: not an ONNX model")
     _refused(onnx.ModelProto(), errors.InvalidModelError, "ir_version")
+    _refused(tmp_path, errors.ImporterError, "not a regular file")
 
 
 def _reshape(target: np.ndarray, out: list[Any], opset: int = 14, **attrs: Any) -> Any:
