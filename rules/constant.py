@@ -33,7 +33,8 @@ def full_like_reverse(x: TensorSpec, out: TensorSpec, *_: object) -> SpmdInfo:
     return SpmdInfo((x.attr,), (out.attr.without_partial(),))
 
 
-VALUE = A("value", "scalar", 0.0)
+# An int value stays an int (a "number"), so an int64 constant is exact.
+VALUE = A("value", "number", 0.0)
 register_rule(
     "full", forward=unplaced, reverse=placed, inputs=[], outputs=[T("out")],
     attrs=[A("shape", "ints", None), VALUE, A("dtype", "dtype", "float32")],

@@ -23,8 +23,8 @@ from spmdrules.core.errors import (
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 
 TensorKind = Literal["tensor", "optional", "list"]
-#: ``scalar`` is Paddle's Scalar (full's value): an int stays an int, so an int64 fill is exact
-AttrType = Literal["bool", "int", "float", "scalar", "str", "ints", "floats", "dtype"]
+#: a "number" (Paddle's Scalar, full's value) keeps an int an int, so an int64 fill is exact
+AttrType = Literal["bool", "int", "float", "number", "str", "ints", "floats", "dtype"]
 RuleFn = Callable[..., SpmdInfo]
 
 CACHE_SIZE: Final = 8192
@@ -78,11 +78,10 @@ def _check_attr(op: str, p: AttrParam, v: Any) -> Any:
     elif t == "float":
         if isinstance(v, float | int) and not isinstance(v, bool):
             return float(v)
-    elif t == "scalar":
-        if isinstance(v, float | int) and not isinstance(v, bool):
-            return v
-        if _is_np_int(v):
-            return int(v)
+    elif t == "number":
+        n = as_number(v)
+        if n is not None:
+            return n
     elif t == "str":
         if isinstance(v, str):
             return v
@@ -107,7 +106,7 @@ TYPE_WORDS: Final = {
     "bool": "a bool",
     "int": "an int",
     "float": "a float",
-    "scalar": "an int or a float",
+    "number": "an int or a float",
     "str": "a str",
     "ints": "a list of ints",
     "floats": "a list of floats",
@@ -121,8 +120,24 @@ def _is_np_int(v: Any) -> bool:
     return isinstance(v, np.integer)
 
 
+def as_number(v: Any) -> int | float | None:
+    """``v`` as a "number" attribute, None if it is none (a bool is not a number). An int stays
+    an int, so a constant of an integer dtype is exact (a float64 holds 53 bits of an int64);
+    an int beyond int64, which no integer dtype holds, is a float."""
+    import numpy as np
+
+    if isinstance(v, bool | np.bool_):
+        return None
+    if isinstance(v, int | np.integer):
+        i = int(v)
+        return i if -(2**63) <= i < 2**63 else float(i)
+    if isinstance(v, float | np.floating):
+        return float(v)
+    return None
+
+
 _EXACT_TYPES: Final[dict[str, type | str]] = {
-    "bool": bool, "int": int, "float": float, "scalar": "scalar", "str": str, "ints": "ints",
+    "bool": bool, "int": int, "float": float, "number": "number", "str": str, "ints": "ints",
 }
 
 
@@ -268,7 +283,9 @@ class _Binding:
         for want in self.attr_types:
             v = full[i]
             i += 1
-            if type(v) is want or (want == "scalar" and (type(v) is int or type(v) is float)):
+            if type(v) is want:
+                continue
+            if want == "number" and (type(v) is int or type(v) is float):
                 continue
             if want != "ints" or type(v) is not tuple:
                 return False

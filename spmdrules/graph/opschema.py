@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from spmdrules.core.errors import UnknownOpError, did_you_mean
 from spmdrules.engine.registry import TYPE_WORDS as _TYPE_WORDS
-from spmdrules.engine.registry import AttrParam, Rule, TensorParam, get_rule, list_rules
+from spmdrules.engine.registry import AttrParam, Rule, TensorParam, as_number, get_rule, list_rules
 from spmdrules.graph.errors import GraphUnknownOpError, OpAttributeError
 from spmdrules.graph.shapes.shape_rule import GENERIC_OPS
 
@@ -154,10 +154,10 @@ def _check_attr(node: str, op: str, p: AttrParam, v: Any) -> Any:
     elif t == "float":
         if isinstance(v, float | int | np.floating | np.integer) and not isinstance(v, bool):
             ok = float(v)
-    elif t == "scalar":  # an int stays an int: an int64 fill is exact
-        if isinstance(v, float | np.floating) or (isinstance(v, int | np.integer)
-                                                  and not isinstance(v, bool)):
-            ok = int(v) if isinstance(v, int | np.integer) else float(v)
+    elif t == "number":
+        n = as_number(v)
+        if n is not None:
+            ok = n
     elif t == "str":
         if isinstance(v, str):
             ok = v
