@@ -62,9 +62,10 @@ def read(onnx: Any, source: Any, external_data_dir: str | Path | None) -> tuple[
     else:
         raise ImporterError(f"onnx importer: expected a path or an onnx.ModelProto, got "
                             f"{type(source).__name__}")
-    for sparse in model.graph.sparse_initializer:
-        raise ImporterError(f"initializer {sparse.values.name!r} is sparse: spmdrules maps dense "
-                            "tensors; store it dense in the model")
+    if model.graph.sparse_initializer:
+        sparse = model.graph.sparse_initializer[0].values.name
+        raise ImporterError(f"initializer {sparse!r} is sparse: spmdrules maps dense tensors; "
+                            "store it dense in the model")
     external = _external(onnx, model)
     if external:
         if base is None:
