@@ -47,7 +47,7 @@ register_rule(
 )
 register_rule(
     "arange", forward=unplaced, reverse=placed, inputs=[], outputs=[T("out")],
-    attrs=[A("start", "float", 0.0), A("end", "float", None), A("step", "float", 1.0),
+    attrs=[A("start", "number", 0.0), A("end", "number", None), A("step", "number", 1.0),
            A("dtype", "dtype", "")],
     doc="start, start+step, ... before end (dtype '': int64 when all three are integral, else "
     "float32): placed as its consumer needs, else replicated.",

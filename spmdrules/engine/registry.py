@@ -21,10 +21,11 @@ from spmdrules.core.errors import (
     did_you_mean,
 )
 from spmdrules.core.spec import SpmdInfo, TensorSpec
+from spmdrules.engine.attributes import A as A  # rules declare attributes with the registry's A
+from spmdrules.engine.attributes import AttrParam as AttrParam
+from spmdrules.engine.attributes import check_attr as _check_attr
 
 TensorKind = Literal["tensor", "optional", "list"]
-#: a "number" (Paddle's Scalar, full's value) keeps an int an int, so an int64 fill is exact
-AttrType = Literal["bool", "int", "float", "number", "str", "ints", "floats", "dtype"]
 RuleFn = Callable[..., SpmdInfo]
 
 CACHE_SIZE: Final = 8192
@@ -38,15 +39,6 @@ class TensorParam:
     kind: TensorKind = "tensor"
 
 
-@dataclass(frozen=True, slots=True)
-class AttrParam:
-    """A non-tensor attribute with its Paddle C++ name, type and default."""
-
-    name: str
-    type: AttrType
-    default: Any
-
-
 def T(name: str) -> TensorParam:
     return TensorParam(name, "tensor")
 
@@ -57,83 +49,6 @@ def Opt(name: str) -> TensorParam:
 
 def Vec(name: str) -> TensorParam:
     return TensorParam(name, "list")
-
-
-def A(name: str, type_: AttrType, default: Any) -> AttrParam:
-    return AttrParam(name, type_, default)
-
-
-def _check_attr(op: str, p: AttrParam, v: Any) -> Any:
-    t = p.type
-    if t == "bool":
-        if isinstance(v, bool):
-            return v
-        if isinstance(v, int) and v in (0, 1):
-            return bool(v)
-    elif t == "int":
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-        if _is_np_int(v):
-            return int(v)
-    elif t == "float":
-        if isinstance(v, float | int) and not isinstance(v, bool):
-            return float(v)
-    elif t == "number":
-        n = as_number(v)
-        if n is not None:
-            return n
-    elif t == "str":
-        if isinstance(v, str):
-            return v
-    elif t == "ints":
-        if isinstance(v, int) and not isinstance(v, bool):
-            return (v,)
-        if isinstance(v, list | tuple) and all(
-            (isinstance(e, int) and not isinstance(e, bool)) or _is_np_int(e) for e in v
-        ):
-            return tuple(int(e) for e in v)
-    elif t == "floats":
-        if isinstance(v, list | tuple) and all(
-            isinstance(e, float | int) and not isinstance(e, bool) for e in v
-        ):
-            return tuple(float(e) for e in v)
-    elif t == "dtype":
-        return str(v)
-    raise RuleArgumentError(f"{op}: attribute {p.name!r} must be {TYPE_WORDS[t]}, got {v!r}")
-
-
-TYPE_WORDS: Final = {
-    "bool": "a bool",
-    "int": "an int",
-    "float": "a float",
-    "number": "an int or a float",
-    "str": "a str",
-    "ints": "a list of ints",
-    "floats": "a list of floats",
-    "dtype": "a dtype name",
-}
-
-
-def _is_np_int(v: Any) -> bool:
-    import numpy as np
-
-    return isinstance(v, np.integer)
-
-
-def as_number(v: Any) -> int | float | None:
-    """``v`` as a "number" attribute, None if it is none (a bool is not a number). An int stays
-    an int, so a constant of an integer dtype is exact (a float64 holds 53 bits of an int64);
-    an int beyond int64, which no integer dtype holds, is a float."""
-    import numpy as np
-
-    if isinstance(v, bool | np.bool_):
-        return None
-    if isinstance(v, int | np.integer):
-        i = int(v)
-        return i if -(2**63) <= i < 2**63 else float(i)
-    if isinstance(v, float | np.floating):
-        return float(v)
-    return None
 
 
 _EXACT_TYPES: Final[dict[str, type | str]] = {

@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from spmdrules.core.errors import UnknownOpError, did_you_mean
-from spmdrules.engine.registry import TYPE_WORDS as _TYPE_WORDS
-from spmdrules.engine.registry import AttrParam, Rule, TensorParam, as_number, get_rule, list_rules
+from spmdrules.engine.attributes import TYPE_WORDS as _TYPE_WORDS
+from spmdrules.engine.attributes import as_number
+from spmdrules.engine.registry import AttrParam, Rule, TensorParam, get_rule, list_rules
 from spmdrules.graph.errors import GraphUnknownOpError, OpAttributeError
 from spmdrules.graph.shapes.shape_rule import GENERIC_OPS
 

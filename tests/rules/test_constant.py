@@ -73,7 +73,7 @@ def test_full_and_full_like_shapes_and_dtypes() -> None:
     ("full", {"shape": [2, -1]}, r"shape: dim 1 is -1.*give every size as an int >= 0"),
     ("full", {"shape": [2], "dtype": "float8"}, r"dtype: 'float8' is not a dtype.*use one of"),
     ("full", {"shape": [2], "value": 2**31, "dtype": "int32"},
-     r"value: 2147483648 does not fit int32 \(-2147483648..2147483647\); give a value"),
+     r"value: 2147483648 does not fit int32; give a value in \[-2147483648, 2147483647\]"),
     ("arange", {"start": 0.0}, r"end: is required; pass end="),
     ("arange", {"end": 4.0, "step": 0.0}, r"step: .*no finite range; use finite bounds and a "
                                           r"non-zero step"),

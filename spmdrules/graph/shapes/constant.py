@@ -4,36 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import numpy as np
+from typing import Any, Final
 
 from spmdrules.graph.shapes import shape_rule
-from spmdrules.graph.shapes.shape_rule import (
-    DTYPES,
-    INTEGRAL_DTYPES,
-    Arg,
-    OutShape,
-    ShapeContext,
-    tensor_arg,
-)
+from spmdrules.graph.shapes.shape_rule import DTYPES, Arg, OutShape, ShapeContext, tensor_arg
 
 
 def _dtype(ctx: ShapeContext, name: str) -> str:
     if name not in DTYPES:
         raise ctx.fail("dtype", f"{name!r} is not a dtype a tensor can have",
                        f"use one of {', '.join(sorted(DTYPES))}")
-    return name
-
-
-def _filled(ctx: ShapeContext, attrs: Mapping[str, Any], name: str) -> str:
-    """``name``, once an int fill value is known to fit it (it is kept exact, not cast)."""
-    value = attrs.get("value", 0.0)
-    if isinstance(value, int) and name in INTEGRAL_DTYPES and name != "bool":
-        info = np.iinfo(name)
-        if not info.min <= value <= info.max:
-            raise ctx.fail("value", f"{value} does not fit {name} ({info.min}..{info.max})",
-                           "give a value of the dtype's range, or a wider dtype")
     return name
 
 
@@ -46,6 +26,21 @@ def _full(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> S
             raise ctx.fail("shape", f"dim {i} is {n}; a constant's sizes are known",
                            "give every size as an int >= 0")
     return (tuple(shape),)
+
+
+#: the values each integer dtype holds
+_INT_RANGES: Final = {name: (-(2 ** (8 * n - 1)), 2 ** (8 * n - 1) - 1)
+                      for name, n in (("int8", 1), ("int16", 2), ("int32", 4), ("int64", 8))}
+_INT_RANGES["uint8"] = (0, 255)
+
+
+def _filled(ctx: ShapeContext, attrs: Mapping[str, Any], name: str) -> str:
+    """The dtype ``name``, once ``value`` is known to fit it: numpy would wrap or refuse it."""
+    value, bounds = attrs.get("value", 0.0), _INT_RANGES.get(name)
+    if bounds is not None and not (math.isfinite(value) and bounds[0] <= value <= bounds[1]):
+        raise ctx.fail("value", f"{value!r} does not fit {name}",
+                       f"give a value in [{bounds[0]}, {bounds[1]}], or a wider dtype")
+    return name
 
 
 def _full_dtype(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> Sequence[str]:
@@ -63,7 +58,10 @@ def _full_like_dtype(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str,
 
 
 def arange_length(start: float, end: float, step: float) -> int:
-    """numpy's count: ceil((end - start) / step), and none for a range that runs backwards."""
+    """numpy's count: ceil((end - start) / step), and none for a range that runs backwards;
+    exact for int bounds (a float64 quotient is not, past 2**53)."""
+    if isinstance(start, int) and isinstance(end, int) and isinstance(step, int):
+        return max(0, -((start - end) // step))
     return max(0, math.ceil((end - start) / step))
 
 
