@@ -111,17 +111,15 @@ class Ctx:
         out = vals[0]
         for v in vals[1:]:
             out = torch.empty((), dtype=torch.result_type(out, v))
-        if isinstance(out, bool | int | float):
-            return self.dtype
-        return dtype_name(out.dtype, self.node.name)
+        return self.dtype if isinstance(out, bool | int | float) else dtype_name(
+            out.dtype, self.node.name)
 
     def operand(self, x: Any, dtype: str) -> Tensor:
         return self.cast(x, dtype) if isinstance(x, Tensor) else self.const(x, dtype)
 
 
 def dtype_name(dt: Any, node: str) -> str:
-    name = str(dt).removeprefix("torch.")
-    if name not in DTYPES:
+    if (name := str(dt).removeprefix("torch.")) not in DTYPES:
         raise UnsupportedDtypeError(f"node {node!r}: torch dtype {name} has no spmdrules dtype; "
                                     f"the supported dtypes are {', '.join(sorted(DTYPES))}")
     return DTYPES[name]
