@@ -23,7 +23,7 @@ from spmdrules.graph import ops
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Op, Tensor
 from spmdrules.graph.shapes.shape_rule import INTEGRAL_DTYPES
-from spmdrules.importers.errors import UnmappedOpError
+from spmdrules.importers.errors import UnmappedOpError, UnsupportedDtypeError
 
 Converter = Callable[["Ctx", dict[str, Any]], Any]
 TensorConverter = Callable[["Ctx", dict[str, Any]], Tensor]
@@ -97,7 +97,7 @@ class Ctx:
 
     @property
     def dtype(self) -> str:
-        return dtype_name(self.val.dtype)
+        return dtype_name(self.val.dtype, self.node.name)
 
     def const(self, value: Any, dtype: str, part: str = "const") -> Tensor:
         """A rank-0 constant source (``full``). An int operand wraps into an integer dtype, as
@@ -118,7 +118,8 @@ class Ctx:
         out = vals[0]
         for v in vals[1:]:
             out = torch.empty((), dtype=torch.result_type(out, v))
-        return dtype_name(out.dtype) if not isinstance(out, bool | int | float) else self.dtype
+        return self.dtype if isinstance(out, bool | int | float) else dtype_name(
+            out.dtype, self.node.name)
 
     def operand(self, x: Any, dtype: str) -> Tensor:
         return self.cast(x, dtype) if isinstance(x, Tensor) else self.const(x, dtype)
@@ -130,10 +131,10 @@ def scalar(value: Any) -> int | float:
     return int(value) if isinstance(value, bool | int) else float(value)
 
 
-def dtype_name(dt: Any) -> str:
-    name = str(dt).removeprefix("torch.")
-    if name not in DTYPES:
-        raise UnmappedOpError("<dtype>", f"dtype {name}", [], "spmdrules has no such dtype")
+def dtype_name(dt: Any, node: str) -> str:
+    if (name := str(dt).removeprefix("torch.")) not in DTYPES:
+        raise UnsupportedDtypeError(f"node {node!r}: torch dtype {name} has no spmdrules dtype; "
+                                    f"the supported dtypes are {', '.join(sorted(DTYPES))}")
     return DTYPES[name]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from spmdrules.core.errors import SpmdError
+from spmdrules.graph import errors as graph_errors
 
 
 class ImporterError(SpmdError, ValueError):
@@ -29,6 +30,30 @@ class UnmappedOpError(ImporterError):
 
 class DynamicShapeError(ImporterError):
     """A tensor's shape is symbolic: spmdrules plans static shapes only."""
+
+
+class InvalidModelError(ImporterError):
+    """The model breaks its own format's rules (``onnx.checker`` refuses it, an initializer's
+    data disagrees with its dims, an opset no release defines): it is malformed."""
+
+
+class GraphCycleError(InvalidModelError, graph_errors.GraphCycleError):
+    """A node of the model reads a value computed from its own output (the graph layer's
+    ``GraphCycleError`` for a model's graph: one ``except`` catches both)."""
+
+
+class InvalidDimError(ImporterError):
+    """A tensor dim spmdrules cannot plan: negative, zero (an empty tensor), or 2**62 and more
+    (beyond what an int64 index and the model file hold)."""
+
+
+class UnsupportedDtypeError(ImporterError):
+    """A tensor's element type has no spmdrules dtype (complex, string, uint64, float8...)."""
+
+
+class ExternalDataError(ImporterError):
+    """A tensor's data lives in a file the importer may not or cannot read: outside the model's
+    folder, through a link, missing, or with no folder given for an in-memory model."""
 
 
 class ControlFlowError(ImporterError):

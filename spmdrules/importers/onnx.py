@@ -12,10 +12,15 @@
   ``ConstantOfShape`` are constant sources (``full`` for a fill, a named parameter for a tensor).
 * Every tensor of the graph keeps its ONNX value name; an op named after its node's first output
   writes it (ops a mapping adds on the way are named ``<output>.<part>``).
+* The model is read and checked first (``onnx_read``): external data from the file's own folder
+  or ``external_data_dir`` only (``ExternalDataError``), then ``onnx.checker``'s full check
+  (``InvalidModelError``, ``GraphCycleError``).
 * Refused with a typed error (``spmdrules.importers.errors``) naming the node: symbolic dims
-  without an override (``DynamicShapeError``), If/Loop/Scan (``ControlFlowError``), any op with
-  no mapping (``UnmappedOpError``, with the nearest mapped ops), and any attribute a mapping
-  cannot honour (a training-mode BatchNormalization, MaxPool's indices, a dilated pool).
+  without an override (``DynamicShapeError``), a dim below 1 or of 2**62 and more
+  (``InvalidDimError``), a type with no graph dtype (``UnsupportedDtypeError``), If/Loop/Scan
+  (``ControlFlowError``), any op with no mapping (``UnmappedOpError``, with the nearest mapped
+  ops), and any attribute a mapping cannot honour (a training-mode BatchNormalization, MaxPool's
+  indices, a dilated pool).
 
 ``follow_batch=True`` lets a Reshape whose constant target fixes the model's batch (a leading
 ``1`` where the input had its batch) follow a widened batch: the ONNX files of the model zoo
@@ -30,12 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from spmdrules.graph.graph import Graph
-from spmdrules.importers.errors import (
-    ImporterError,
-    MissingExtraError,
-)
+from spmdrules.importers.errors import MissingExtraError
 from spmdrules.importers.onnx_graph import Importer
-from spmdrules.importers.onnx_ops import DTYPES, safe_name
+from spmdrules.importers.onnx_read import read
+from spmdrules.importers.onnx_values import DTYPES, safe_name
 from spmdrules.importers.torch import Imported
 
 
@@ -50,36 +53,27 @@ def _onnx() -> Any:
 
 def load(path_or_model: Any, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
          follow_batch: bool = False, spatial_sharding: bool = False,
-         name: str | None = None) -> Graph:
+         name: str | None = None, external_data_dir: str | Path | None = None) -> Graph:
     """The Graph of an ONNX model (a path or a ``ModelProto``); see the module docs."""
     return import_model(path_or_model, input_shapes=input_shapes, follow_batch=follow_batch,
-                        spatial_sharding=spatial_sharding, name=name).graph
+                        spatial_sharding=spatial_sharding, name=name,
+                        external_data_dir=external_data_dir).graph
 
 
 def import_model(path_or_model: Any, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
                  follow_batch: bool = False, spatial_sharding: bool = False,
-                 name: str | None = None) -> Imported:
+                 name: str | None = None,
+                 external_data_dir: str | Path | None = None) -> Imported:
     """Import an ONNX model with the values of its parameters (``Imported.feeds``).
 
     ``spatial_sharding`` sets the conv opt-in (docs/rules.md) on every Conv, so a spatially
-    sharded input stays sharded through them, with halos."""
+    sharded input stays sharded through them, with halos. ``external_data_dir`` is the folder
+    an in-memory ``ModelProto``'s external data is read from (a file's is its own folder)."""
     onnx = _onnx()
-    if isinstance(path_or_model, str | Path):
-        p = Path(path_or_model)
-        if not p.exists():
-            raise ImporterError(f"{p}: no such ONNX file")
-        try:
-            model = onnx.load(str(p))
-        except Exception as e:
-            raise ImporterError(f"{p.name}: onnx.load failed: {type(e).__name__}: {e}") from e
-        name = name or p.stem
-    elif isinstance(path_or_model, onnx.ModelProto):
-        model = path_or_model
-    else:
-        raise ImporterError(f"onnx importer: expected a path or an onnx.ModelProto, got "
-                            f"{type(path_or_model).__name__}")
-    return Importer(onnx, model, name or model.graph.name or "onnx", dict(input_shapes or {}),
-                    follow_batch=follow_batch, spatial_sharding=spatial_sharding).run()
+    model, stem = read(onnx, path_or_model, external_data_dir)
+    return Importer(onnx, model, name or stem or model.graph.name or "onnx",
+                    dict(input_shapes or {}), follow_batch=follow_batch,
+                    spatial_sharding=spatial_sharding).run()
 
 
 __all__ = ["DTYPES", "Imported", "import_model", "load", "safe_name"]

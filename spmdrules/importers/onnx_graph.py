@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from spmdrules.core.errors import SpmdError
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Tensor
@@ -21,7 +19,9 @@ from spmdrules.importers.errors import (
     ImporterError,
     UnmappedOpError,
 )
-from spmdrules.importers.onnx_ops import DTYPES, OPS, Ctx, Static, nearest, safe_name
+from spmdrules.importers.onnx_ops import OPS, Ctx, nearest
+from spmdrules.importers.onnx_read import DEFAULT_DOMAINS, node_label
+from spmdrules.importers.onnx_values import Static, array, check_dims, graph_dtype, safe_name
 from spmdrules.importers.torch import Imported
 
 CONTROL_FLOW = ("If", "Loop", "Scan", "SequenceMap")
@@ -32,7 +32,7 @@ def check_graph(model: Any) -> None:
     for node in model.graph.node:
         if node.op_type in CONTROL_FLOW or any(a.type in (5, 10) for a in node.attribute):
             raise ControlFlowError(
-                f"node {node.name or node.output[0]!r}: {node.op_type} is control flow (it holds "
+                f"node {node_label(node)!r}: {node.op_type} is control flow (it holds "
                 "subgraphs); spmdrules plans straight-line programs. Export the model with the "
                 "branch fixed (or the loop unrolled) instead")
 
@@ -46,22 +46,14 @@ def static_shape(value_info: Any, name: str, override: Sequence[int] | None) -> 
         if len(shape) != len(declared):
             raise ImporterError(f"input {name!r}: input_shapes gives rank {len(shape)} "
                                 f"{shape} but the model declares rank {len(declared)} {declared}")
-        if min(shape, default=1) < 1:
-            raise ImporterError(f"input {name!r}: input_shapes gives {shape}; every dim is >= 1")
-        return shape
+        return check_dims(shape, f"input {name!r}: input_shapes")
     if not value_info.type.tensor_type.HasField("shape") or not all(
-            isinstance(d, int) and d > 0 for d in declared):
+            isinstance(d, int) for d in declared):
         raise DynamicShapeError(
             f"input {name!r}: shape {declared} is not static; give it with "
             f"input_shapes={{{name!r}: [...]}}")
-    return [int(d) for d in declared]
-
-
-def graph_dtype(elem_type: int, where: str) -> str:
-    if elem_type not in DTYPES:
-        raise UnmappedOpError(where, f"element type {elem_type}", [],
-                              "spmdrules has no such dtype")
-    return DTYPES[elem_type]
+    return check_dims([int(d) for d in declared], f"input {name!r}: shape",
+                      f"give another with input_shapes={{{name!r}: [...]}}")
 
 
 class Importer:
@@ -83,7 +75,7 @@ class Importer:
     def run(self) -> Imported:
         onnx, model = self.onnx, self.model
         check_graph(model)
-        self.opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+        self.opset = max((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS),
                          default=1)
         inits = {i.name: i for i in model.graph.initializer}
         unknown = set(self.input_shapes) - {i.name for i in model.graph.input if i.name not in inits}
@@ -94,8 +86,8 @@ class Importer:
         expected = self._onnx_shapes()
         with self.graph:
             for init in model.graph.initializer:
-                value = onnx.numpy_helper.to_array(init)
-                self.env[init.name] = Static(init.name, np.asarray(value))
+                value = array(onnx, init, f"initializer {init.name!r}")
+                self.env[init.name] = Static(init.name, value)
             for vi in model.graph.input:
                 if vi.name in inits:
                     continue
@@ -103,8 +95,8 @@ class Importer:
                 declared = [d.dim_value for d in vi.type.tensor_type.shape.dim]
                 if self.batch is None and shape and declared and declared[0] > 0:
                     self.batch = (declared[0], shape[0])
-                t = self.graph.input(safe_name(vi.name),
-                                     shape, graph_dtype(vi.type.tensor_type.elem_type, vi.name))
+                t = self.graph.input(safe_name(vi.name), shape, graph_dtype(
+                    onnx, vi.type.tensor_type.elem_type, f"input {vi.name!r}"))
                 self.imported.inputs.append(t.name)
                 self.env[vi.name] = t
             for node in model.graph.node:
@@ -119,8 +111,8 @@ class Importer:
         return self.imported
 
     def _node(self, node: Any, expected: Mapping[str, tuple[int, ...]]) -> None:
-        where = node.name or (node.output[0] if node.output else node.op_type)
-        if node.domain not in ("", "ai.onnx"):
+        where = node_label(node)
+        if node.domain not in DEFAULT_DOMAINS:
             raise UnmappedOpError(where, f"{node.domain}.{node.op_type}", [],
                                   "only the default ONNX domain is mapped")
         conv = OPS.get(node.op_type)
@@ -144,6 +136,8 @@ class Importer:
         for name, v in zip(node.output, outs, strict=False):
             if not name:
                 continue
+            if isinstance(v, Tensor):
+                check_dims(v.shape, f"node {where!r} ({node.op_type}): output {name!r}")
             if isinstance(v, Tensor) and name in expected and not self._agrees(
                     tuple(v.shape), expected[name]):
                 raise ImporterError(
@@ -188,4 +182,4 @@ class Importer:
         return out
 
 
-__all__ = ["CONTROL_FLOW", "Importer", "check_graph", "graph_dtype", "static_shape"]
+__all__ = ["CONTROL_FLOW", "Importer", "check_graph", "static_shape"]

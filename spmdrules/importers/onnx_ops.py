@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import difflib
 import math
-import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from spmdrules.graph import ops
 from spmdrules.graph.nodes import Op, Tensor
-from spmdrules.importers.errors import DynamicShapeError, UnmappedOpError
+from spmdrules.importers.errors import DynamicShapeError, InvalidModelError, UnmappedOpError
+from spmdrules.importers.onnx_values import Static, array, graph_dtype, safe_name
 
 #: the walk's state (``onnx_graph.Importer``: graph, env, opset, options), which converters read
 Importer = Any
@@ -29,16 +28,6 @@ Importer = Any
 Value = Any  # Tensor | Static
 Converter = Callable[["Ctx"], Sequence[Value]]
 OPS: dict[str, Converter] = {}
-#: ONNX TensorProto element types -> graph dtypes
-DTYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
-          10: "float16", 11: "float64", 16: "bfloat16"}
-_SAFE = re.compile(r"[^A-Za-z0-9_.\-/:\[\]]")
-
-
-def safe_name(name: str) -> str:
-    """An ONNX value name as a graph name (characters the graph refuses become ``_``)."""
-    s = _SAFE.sub("_", name) or "_"
-    return s if re.match(r"[A-Za-z0-9_]", s) else f"_{s}"
 
 
 def onnx_op(*names: str) -> Callable[[Converter], Converter]:
@@ -54,25 +43,6 @@ def nearest(op_type: str) -> list[str]:
     low = {k.lower(): k for k in OPS}
     close = difflib.get_close_matches(op_type.lower(), list(low), n=3, cutoff=0.3)
     return [low[c] for c in close]
-
-
-@dataclass
-class Static:
-    """A value known at import time: an initializer or a Constant. Read as a shape it folds into
-    an attribute; read as data it becomes a parameter source named after it (once)."""
-
-    name: str
-    value: np.ndarray
-    made: list[Tensor] = field(default_factory=list)
-
-    def tensor(self, imp: Importer) -> Tensor:
-        if not self.made:
-            v = self.value
-            dtype = {np.dtype(np.bool_): "bool"}.get(v.dtype, str(v.dtype))
-            t = imp.graph.param(safe_name(self.name), list(v.shape), dtype)
-            imp.imported.values[t.name] = v
-            self.made.append(t)
-        return self.made[0]
 
 
 class Ctx:
@@ -100,9 +70,9 @@ class Ctx:
         if not self.has(i):
             raise self.fail(f"input {i} is missing")
         name = self.node.input[i]
-        if name not in self.imp.env:
-            raise self.fail(f"input {name!r} is produced by no earlier node (the graph must be "
-                            "topologically sorted)")
+        if name not in self.imp.env:  # onnx.checker refuses such a graph first
+            raise InvalidModelError(f"node {self.where!r} ({self.node.op_type}): input {name!r} "
+                                    "is produced by no earlier node")
         return self.imp.env[name]
 
     def tensor(self, i: int) -> Tensor:
@@ -120,6 +90,16 @@ class Ctx:
                 "computed at run time but must be a constant (an initializer or Constant); "
                 "spmdrules plans static shapes")
         return v.value
+
+    def ints(self, i: int, what: str) -> list[int]:
+        """The constant input ``i`` read as ``what`` (a shape, axes): ONNX's int64 values."""
+        v = self.static(i)
+        if not np.issubdtype(v.dtype, np.integer):
+            raise InvalidModelError(
+                f"node {self.where!r} ({self.node.op_type}): input {self.node.input[i]!r}, the "
+                f"{what}, holds {v.dtype} values [{', '.join(v.reshape(-1)[:8].astype(str))}];"
+                " ONNX takes it as int64 (a fraction is never truncated here)")
+        return [int(e) for e in v.reshape(-1)]
 
     def attr(self, name: str, default: Any = None) -> Any:
         v = self.attrs.get(name, default)
@@ -376,8 +356,13 @@ def _softmax(c: Ctx) -> list[Value]:
 @onnx_op("Reshape")
 def _reshape(c: Ctx) -> list[Value]:
     x = c.tensor(0)
-    target = [int(v) for v in c.static(1).reshape(-1)]
+    target = c.ints(1, "target shape")
     allow_zero = bool(c.attr("allowzero", 0))
+    if allow_zero and 0 in target:
+        raise InvalidModelError(
+            f"node {c.where!r} (Reshape): allowzero=1 makes the 0s of target {target} sizes of 0"
+            + (", and ONNX forbids a -1 beside them" if -1 in target else
+               ": an empty tensor, which spmdrules does not plan"))
     shape = [x.shape[i] if v == 0 and not allow_zero and i < x.ndim else v
              for i, v in enumerate(target)]
     b = c.imp.batch
@@ -406,7 +391,7 @@ def _transpose(c: Ctx) -> list[Value]:
 
 def _axes(c: Ctx) -> list[int]:
     if c.opset >= 13 and c.node.op_type in ("Unsqueeze", "Squeeze"):
-        return [int(v) for v in c.static(1).reshape(-1)] if c.has(1) else []
+        return c.ints(1, "axes") if c.has(1) else []
     return _ints(c.attr("axes", []))
 
 
@@ -436,20 +421,25 @@ def _concat(c: Ctx) -> list[Value]:
 # ---- constants ----------------------------------------------------------------------------------
 @onnx_op("ConstantOfShape")
 def _constant_of_shape(c: Ctx) -> list[Value]:
-    shape = [int(v) for v in c.static(0).reshape(-1)]
-    t = c.attrs.get("value")
-    value, dtype = 0.0, "float32"
-    if t is not None:
-        arr = c.imp.onnx.numpy_helper.to_array(t)
-        value, dtype = float(arr.reshape(-1)[0]), DTYPES.get(t.data_type, str(arr.dtype))
+    shape = c.ints(0, "shape")
+    value: int | float = 0.0
+    dtype = "float32"
+    if "value" in c.attrs:
+        t, what = c.attrs["value"], f"node {c.where!r} (ConstantOfShape): value"
+        dtype = graph_dtype(c.imp.onnx, t.data_type, what)
+        arr = array(c.imp.onnx, t, what)
+        if arr.size != 1:
+            raise InvalidModelError(f"{what} has {arr.size} elements; ONNX takes one")
+        # .item() keeps an integer a Python int: full carries it exactly (not through a float)
+        item = arr.reshape(-1)[0].item()
+        value = int(item) if isinstance(item, bool | int) else float(item)
     return [c.call("full", shape=shape, value=value, dtype=dtype)]
 
 
 @onnx_op("Constant")
 def _constant(c: Ctx) -> list[Value]:
-    onnx = c.imp.onnx
     if "value" in c.attrs:
-        arr = onnx.numpy_helper.to_array(c.attrs["value"])
+        arr = array(c.imp.onnx, c.attrs["value"], f"node {c.where!r} (Constant): value")
     elif "value_float" in c.attrs or "value_int" in c.attrs:
         arr = np.asarray(c.attrs.get("value_float", c.attrs.get("value_int")),
                          dtype=np.float32 if "value_float" in c.attrs else np.int64)
@@ -462,4 +452,4 @@ def _constant(c: Ctx) -> list[Value]:
     return [Static(c.node.output[0], np.asarray(arr))]
 
 
-__all__ = ["DTYPES", "OPS", "Ctx", "Static", "nearest", "onnx_op", "safe_name"]
+__all__ = ["OPS", "Ctx", "nearest", "onnx_op"]

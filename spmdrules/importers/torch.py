@@ -183,7 +183,7 @@ class _Importer:
                                 "or fix other arguments when exporting")
         self._check_static(node)
         kind = spec.kind.name if spec is not None else "USER_INPUT"
-        shape, dt = [int(d) for d in val.shape], dtype_name(val.dtype)
+        shape, dt = [int(d) for d in val.shape], dtype_name(val.dtype, node.name)
         if kind == "USER_INPUT":
             t = self.graph.input(node.name, shape, dt)
             self.imported.inputs.append(t.name)
@@ -260,7 +260,7 @@ class _Importer:
         for t, v in pairs:
             if not isinstance(t, Tensor) or not hasattr(v, "shape"):
                 continue
-            shape, dt = tuple(int(d) for d in v.shape), dtype_name(v.dtype)
+            shape, dt = tuple(int(d) for d in v.shape), dtype_name(v.dtype, node.name)
             if t.shape != shape or t.dtype != dt:
                 raise ImporterError(
                     f"node {node.name!r} ({node.target}): mapped to {t.name!r} "

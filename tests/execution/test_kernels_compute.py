@@ -527,6 +527,18 @@ def test_integer_division_semantics() -> None:
     assert serial("remainder", [x, y], {}, [(5,)])[0].tolist() == [1, -1, -1, 1, 0]
 
 
+def test_scale_keeps_integers_exact() -> None:
+    """Integral factors scale an integer tensor in its own dtype (as Paddle's kernel, in T):
+    through float64, an int64 above 2**53 lost its low bits (ONNX Neg is scale -1)."""
+    x = np.array([2**53 + 1, -(2**62) - 3, 2**63 - 1], np.int64)
+    (neg,) = serial("scale", [x], {"scale": -1.0}, [x.shape])
+    assert neg.dtype == np.int64 and neg.tolist() == [-(2**53) - 1, 2**62 + 3, -(2**63) + 1]
+    (lin,) = serial("scale", [x[:2]], {"scale": 3.0, "bias": 1.0}, [(2,)])
+    assert lin.tolist() == [3 * (2**53 + 1) + 1, 3 * (-(2**62) - 3) + 1 + 2**64]  # int64 wraps
+    (half,) = serial("scale", [np.array([3, -3], np.int32)], {"scale": 0.5}, [(2,)])
+    assert half.dtype == np.int32 and half.tolist() == [1, -1]  # a fraction still goes by float
+
+
 def test_multiply_keeps_a_sum_partial_operand() -> None:
     m = mesh(2, 2)
     x, y = _normal(4, 6), _normal(4, 6)

@@ -32,11 +32,14 @@ F = TensorProto.FLOAT
 
 def _model(nodes: Sequence[Any], inputs: dict[str, Sequence[Any]], outputs: Sequence[str],
            inits: dict[str, np.ndarray] | None = None, opset: int = 13) -> Any:
+    """A model of ``nodes``; its outputs declare the shapes ONNX infers (``onnx.checker`` wants
+    a shape on every graph output)."""
     g = helper.make_graph(
         list(nodes), "t", [helper.make_tensor_value_info(k, F, list(v)) for k, v in inputs.items()],
         [helper.make_tensor_value_info(o, F, None) for o in outputs],
         [numpy_helper.from_array(v, k) for k, v in (inits or {}).items()])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    return onnx.shape_inference.infer_shapes(m)
 
 
 def _check(model: Any, feeds: dict[str, np.ndarray], rtol: float = 1e-5) -> None:
@@ -112,7 +115,7 @@ CASES: dict[str, tuple[list[Any], dict[str, Any], list[str], dict[str, np.ndarra
     "shapes-opset9": (
         [N("Unsqueeze", ["x"], ["u"], axes=[0, 3]), N("Transpose", ["u"], ["t"]),
          N("Squeeze", ["t"], ["s"], axes=[0]), N("Reshape", ["s", "shape"], ["r"]),
-         N("Concat", ["r", "r"], ["y"], axis=-1)],
+         N("Concat", ["r", "r"], ["y"], axis=1)],
         {"x": _r(2, 3)}, ["y"], {"shape": np.array([0, -1], np.int64)}, 9),
     "shapes-opset13": (
         [N("Unsqueeze", ["x", "ax"], ["u"]), N("Squeeze", ["u", "ax"], ["y"])],
@@ -146,6 +149,39 @@ def test_softmax_before_opset_13_flattens_at_axis() -> None:
     want = np.exp(flat) / np.exp(flat).sum(axis=1, keepdims=True)
     np.testing.assert_allclose(got["y"], want.reshape(x.shape), rtol=1e-6)
     np.testing.assert_allclose(got["z"], np.log(want).reshape(x.shape), rtol=1e-6)
+
+
+@pytest.mark.parametrize(("value", "dtype"), [
+    (2**53 + 1, np.int64), (-(2**62) - 1, np.int64), (2**63 - 1, np.int64),
+    (2**31 - 1, np.int32), (255, np.uint8), (True, np.bool_), (0.1, np.float64)])
+def test_integer_constants_stay_exact(value: Any, dtype: Any, tmp_path: Path) -> None:
+    """ConstantOfShape's value and Neg's -1 went through a float64: 2**53 + 1 came out 2**53.
+    Each result equals ONNX's reference exactly (``==``), in its dtype, also once the graph has
+    been through a model file."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [N("ConstantOfShape", ["s"], ["c"],
+               value=numpy_helper.from_array(np.array([value], dtype)))]
+    outs = ["c"]
+    if np.dtype(dtype).kind == "i":
+        nodes.append(N("Neg", ["c"], ["n"]))
+        outs.append("n")
+    g = helper.make_graph(nodes, "t", [], [helper.make_tensor_value_info(o, elem, [2, 3])
+                                           for o in outs],
+                          [numpy_helper.from_array(np.array([2, 3], np.int64), "s")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    want = ReferenceEvaluator(m).run(None, {})
+    im = onnx_import.import_model(m)
+    assert main(["import", _saved(m, tmp_path), "-o", str(tmp_path / "m.json")]) == 0
+    for graph in (im.graph, load_json(tmp_path / "m.json")):
+        got = run_serial(graph, {})
+        for name, w in zip(outs, want, strict=True):
+            assert got[name].dtype == w.dtype and np.array_equal(got[name], w), (name, got[name])
+
+
+def _saved(model: Any, folder: Path) -> str:
+    path = folder / "m.onnx"
+    onnx.save(model, str(path))
+    return str(path)
 
 
 def test_the_tested_cases_cover_every_mapped_op() -> None:
@@ -187,7 +223,12 @@ def test_dynamic_shapes_are_refused() -> None:
     with pytest.raises(errors.DynamicShapeError, match=r"'x'.*input_shapes"):
         onnx_import.load(m)
     assert onnx_import.load(m, input_shapes={"x": [2, 3]}).tensor("y").shape == (2, 3)
-    runtime_shape = _model([N("Reshape", ["x", "s"], ["y"])], {"x": (2, 3), "s": (2,)}, ["y"])
+    runtime_shape = helper.make_model(helper.make_graph(
+        [N("Reshape", ["x", "s"], ["y"])], "t",
+        [helper.make_tensor_value_info("x", F, [2, 3]),
+         helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", F, ["a", "b"])]),
+        opset_imports=[helper.make_opsetid("", 13)])
     with pytest.raises(errors.DynamicShapeError, match="computed at run time"):
         onnx_import.load(runtime_shape)
 
@@ -195,14 +236,19 @@ def test_dynamic_shapes_are_refused() -> None:
 def test_control_flow_is_refused() -> None:
     branch = helper.make_graph([N("Relu", ["x"], ["z"])], "b", [],
                                [helper.make_tensor_value_info("z", F, None)])
-    m = _model([N("If", ["c"], ["y"], then_branch=branch, else_branch=branch, name="gate")],
-               {"x": (2,), "c": ()}, ["y"])
+    g = helper.make_graph(
+        [N("If", ["c"], ["y"], then_branch=branch, else_branch=branch, name="gate")], "t",
+        [helper.make_tensor_value_info("x", F, [2]),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", F, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     with pytest.raises(errors.ControlFlowError, match="'gate': If is control flow"):
         onnx_import.load(m)
 
 
 def test_unmapped_ops_and_attributes_name_the_node() -> None:
-    m = _model([N("Resize", ["x"], ["y"], name="up")], {"x": (1, 1, 2, 2)}, ["y"])
+    m = _model([N("Resize", ["x", "", "s"], ["y"], name="up")], {"x": (1, 1, 2, 2)}, ["y"],
+               {"s": np.array([1, 1, 2, 2], np.float32)})
     with pytest.raises(errors.UnmappedOpError, match=r"node 'up': op Resize .* nearest"):
         onnx_import.load(m)
     m = _model([N("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"],

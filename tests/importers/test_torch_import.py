@@ -20,6 +20,7 @@ from spmdrules.importers.errors import (  # noqa: E402
     DynamicShapeError,
     InPlaceMutationError,
     UnmappedOpError,
+    UnsupportedDtypeError,
 )
 
 nn = torch.nn
@@ -96,6 +97,13 @@ def test_dynamic_shapes_are_refused_naming_the_node() -> None:
     ep = torch.export.export(m, (torch.randn(3, 4),), dynamic_shapes=({0: batch},))
     with pytest.raises(DynamicShapeError, match=r"node 'input': shape .* is symbolic"):
         torch_import.from_exported(ep)
+
+
+def test_an_unsupported_dtype_names_the_node() -> None:
+    """complex64 was an UnmappedOpError of a node named '<dtype>'."""
+    with pytest.raises(UnsupportedDtypeError, match=r"^node 'input': torch dtype complex64 has no "
+                       "spmdrules dtype; the supported dtypes are bfloat16, bool"):
+        torch_import.load(nn.Identity(), (torch.ones(2, 3, dtype=torch.complex64),))
 
 
 def test_control_flow_is_refused_naming_the_node() -> None:

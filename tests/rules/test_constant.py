@@ -3,6 +3,8 @@ shapes as numpy's; kernels that fill any block; errors that name the op and the 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -70,6 +72,8 @@ def test_full_and_full_like_shapes_and_dtypes() -> None:
 @pytest.mark.parametrize(("op", "attrs", "match"), [
     ("full", {"shape": [2, -1]}, r"shape: dim 1 is -1.*give every size as an int >= 0"),
     ("full", {"shape": [2], "dtype": "float8"}, r"dtype: 'float8' is not a dtype.*use one of"),
+    ("full", {"shape": [2], "value": 2**31, "dtype": "int32"},
+     r"value: 2147483648 does not fit int32; give a value in \[-2147483648, 2147483647\]"),
     ("arange", {"start": 0.0}, r"end: is required; pass end="),
     ("arange", {"end": 4.0, "step": 0.0}, r"step: .*no finite range; use finite bounds and a "
                                           r"non-zero step"),
@@ -78,6 +82,31 @@ def test_bad_constants_name_the_op_and_the_fix(op: str, attrs: dict[str, object]
                                                ) -> None:
     with Graph() as g, pytest.raises(ShapeError, match=match):
         g.add_op(op, [], attrs, name="c")
+
+
+def test_an_integer_fill_stays_exact_in_the_graph_the_model_file_and_the_kernels(
+        tmp_path: Path) -> None:
+    """``value`` is Paddle's Scalar: an int stays an int (an int64 fill of 2**53 + 1 went through
+    a float and came out 2**53)."""
+    from spmdrules.graph.exchange import dump, load
+
+    big = 2**53 + 1
+    with Graph("g") as g:
+        x = g.input("x", [2, 2], "int64")
+        ops.full(shape=[2, 2], value=big, dtype="int64", name="f")
+        ops.full_like(x, value=-(2**62) - 1, name="l")
+    assert g.op("f").attrs[1] == big and isinstance(g.op("f").attrs[1], int)
+    dump(g, tmp_path / "g.json")
+    back = load(tmp_path / "g.json")
+    assert back == g and back.op("f").attrs[1] == big
+    feeds = {"x": np.zeros((2, 2), np.int64)}
+    want = {"f": np.full((2, 2), big), "l": np.full((2, 2), -(2**62) - 1)}
+    serial = run_serial(back, feeds)
+    sr.shard(back.tensor("x"), MESH, [0, 1])
+    sim = run_simulated(lower(complete(back)), feeds)
+    for name, w in want.items():
+        for got in (serial[name], sim.fetch(name)):
+            assert got.dtype == np.int64 and np.array_equal(got, w), name
 
 
 def test_full_without_a_shape_is_refused_at_binding() -> None:

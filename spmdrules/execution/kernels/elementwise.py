@@ -197,6 +197,10 @@ def _clip(x: Array, ctx: LocalContext) -> Array:
 
 def _scale(x: Array, ctx: LocalContext) -> Array:
     s, b = unary_attr(ctx, "scale"), unary_attr(ctx, "bias")
+    if x.dtype.kind in "iu" and float(s).is_integer() and float(b).is_integer():
+        # integral factors scale an integer tensor in its own dtype (Paddle's kernel computes in
+        # T): through float64, an int64 above 2**53 would lose its low bits
+        s, b = (np.asarray(int(v)).astype(x.dtype) for v in (s, b))
     out = s * x + b if unary_attr(ctx, "bias_after_scale") else s * (x + b)
     return np.asarray(out).astype(x.dtype)
 
