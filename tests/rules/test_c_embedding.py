@@ -83,6 +83,15 @@ def test_grad_lays_the_table_out_as_w_grad_which_the_kernel_sizes_from_it() -> N
     assert result.status == "wrong" and "from which weight_grad's block is sized" in result.detail
 
 
+def test_grad_refuses_a_table_hidden_shard_on_a_mesh_dim_the_ids_use() -> None:
+    # c_embedding/reverse/5 (Paddle raises too): w_grad would be split and pending on mesh dim 0
+    mesh = ProcessMesh.from_shape([3, 2])
+    with pytest.raises(sr.ShardingConflictError, match="mesh dim 0 shards both"):
+        get_rule("c_embedding_grad").infer_forward(
+            spec([8, 4], [-1, 0], mesh=mesh), spec([4, 4], [0, 1], mesh=mesh),
+            spec([4, 4, 4], [-1, 1, -1], mesh=mesh), 0)
+
+
 def test_every_recorded_grad_answer_of_ours_executes() -> None:
     # on af95ee8, 8 of them gave w_grad another layout than the table: malformed
     from spmdrules.conformance.execution import check_case

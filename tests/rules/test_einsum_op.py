@@ -257,3 +257,13 @@ def test_einsum_grad_lays_out_every_argument_and_runs() -> None:
                 domains=(("real", "real"), ("real", "real"), "real"))
     result = run_case(case, info, get_kernel("einsum_grad"), RNG, alternatives=False)
     assert result.status == "ok", result.detail
+
+
+def test_einsum_grad_lays_a_cache_of_another_shape_out_replicated() -> None:
+    # a cache that is not its operand's shape (Paddle's real cache may be a transposed copy), or
+    # one with no operand, is laid out whole: the kernel does not read it
+    x, y = spec(MESH2, [4, 6], [0, -1]), spec(MESH2, [6, 3], [-1, -1])
+    g = spec(MESH2, [4, 3], [0, -1])
+    cache = [spec(MESH2, [6, 4], [0, -1]), y, spec(MESH2, [2], [0])]
+    info = get_rule("einsum_grad").infer_forward([x, y], cache, g, "ij,jk->ik")
+    assert s(info.inputs[1]) == ["[-1,-1]", "[-1,-1]", "[-1]"]
