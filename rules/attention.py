@@ -11,7 +11,9 @@ Policy, as Paddle's FlashAttInferSpmd / FlashAttInferSpmdReverse:
 * forward merges q, k and the mask; v takes k's layout (Paddle reads k's mapping in v's place);
 * reverse merges v (Paddle reads it in out's place) and softmax_lse;
 * grouped-query attention (q has ``g`` times k's heads): a head shard keeps q's groups beside
-  their k and v head only when its mesh dims divide both head counts (``grouped``);
+  their k and v head only when its mesh dims divide both head counts (``grouped``), and, as
+  Paddle, no head is split when k is given with its heads split unevenly (``grouped_guard``);
+  a mask's size-1 heads dim broadcasts and does not count;
 * a mask's size-1 heads dim merges but is never split (nor a size-1 batch dim that broadcasts).
 
 The seed offset tensors are not laid out by the rule: fixed_seed_offset keeps what it is given,
@@ -104,6 +106,7 @@ def describe_flash_attention(
         pending=None,
         merge=(0, 1) if mask is None else (0, 1, 4),
         grouped=_grouped(qs, ks, vs),
+        grouped_guard=(1, 2),
         reverse_merge=(2, 5 + 2),
         # a mask broadcast over heads (or batch) merges its letter but is never split there
         replicated_dims=frozenset() if ms is None else frozenset(

@@ -28,7 +28,7 @@ from spmdrules.core.errors import RuleArgumentError, UnsupportedError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine import einsum
 from spmdrules.engine.registry import A, T, Vec, register_rule
-from spmdrules.engine.rulekit import attr
+from spmdrules.engine.rulekit import attr, replicated_like
 
 MAX_OPERANDS: Final = 2
 
@@ -131,7 +131,10 @@ def einsum_grad(
 ) -> SpmdInfo:
     """EinsumGradInferSpmd: the operands take their forward layout, out_grad the forward output's
     (without partial), and the gradient of each operand is partial on the mesh dims of the letters
-    it lacks (they are summed over in its backward product)."""
+    it lacks (they are summed over in its backward product).
+
+    Every argument gets an attribute (Paddle's rule answers none for ``inner_cache``): each cached
+    operand is laid out as the operand it caches (replicated if its shape is another)."""
     if not inputs:
         raise RuleArgumentError("einsum_grad needs at least one tensor in 'inputs'")
     nota, diag = _notation(equation, len(inputs))
@@ -140,25 +143,39 @@ def einsum_grad(
     out = nota.outputs[0]
     _check_out_grad(nota, inputs, out_grad)
     if len(inputs) == 1:
-        return _unary_grad(nota, inputs[0], out_grad, diag)
-    letters = _merge(nota, inputs, names, diag)
-    ins = tuple(
-        attr(t, einsum.mapping_for(ls, letters)) for ls, t in zip(nota.inputs, inputs, strict=True)
-    )
-    og = attr(out_grad, einsum.mapping_for(out, letters))
-    computed = [(ls, a.multi_dims_mapping) for ls, a in zip(nota.inputs, ins, strict=True)]
-    # an operand's gradient contracts the other operand and out_grad over the letters it lacks
-    grads: tuple[DistAttr, ...] = tuple(
-        attr(a, a.multi_dims_mapping, einsum.contracted_partial(
-            [*computed[:i], *computed[i + 1:], (out, og.multi_dims_mapping)], ls))
-        for i, (a, ls) in enumerate(zip(ins, nota.inputs, strict=True))
-    )
-    return SpmdInfo([ins, og], [grads])
+        ins, og, grads = _unary_grad(nota, inputs[0], out_grad, diag)
+    else:
+        letters = _merge(nota, inputs, names, diag)
+        ins = tuple(attr(t, einsum.mapping_for(ls, letters))
+                    for ls, t in zip(nota.inputs, inputs, strict=True))
+        og = attr(out_grad, einsum.mapping_for(out, letters))
+        computed = [(ls, a.multi_dims_mapping) for ls, a in zip(nota.inputs, ins, strict=True)]
+        # an operand's gradient contracts the other operand and out_grad over the letters it lacks
+        grads = tuple(
+            attr(a, a.multi_dims_mapping, einsum.contracted_partial(
+                [*computed[:i], *computed[i + 1:], (out, og.multi_dims_mapping)], ls))
+            for i, (a, ls) in enumerate(zip(ins, nota.inputs, strict=True))
+        )
+    return SpmdInfo([ins, _cache_attrs(inputs, inner_cache, ins), og], [grads])
+
+
+def _cache_attrs(inputs: Sequence[TensorSpec], inner_cache: Sequence[TensorSpec],
+                 ins: Sequence[DistAttr]) -> tuple[DistAttr, ...]:
+    """A cached operand lays out as its operand; one of another shape (or with no operand) is
+    replicated: the kernel reads the operands, and a cache of any layout it does not read is
+    whole where kept."""
+    out = []
+    for i, c in enumerate(inner_cache):
+        if i < len(inputs) and c.shape == inputs[i].shape:
+            out.append(attr(c, ins[i].multi_dims_mapping))
+        else:
+            out.append(replicated_like(c))
+    return tuple(out)
 
 
 def _unary_grad(
     nota: einsum.Notation, x: TensorSpec, out_grad: TensorSpec, diag: frozenset[str]
-) -> SpmdInfo:
+) -> tuple[tuple[DistAttr, ...], DistAttr, tuple[DistAttr, ...]]:
     """One operand: x_grad is out_grad transposed/broadcast back, so x and out_grad are merged
     (x first) and x_grad takes x's layout."""
     xl, out = nota.inputs[0], nota.outputs[0]
@@ -173,7 +190,7 @@ def _unary_grad(
     busy = {d for dims in xm for d in dims}
     pending = tuple(p for p in out_grad.attr.partial_items if p[0] not in busy)
     og = attr(out_grad, einsum.mapping_for(out, letters), pending)
-    return SpmdInfo([(attr(x, xm),), og], [(attr(x, xm, pending),)])
+    return (attr(x, xm),), og, (attr(x, xm, pending),)
 
 
 def _check_out_grad(
@@ -202,6 +219,6 @@ register_rule(
     "einsum_grad", forward=einsum_grad,
     inputs=[Vec("inputs"), Vec("inner_cache"), T("out_grad")], outputs=[Vec("x_grad")],
     attrs=[A("equation", "str", "")],
-    doc="EinsumGradInferSpmd: operands and out_grad take the forward layout; each operand's "
-    "gradient is partial on the mesh dims of the letters it lacks.",
+    doc="EinsumGradInferSpmd: operands and out_grad take the forward layout (inner_cache its "
+    "operands'); each operand's gradient is partial on the mesh dims of the letters it lacks.",
 )

@@ -107,11 +107,13 @@ def c_embedding_grad(weight: TensorSpec, x: TensorSpec, out_grad: TensorSpec,
     """CEmbeddingGradInferSpmd: ``w_grad[j, k] = sum over ids == start_index + j of out_grad``.
 
     x and out_grad share x's letters (out_grad adds the hidden k); one mesh dim may shard only
-    one letter. w_grad keeps the table's row shards (each rank adds only its rows' ids), takes the
-    merged k, and is a pending sum over the mesh dims of x's letters (each rank adds its ids).
-    The table is handed back as given; only its shape matters. ``echo`` is Paddle's answer (w_grad
-    the table's given attribute plus the pending sums, x's partial handed back), kept to recognise
-    it."""
+    one letter. The kernel sizes w_grad from the table (each rank writes a block shaped as its
+    block of the table), so the table and w_grad are laid out alike: the table's row shards (each
+    rank adds only its rows' ids) and the hidden dim, the table's shard of it or else out_grad's
+    (out_grad then takes it too). w_grad is a pending sum over the mesh dims of x's letters (each
+    rank adds its ids). The table's values are not read: its pending sums stay pending where they
+    fit. ``echo`` is Paddle's answer (w_grad the table's given attribute plus the pending sums,
+    x's partial handed back), kept to recognise it."""
     _check_weight(weight, -1)
     if out_grad.shape != (*x.shape, weight.shape[1]):
         raise RuleArgumentError(
@@ -128,21 +130,25 @@ def c_embedding_grad(weight: TensorSpec, x: TensorSpec, out_grad: TensorSpec,
         dims = a or b
         _claim(owner, dims, f"'x' dim {i}")
         merged.append(dims)
-    hidden = gm[-1]
-    _claim(owner, hidden, "the hidden dim")
-    rows = weight.attr.multi_dims_mapping[0]
+    rows, table_hidden = weight.attr.multi_dims_mapping
     summed = sorted(d for dims in merged for d in dims)
     if echo:
-        return _c_embedding_grad_echo(weight, x, out_grad, tuple(merged), hidden, summed)
+        _claim(owner, gm[-1], "the hidden dim")
+        return _c_embedding_grad_echo(weight, x, out_grad, tuple(merged), gm[-1], summed)
+    hidden = table_hidden or gm[-1]
+    _claim(owner, hidden, "the hidden dim")
     clash = set(rows) & (set(summed) | set(hidden))
     if clash:
         raise ShardingConflictError(
             f"mesh dims {sorted(clash)} shard the table's rows and also x or the hidden dim, so "
             "w_grad would be both split and pending there; replicate the table's rows")
     xm: MultiDims = tuple(merged)
+    layout: MultiDims = (rows, hidden)
+    used = set(rows) | set(hidden)
+    kept = tuple(p for p in weight.attr.partial_items if p[0] not in used)
     return SpmdInfo(
-        (weight.attr, attr(x, xm), attr(out_grad, (*xm, hidden))),
-        (attr(weight, (rows, hidden), tuple((d, "sum") for d in summed)),))
+        (attr(weight, layout, kept), attr(x, xm), attr(out_grad, (*xm, hidden))),
+        (attr(weight, layout, tuple((d, "sum") for d in summed)),))
 
 
 register_rule(
@@ -155,8 +161,8 @@ register_rule(
     "c_embedding_grad", forward=c_embedding_grad,
     inputs=[T("weight"), T("x"), T("out_grad")], outputs=[T("weight_grad")],
     attrs=[A("start_index", "int", 0)],
-    doc="CEmbeddingGradInferSpmd: w_grad keeps the table's rows, the merged hidden dim, and is "
-    "a pending sum over x's mesh dims.",
+    doc="CEmbeddingGradInferSpmd: w_grad is laid out as the table (its rows, the hidden dim the "
+    "table or out_grad shards) and is a pending sum over x's mesh dims.",
 )
 
 

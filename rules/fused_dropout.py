@@ -5,7 +5,8 @@ x and y are merged letter by letter (one letter sharded two ways is an error; a 
 two letters goes to the first), and all three tensors take the merged layout, with size-1 dims
 replicated (nothing to split). Partial inputs are resharded: a dropout mask times a pending sum
 plus a complete y is no piece of the result. ``seed_offset`` is its own tensor, unrelated to x's
-dims: forward lays it out replicated, reverse keeps the layout it is given (its partial dropped).
+dims: the kernel writes the whole pair on every process, so both directions lay it out replicated
+(a given shard or pending sum of it is not kept: the kernel computes neither).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine import einsum
 from spmdrules.engine.description import letters
 from spmdrules.engine.registry import A, T, register_rule
-from spmdrules.engine.rulekit import attr
+from spmdrules.engine.rulekit import attr, replicated_like
 
 
 def _same(x: TensorSpec, y: TensorSpec) -> None:
@@ -50,8 +51,7 @@ def fused_dropout_add_reverse(x: TensorSpec, y: TensorSpec, out: TensorSpec,
             f"'seed_offset' has shape {list(seed_offset.shape)}; it is the [seed, offset] pair, "
             "shape [2]")
     m = _layout(out)
-    return SpmdInfo((attr(x, m), attr(y, m)),
-                    (attr(out, m), attr(seed_offset, seed_offset.attr.multi_dims_mapping)))
+    return SpmdInfo((attr(x, m), attr(y, m)), (attr(out, m), replicated_like(seed_offset)))
 
 
 register_rule(
@@ -61,5 +61,5 @@ register_rule(
               A("mode", "str", "upscale_in_train"), A("seed", "int", 0),
               A("fix_seed", "bool", False)],
     doc="FusedDropoutAddSpmdBase: x and y merged elementwise; out takes the merged layout; "
-    "seed_offset replicated (reverse: as given).",
+    "seed_offset replicated (the kernel writes the pair whole).",
 )

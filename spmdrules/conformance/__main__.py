@@ -1,4 +1,4 @@
-"""``python -m spmdrules.conformance PATH [PATH ...] [--json] [--ops NAME ...]``."""
+"""``python -m spmdrules.conformance PATH [PATH ...] [--json] [--ops NAME ...] [--execute]``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from spmdrules.conformance import runner
+from spmdrules.conformance import execution, runner
 
 
 def _table(tallies: dict[str, runner.OpTally]) -> str:
@@ -92,7 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--deviations",
         action="store_true",
-        help="print the markdown table of deviation classes (as in docs/deviations.md)",
+        help="print the markdown table of deviation classes (as in docs/deviations.md); with "
+        "--execute, the table of their proofs: how Paddle's answers to their cases run",
+    )
+    ap.add_argument(
+        "--execute",
+        action="store_true",
+        help="run every answer, ours and Paddle's, on the simulated mesh; print per op how many "
+        "execute ok, malformed or wrong, and per deviation class how Paddle's answers run",
     )
     ns = ap.parse_args(argv)
     try:
@@ -101,11 +108,25 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"conformance: {e}", file=sys.stderr)
         return 2
-    tallies: dict[str, runner.OpTally] = {}
-    misses: list[runner.CaseResult] = []
     bar = tqdm(
         cases, desc="conformance", unit="case", disable=not sys.stderr.isatty(), file=sys.stderr
     )
+    if ns.execute and ns.deviations:  # the proofs: the deviating cases' answers, run
+        runs = ((case, runner.run_case(case)) for case in bar)
+        print(execution.proof_table(execution.check_result(case, r) for case, r in runs
+                                    if r.verdict == "disagree"))
+        return 0
+    if ns.execute:
+        done = execution.check_cases(bar)
+        print(execution.op_table(done))
+        print()
+        print(execution.proof_table(done))
+        bad = [x for x in done if x.ours not in ("ok", "not run")][: ns.show]
+        for x in bad:
+            print(f"\n{x.case_id} [ours {x.ours}]: {x.detail}")
+        return 0
+    tallies: dict[str, runner.OpTally] = {}
+    misses: list[runner.CaseResult] = []
     for case in bar:
         r = runner.run_case(case)
         tallies.setdefault(r.op, runner.OpTally()).add(r)

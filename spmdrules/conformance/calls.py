@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
+from spmdrules.conformance import formats
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
@@ -47,72 +47,14 @@ def call_engine(case: dict[str, Any]) -> SpmdInfo:
     return rule.infer_reverse(*args, **attrs)
 
 
-_Norm = tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, str], ...]]
-
-
-def _norm_expected(e: dict[str, Any]) -> _Norm:
-    if "multi_dims_mapping" in e:
-        mdm = tuple(tuple(d) for d in e["multi_dims_mapping"])
-    else:
-        mdm = tuple(() if d == -1 else (d,) for d in e["dims_mapping"])
-    part = tuple(sorted((int(k), v) for k, v in e.get("partial", {}).items()))
-    return mdm, part
-
-
-def _norm_ours(a: DistAttr | None) -> _Norm:
-    if a is None:
-        return (), ()
-    return a.multi_dims_mapping, a.partial_items
-
-
-def _without(n: _Norm, unit: frozenset[int]) -> _Norm:
-    """The answer with the mesh dims of size 1 left out: sharding over one process, or a pending
-    reduction over one process, is no sharding and no reduction."""
-    if not unit:
-        return n
-    return (tuple(tuple(d for d in dims if d not in unit) for dims in n[0]),
-            tuple(p for p in n[1] if p[0] not in unit))
-
-
-def _replicated(a: DistAttr | None) -> bool:
-    return a is None or (not any(a.multi_dims_mapping) and not a.partial_items)
-
-
-def _slots_equal(expected: list[Any], got: Sequence[Any], absent: frozenset[int] = frozenset(),
-                 unit: frozenset[int] = frozenset()) -> bool:
-    """``absent``: slots given as a ``rank0`` absent tensor. Paddle answers them a replicated
-    1-D attribute, we the given 0-d one replicated (or None): both say "nothing to shard"."""
-    if len(expected) != len(got):
-        return False
-    for i, (e, g) in enumerate(zip(expected, got, strict=True)):
-        if i in absent and isinstance(e, dict) and not isinstance(g, tuple) and _replicated(g) \
-                and _norm_expected(e) == (((),) * len(e.get("dims_mapping", [])), ()):
-            continue
-        if isinstance(e, list):
-            if not isinstance(g, list | tuple) or len(e) != len(g):
-                return False
-            if any(_without(_norm_expected(ei), unit) != _without(_norm_ours(gi), unit)
-                   for ei, gi in zip(e, g, strict=True)):
-                return False
-        else:
-            if isinstance(g, tuple):
-                return False
-            if "process_mesh" in e and e["process_mesh"] is None and g is None:
-                continue  # Paddle's mesh-less placeholder for an absent tensor: our None
-            if _without(_norm_expected(e), unit) != _without(_norm_ours(g), unit):
-                return False
-    return True
-
-
 def agrees(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    """Is ``got`` Paddle's answer, up to the format equivalences of :mod:`formats`?"""
     exp = case["expected"]
     if "error" in exp:
         return isinstance(got, SpmdError)
     if isinstance(got, BaseException):
         return False
-    absent = frozenset(i for i, t in enumerate(case["inputs"])
-                       if isinstance(t, dict) and t.get("absent") == "rank0")
-    unit = frozenset(d for d, n in enumerate(case["mesh"]["shape"]) if n == 1)
-    return _slots_equal(exp.get("inputs", []), got.inputs, absent, unit) and _slots_equal(
-        exp.get("outputs", []), got.outputs, frozenset(), unit
-    )
+    case, got = formats.squeezed(case, got)
+    assert isinstance(got, SpmdInfo)
+    slots = formats.pairs(case, got)
+    return slots is not None and all(formats.same(e, g, how) for e, g, how in slots)

@@ -1,9 +1,20 @@
-"""The contract of deviations from Paddle 3.3.1: each a named class with a predicate.
+"""The contract of deviations from Paddle 3.3.1: each a named class with a predicate and a kind.
 
 Each module of ``spmdrules.conformance.deviations`` registers the classes of one rule family (the
 rules themselves know nothing of Paddle's recorded cases). The conformance runner files every
 disagreement under the first class whose predicate accepts it; an unfiled disagreement is a bug.
-Every class is listed in ``docs/deviations.md`` and proven by an execution test.
+Every class is listed in ``docs/deviations.md``, and what it claims is proven by execution
+(``spmdrules.conformance.execution`` runs both answers of every case; each class has a test in its
+family's tests):
+
+* ``execution``: Paddle's answer does not compute the op: run on the simulated mesh it is
+  malformed (claims blocks the kernel does not compute, or lays out no argument it must) or its
+  result differs from the serial op's; ours computes it;
+* ``parallelism``: Paddle's answer computes the op, but keeps whole what ours keeps split (the
+  policy of docs/deviations/uneven.md): both run correctly, ours with less communication.
+
+A difference in how an answer is written only is no deviation: the comparator reads the two as one
+answer (:mod:`spmdrules.conformance.formats`).
 """
 
 from __future__ import annotations
@@ -11,13 +22,16 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from spmdrules.conformance import formats
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.spec import SpmdInfo
 
 #: (case record, our answer or our exception) -> does this class explain the disagreement?
 Predicate = Callable[[dict[str, Any], SpmdInfo | BaseException], bool]
+#: what a class claims of Paddle's answer (see the module's doc)
+Kind = Literal["execution", "parallelism"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +40,7 @@ class Deviation:
     ops: frozenset[str]
     summary: str
     predicate: Predicate
+    kind: Kind = "execution"
 
     def explains(self, case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
         return case["op"] in self.ops and self.predicate(case, got)
@@ -35,9 +50,10 @@ _DEVIATIONS: dict[str, Deviation] = {}
 
 
 def register_deviation(
-    name: str, ops: set[str] | frozenset[str], summary: str, predicate: Predicate
+    name: str, ops: set[str] | frozenset[str], summary: str, predicate: Predicate,
+    kind: Kind = "execution",
 ) -> Deviation:
-    dev = Deviation(name, frozenset(ops), summary, predicate)
+    dev = Deviation(name, frozenset(ops), summary, predicate, kind)
     if name in _DEVIATIONS:
         raise ValueError(f"deviation class {name!r} is registered twice")
     _DEVIATIONS[name] = dev
@@ -49,9 +65,15 @@ def deviations() -> list[Deviation]:
 
 
 def classify(case: dict[str, Any], got: SpmdInfo | BaseException) -> str | None:
-    """The name of the deviation class that explains this disagreement, or None."""
+    """The name of the deviation class that explains this disagreement, or None.
+
+    A predicate sees the case as recorded and, on a mesh with dims of size 1, also without them
+    (the comparator's equivalence, ``formats.squeezed``): a class explains the case either way."""
+    variants = [(case, got)]
+    if formats.unit_dims(case):
+        variants.append(formats.squeezed(case, got))
     for dev in deviations():
-        if dev.explains(case, got):
+        if any(dev.explains(c, g) for c, g in variants):
             return dev.name
     return None
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from spmdrules.conformance.calls import agrees, call_engine
-from spmdrules.conformance.deviation import classify
+from spmdrules.conformance.deviation import classify, deviations
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.spec import SpmdInfo
 
@@ -95,6 +95,8 @@ class CaseResult:
     verdict: Verdict
     deviation: str | None = None
     detail: str = ""
+    #: our answer, or the error our rule raised (None for a crash)
+    answer: SpmdInfo | BaseException | None = field(default=None, repr=False, compare=False)
 
 
 def run_case(case: dict[str, Any]) -> CaseResult:
@@ -106,9 +108,9 @@ def run_case(case: dict[str, Any]) -> CaseResult:
     except Exception as e:  # a crash: anything that is not a typed SpmdError
         return CaseResult(case["case_id"], case["op"], "crash", None, f"{type(e).__name__}: {e}")
     if agrees(case, got):
-        return CaseResult(case["case_id"], case["op"], "agree")
+        return CaseResult(case["case_id"], case["op"], "agree", answer=got)
     detail = f"{type(got).__name__}: {got}" if isinstance(got, BaseException) else repr(got)
-    return CaseResult(case["case_id"], case["op"], "disagree", classify(case, got), detail)
+    return CaseResult(case["case_id"], case["op"], "disagree", classify(case, got), detail, got)
 
 
 @dataclass(slots=True)
@@ -150,6 +152,7 @@ def run_cases(cases: Iterable[dict[str, Any]]) -> tuple[dict[str, OpTally], list
 @dataclass(frozen=True, slots=True)
 class DeviationRow:
     name: str
+    kind: str
     ops: tuple[str, ...]
     count: int
     example: str
@@ -166,14 +169,16 @@ def deviation_summary(misses: Iterable[CaseResult]) -> list[DeviationRow]:
         ops.setdefault(m.deviation, set()).add(m.op)
         counts[m.deviation] = counts.get(m.deviation, 0) + 1
         first.setdefault(m.deviation, m.case_id)
+    kinds = {d.name: d.kind for d in deviations()}
     return [
-        DeviationRow(name, tuple(sorted(ops[name])), counts[name], first[name])
+        DeviationRow(name, kinds[name], tuple(sorted(ops[name])), counts[name], first[name])
         for name in sorted(counts)
     ]
 
 
 def deviation_table(rows: Sequence[DeviationRow]) -> str:
     """The markdown summary table of docs/deviations.md."""
-    lines = ["| class | ops | cases | example case |", "|---|---|---|---|"]
-    lines += [f"| `{r.name}` | {', '.join(r.ops)} | {r.count} | `{r.example}` |" for r in rows]
+    lines = ["| class | kind | ops | cases | example case |", "|---|---|---|---|---|"]
+    lines += [f"| `{r.name}` | {r.kind} | {', '.join(r.ops)} | {r.count} | `{r.example}` |"
+              for r in rows]
     return "\n".join(lines)

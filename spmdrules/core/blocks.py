@@ -30,6 +30,11 @@ class ShardMismatch(SpmdError):
     """Blocks that should be replicas of each other differ, or a block has the wrong shape."""
 
 
+class BlockShapeMismatch(ShardMismatch):
+    """A block has another shape than its attribute gives it: the attribute describes other
+    blocks than the ones computed."""
+
+
 def balanced_range(n: int, parts: int, index: int) -> tuple[int, int]:
     """[start, stop) of part ``index`` when ``n`` entries are cut into ``parts`` balanced parts."""
     q, r = divmod(n, parts)
@@ -162,7 +167,7 @@ def gather(blocks: Mapping[Coord, Array], shape: Sequence[int], attr: DistAttr) 
         sl = block_slices(shape, attr, c)
         want = tuple(s.stop - s.start for s in sl)
         if b.shape != want:
-            raise ShardMismatch(
+            raise BlockShapeMismatch(
                 f"gather: block at {c} has shape {list(b.shape)}, expected {list(want)} "
                 f"for {attr.mapping_str()} of a {list(shape)} tensor"
             )
@@ -197,6 +202,7 @@ def run_local(
 
 
 __all__ = [
+    "BlockShapeMismatch",
     "ShardMismatch",
     "balanced_range",
     "block_slices",

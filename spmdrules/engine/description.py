@@ -15,7 +15,8 @@ letter (the Einsum notation, one string per tensor) and states the op's policy i
 * ``divisible``: replicate a letter whose size its mesh dims do not divide;
 * ``claimed``: letters that merge (claim mesh dims, conflict) but are whole in every answer;
 * ``grouped``: letters of different sizes in different tensors (grouped-query heads), kept
-  only where their mesh dims divide every size;
+  only where their mesh dims divide every size; ``grouped_guard`` names a given tensor's dim
+  whose uneven split makes them whole;
 * ``reverse_merge``: the tensors (inputs, then outputs) whose letters decide in reverse;
 * ``replicated_dims``: dims of given tensors that merge but are replicated (a broadcast mask);
 * ``claim_broadcast``: a ``'1'`` dim's shard still claims its mesh dim (Paddle's shared ``'1'``
@@ -80,6 +81,10 @@ class Description:
     #: h/g): a block of one pairs with the other's only when the letter's mesh dims divide every
     #: size it has, else the letter is whole
     grouped: frozenset[str] = frozenset()
+    #: (argument, dim), arguments indexed over inputs + outputs: when that given tensor's dim is
+    #: split by a count its size does not divide, every grouped letter is whole (Paddle's flash
+    #: attention reads k's heads so, in both directions)
+    grouped_guard: tuple[int, int] | None = None
     #: the tensors whose letters decide in reverse, as indices into inputs + outputs (default:
     #: every output, in order)
     reverse_merge: tuple[int, ...] | None = None
@@ -155,14 +160,19 @@ def _letter_map(
 ) -> LetterMap:
     # in the order ``merge`` gives them: the first to claim a mesh dim keeps it
     chosen = list(flat) if sources is None else [f for i in sources for f in flat if f[0] == i]
-    sizes_of = _grouped_sizes(desc.grouped, every or flat) if desc.grouped else None
+    sizes_of = _grouped_sizes(desc.grouped, every or flat, desc.replicated_dims) \
+        if desc.grouped else None
+    whole = desc.whole
+    if desc.grouped and _guard_uneven(desc.grouped_guard, every or flat):
+        whole = whole | desc.grouped
     lm = einsum.merge(
-        [(ls, _ungrouped(ls, _blank(ls, t.attr.multi_dims_mapping, desc.whole,
-                                    desc.claim_broadcast), sizes_of, t.attr.mesh.shape))
+        [(ls, _blank(ls, t.attr.multi_dims_mapping, whole, desc.claim_broadcast))
          for _, ls, t, _ in chosen],
         on_axis_conflict=desc.on_axis_conflict, names=[nm for *_, nm in chosen],
     )
     lm = einsum.resolve_mesh_conflicts(lm, desc.priority)
+    if sizes_of:
+        lm = _ungrouped(lm, sizes_of, chosen[0][2].attr.mesh.shape if chosen else ())
     if desc.claimed:
         lm = {ch: dims for ch, dims in lm.items() if ch not in desc.claimed}
     if desc.divisible:
@@ -171,32 +181,46 @@ def _letter_map(
     return lm
 
 
-def _grouped_sizes(grouped: frozenset[str], tensors: Sequence[tuple[int, str, TensorSpec, str]]
-                   ) -> dict[str, set[int]]:
-    """Every size each grouped letter has over the tensors."""
+def _grouped_sizes(grouped: frozenset[str], tensors: Sequence[tuple[int, str, TensorSpec, str]],
+                   broadcast: frozenset[tuple[int, int]]) -> dict[str, set[int]]:
+    """Every size each grouped letter has over the tensors, but a ``broadcast`` dim's (a mask's
+    size-1 heads, never split: it pairs with every block of heads)."""
     sizes: dict[str, set[int]] = {ch: set() for ch in grouped}
-    for _, ls, t, _ in tensors:
-        for ch, n in zip(ls, t.shape, strict=True):
-            if ch in sizes:
+    for i, ls, t, _ in tensors:
+        for p, (ch, n) in enumerate(zip(ls, t.shape, strict=True)):
+            if ch in sizes and (i, p) not in broadcast:
                 sizes[ch].add(n)
     return sizes
 
 
-def _ungrouped(ls: str, m: MultiDims, sizes_of: dict[str, set[int]] | None,
-               mesh_shape: tuple[int, ...]) -> MultiDims:
-    """The mapping without a grouped letter's claim that does not divide every size it has (a
-    block of q's heads must meet the k head its group shares), before any merge."""
-    if not sizes_of:
-        return m
-    out = list(m)
-    for p, ch in enumerate(ls):
-        if out[p] and ch in sizes_of:
+def _guard_uneven(guard: tuple[int, int] | None,
+                  tensors: Sequence[tuple[int, str, TensorSpec, str]]) -> bool:
+    """Is the guard tensor's dim split by a count its size does not divide?"""
+    if guard is None:
+        return False
+    arg, dim = guard
+    for i, _, t, _ in tensors:
+        if i == arg:
             count = 1
-            for d in out[p]:
-                count *= mesh_shape[d]
-            if any(n % count for n in sizes_of[ch]):
-                out[p] = ()
-    return tuple(out)
+            for d in t.attr.multi_dims_mapping[dim]:
+                count *= t.attr.mesh.shape[d]
+            return t.shape[dim] % count != 0
+    return False
+
+
+def _ungrouped(lm: LetterMap, sizes_of: dict[str, set[int]], mesh_shape: tuple[int, ...]
+               ) -> LetterMap:
+    """The letters without a grouped letter whose merged mesh dims do not divide every size it
+    has (a block of q's heads must meet the k head its group shares): it is whole."""
+    out = dict(lm)
+    for ch, sizes in sizes_of.items():
+        dims = out.get(ch, ())
+        count = 1
+        for d in dims:
+            count *= mesh_shape[d]
+        if dims and any(n % count for n in sizes):
+            out[ch] = ()
+    return out
 
 
 def _attr(t: TensorSpec, ls: str, lm: LetterMap, partial: PartialItems = (),

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.spec import TensorSpec
 from spmdrules.execution.local import Block, Kernel
+from spmdrules.execution.single_op import format_slots
 from spmdrules.verify.cases.case import Arg, Case
 from spmdrules.verify.simulation import (
     MAX_ALTERNATIVES,
@@ -118,17 +119,6 @@ def find_alternative(
                 side = "input" if forward else "output"
                 return _describe_alternative(side, m, restored, new_ins, new_outs)
     return None
-
-
-def format_slots(slots: Sequence[Slot]) -> str:
-    def one(s: Slot) -> str:
-        if s is None:
-            return "None"
-        if isinstance(s, tuple):
-            return "[" + ", ".join(a.mapping_str() for a in s) + "]"
-        return s.mapping_str()
-
-    return ", ".join(one(s) for s in slots)
 
 
 def _describe_alternative(

@@ -10,12 +10,12 @@ from typing import Literal
 
 import numpy as np
 
-from spmdrules.core.blocks import ShardMismatch
 from spmdrules.core.errors import SpmdError, UnsupportedError
 from spmdrules.core.spec import SpmdInfo
 from spmdrules.engine.registry import get_rule
 from spmdrules.execution.local import Kernel, get_kernel
-from spmdrules.verify.alternatives import find_alternative, format_slots
+from spmdrules.execution.single_op import execute
+from spmdrules.verify.alternatives import find_alternative
 from spmdrules.verify.cases.case import Case, Direction, NoCaseError
 from spmdrules.verify.cases.drawing import case_rng, draw_case
 from spmdrules.verify.simulation import (
@@ -27,13 +27,8 @@ from spmdrules.verify.simulation import (
     KernelLookup,
     Rng,
     answer,
-    check_serial_shapes,
     collective_for,
-    compare,
     draw_values_for,
-    run_serial,
-    run_sharded,
-    same_blocks,
 )
 
 
@@ -62,27 +57,12 @@ def _run_case(case: Case, info: SpmdInfo, kernel: Kernel, rng: Rng,
     except HarnessError as e:
         return CaseResult("wrong", f"malformed answer {info!r}: {e}")
     values = [draw_values_for(d, a, rng) for d, a in zip(case.domains, case.inputs, strict=True)]
-    try:
-        serial = run_serial(case, kernel, values)
-        again = run_serial(case, kernel, values)
-    except Exception as e:
-        return CaseResult("error", f"serial kernel raised {type(e).__name__}: {e}")
-    if not same_blocks(serial, again):
-        return CaseResult("nondeterministic", "two serial runs of the kernel differ")
-    bad = check_serial_shapes(case, serial)
-    if bad:
-        return CaseResult("error", bad)
-    claimed = f"inferred inputs {format_slots(ins)} -> outputs {format_slots(outs)}"
-    try:
-        got = run_sharded(case, kernel, values, ins, outs, rng, collective)
-    except ShardMismatch as e:
-        return CaseResult("wrong", f"{e}; {claimed}")
-    except Exception as e:
-        return CaseResult("error", f"kernel raised {type(e).__name__}: {e}; {claimed}")
-    why = compare(got, serial)
-    if why:
-        return CaseResult("wrong", f"{why}; {claimed}")
-    alt = (find_alternative(case, kernel, values, ins, outs, serial, rng, collective)
+    trial = execute(case, kernel, values, ins, outs, rng, collective)
+    if trial.status == "malformed":  # a block of another shape than claimed: a wrong answer
+        return CaseResult("wrong", trial.detail)
+    if trial.status != "ok":
+        return CaseResult(trial.status, trial.detail)
+    alt = (find_alternative(case, kernel, values, ins, outs, trial.serial, rng, collective)
            if alternatives else None)
     return CaseResult("ok", alternative=alt)
 

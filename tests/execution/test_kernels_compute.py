@@ -76,9 +76,6 @@ def execute(
     names = {p.name for p in rule.attrs}
     info = rule.infer_forward(*specs, **{k: v for k, v in attrs.items() if k in names})
     full = {p.name: p.default for p in rule.attrs} | attrs
-    if op == "einsum_grad" and len(info.inputs) == 2:
-        # Paddle's EinsumGradInferSpmd answers (inputs, out_grad): inner_cache has no slot.
-        info = sr.SpmdInfo([info.inputs[0], (), info.inputs[1]], info.outputs)
     rng = np.random.default_rng(5)
     in_slots: list[Any] = list(info.inputs)
     out_slots: list[Any] = list(info.outputs)

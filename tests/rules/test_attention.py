@@ -161,8 +161,10 @@ def test_deviation_flash_attention_reverse_echoes_softmax() -> None:
     assert execute("flash_attention", [t, t, t, None, None], fwd, ATTRS, DOMAINS) == "ok"
 
 
-def test_deviation_flash_attention_reverse_seed_offset() -> None:
-    # Paddle answers the [2] seed_offset with fixed_seed_offset's attribute: rank 0, or no mesh
+def test_reverse_seed_offset_paddle_s_placeholder_is_a_format() -> None:
+    # Paddle answers the [2] seed_offset with fixed_seed_offset's attribute: rank 0, or no mesh.
+    # As written that lays out nothing; read as ours (formats.PLACEHOLDER: the kernel writes the
+    # pair whole on every process) Paddle's answer is ours, which executes
     q = spec([2, 3, 2, 2], [0, -1, -1, -1])
     ours = FA.infer_reverse(q, q, q, None, None, q, spec([2, 2, 3, 3], [0, -1, -1, -1]),
                             spec([2, 2, 3], [0, -1, -1]), spec([2], [-1]), **ATTRS)

@@ -15,6 +15,9 @@ from spmdrules.conformance.deviation import classify
 from spmdrules.conformance.runner import default_case_paths, iter_cases
 from spmdrules.core.blocks import ShardMismatch, gather, run_local
 from spmdrules.core.errors import RuleArgumentError, ShardingConflictError, UnsupportedError
+from spmdrules.execution.local import get_kernel
+from spmdrules.verify import run_case
+from spmdrules.verify.cases import Case
 
 Array = np.ndarray[Any, Any]
 RNG = np.random.default_rng(11)
@@ -46,7 +49,8 @@ def fwd(equation: str, *ts: TensorSpec) -> tuple[Any, Any]:
 
 def grad(equation: str, ins: Sequence[TensorSpec], g: TensorSpec) -> tuple[Any, Any, Any]:
     info = get_rule("einsum_grad").infer_forward(list(ins), list(ins), g, equation)
-    return s(info.inputs[0]), s(info.inputs[1]), s(info.outputs[0])
+    assert info.inputs[1] == info.inputs[0]  # the cache lays out as the operands
+    return s(info.inputs[0]), s(info.inputs[2]), s(info.outputs[0])
 
 
 # ---- forward ------------------------------------------------------------------------------------------
@@ -176,7 +180,7 @@ def check_grad(equation: str, info: SpmdInfo, ins: Sequence[TensorSpec], g_t: Te
     arrays = [RNG.standard_normal(t.shape) for t in ins]
     g = RNG.standard_normal(g_t.shape)
     in_attrs = _attrs(info.inputs[0])
-    (ga,) = _attrs((info.inputs[1],))
+    (ga,) = _attrs((info.inputs[2],))
     grad_attrs = _attrs(info.outputs[0])
     for i, (x, xa, dxa) in enumerate(zip(arrays, in_attrs, grad_attrs, strict=True)):
         kernel = _grad_kernel(equation, i)
@@ -211,7 +215,7 @@ def test_proof_einsum_grad_partial_on_shard() -> None:
     x, y = spec(MESH2, [4, 16, 4], [0, -1, -1]), spec(MESH2, [16, 3], [0, -1])
     g = spec(MESH2, [4, 4, 16, 3], [-1, -1, 0, -1])
     info = get_rule("einsum_grad").infer_forward([x, y], [x, y], g, eq)
-    assert (s(info.inputs[0]), s(info.inputs[1]), s(info.outputs[0])) == (
+    assert (s(info.inputs[0]), s(info.inputs[2]), s(info.outputs[0])) == (
         ["[0,-1,-1]", "[-1,-1]"], "[-1,0,-1,-1]", ["[0,-1,-1]", "[-1,-1] P{0:sum}"])
     check_grad(eq, info, [x, y], g)
     case: dict[str, Any] = {"op": "einsum", "direction": "reverse", "reverse_kind": "grad",
@@ -239,3 +243,27 @@ def test_proof_einsum_unary_grad_partial() -> None:
             "inputs": [[{"shape": [32]}]], "outputs": [{"partial": {"0": "sum", "1": "sum"}}],
             "expected": {"inputs": [], "outputs": [[{"dims_mapping": [-1], "partial": {}}]]}}
     assert classify(case, info) == "einsum-unary-grad-partial"
+
+
+def test_einsum_grad_lays_out_every_argument_and_runs() -> None:
+    # issue 23, item 14: the answer gave inner_cache no attribute (Paddle's format): 2 input
+    # attributes for 3 arguments, which no lowering or execution can take
+    x, y = spec(MESH2, [4, 6], [0, -1]), spec(MESH2, [6, 3], [-1, -1])
+    g = spec(MESH2, [4, 3], [0, -1])
+    info = get_rule("einsum_grad").infer_forward([x, y], [x, y], g, "ij,jk->ik")
+    assert len(info.inputs) == 3 and info.inputs[1] == info.inputs[0]
+    case = Case(rule="einsum_grad", direction="forward", op="einsum_grad", mesh=MESH2,
+                inputs=((x, y), (x, y), g), outputs=((x, y),), attrs={"equation": "ij,jk->ik"},
+                domains=(("real", "real"), ("real", "real"), "real"))
+    result = run_case(case, info, get_kernel("einsum_grad"), RNG, alternatives=False)
+    assert result.status == "ok", result.detail
+
+
+def test_einsum_grad_lays_a_cache_of_another_shape_out_replicated() -> None:
+    # a cache that is not its operand's shape (Paddle's real cache may be a transposed copy), or
+    # one with no operand, is laid out whole: the kernel does not read it
+    x, y = spec(MESH2, [4, 6], [0, -1]), spec(MESH2, [6, 3], [-1, -1])
+    g = spec(MESH2, [4, 3], [0, -1])
+    cache = [spec(MESH2, [6, 4], [0, -1]), y, spec(MESH2, [2], [0])]
+    info = get_rule("einsum_grad").infer_forward([x, y], cache, g, "ij,jk->ik")
+    assert s(info.inputs[1]) == ["[-1,-1]", "[-1,-1]", "[-1]"]

@@ -30,13 +30,10 @@ def dms(slots: Any) -> list[Any]:
     return [None if a is None else list(a.dims_mapping) for a in slots]
 
 
-def test_forward_merges_x_and_y_and_reverse_keeps_seed_offset() -> None:
+def test_forward_merges_x_and_y_and_seed_offset_is_replicated() -> None:
     info = get_rule("fused_dropout_add").infer_forward(spec([12, 32], [-1, 0]),
                                                        spec([12, 32], [0, -1]))
     assert dms(info.inputs) == [[-1, 0], [-1, 0]] and dms(info.outputs) == [[-1, 0], [-1]]
-    info = get_rule("fused_dropout_add").infer_reverse(
-        spec([5], [0]), spec([5], [0]), spec([5], [0]), spec([2], [0], {1: "sum"}))
-    assert dms(info.outputs) == [[0], [0]] and not info.outputs[1].partial_items  # type: ignore[union-attr]
     with pytest.raises(RuleArgumentError, match="one shape"):
         get_rule("fused_dropout_add").infer_forward(spec([4, 2], [-1, -1]), spec([4], [-1]))
     with pytest.raises(sr.ShardingConflictError):
@@ -52,6 +49,18 @@ def test_deviation_echoes_given_paddle_wrong_ours_right() -> None:
     paddle = sr.SpmdInfo((args[0].attr, args[1].attr),
                          (DistAttr(mesh, [-1, 0]), DistAttr(mesh, [-1])))
     assert execute("fused_dropout_add", args, paddle, ATTRS) == "wrong"
+
+
+def test_reverse_lays_seed_offset_out_whole_as_the_kernel_writes_it() -> None:
+    # issue 23, item 13: reverse handed back seed_offset's given shard ([0] P{1} here, 55 agreeing
+    # recorded cases and 5 deviating ones); the kernel writes the whole [seed, offset] pair on
+    # every process, so a split attribute claims blocks of one entry it does not compute
+    x, seed = spec([5], [0]), spec([2], [0], {1: "sum"})
+    info = get_rule("fused_dropout_add").infer_reverse(x, x, x, seed)
+    assert dms(info.outputs) == [[0], [-1]] and not info.outputs[1].partial_items  # type: ignore[union-attr]
+    assert execute("fused_dropout_add", (x, x), info, ATTRS) == "ok"
+    echoed = sr.SpmdInfo(info.inputs, (info.outputs[0], DistAttr(MESH, [0])))
+    assert execute("fused_dropout_add", (x, x), echoed, ATTRS) == "wrong"  # block [2], not [1]
 
 
 def _model() -> Graph:

@@ -99,5 +99,5 @@ register_deviation(
     "A dim that its mesh dims do not divide evenly: Paddle replicates it (quirk 6), we keep the "
     "shard. Correct either way (each block, of any size, is computed whole); ours keeps the "
     "parallelism. The policy of every family (docs/deviations/uneven.md).",
-    _keeps_uneven,
+    _keeps_uneven, kind="parallelism",
 )

@@ -23,7 +23,7 @@ register_deviation(
     "Without a prior, Paddle lays label_smooth out as a unary op and replicates a dim its mesh "
     "dims do not divide evenly (quirk 6); we keep the shard (the policy of keeps-uneven-shard): "
     "an elementwise op computes a block of any size exactly.",
-    _keeps_uneven,
+    _keeps_uneven, kind="parallelism",
 )
 
 

@@ -132,5 +132,5 @@ register_deviation(
     "A batch letter or k that its mesh dims do not divide evenly: Paddle replicates it, we keep "
     "the shard (the policy of keeps-uneven-shard). Uneven blocks multiply exactly and the partial "
     "sums of uneven k blocks add up to the product.",
-    _paddle_drops_uneven,
+    _paddle_drops_uneven, kind="parallelism",
 )

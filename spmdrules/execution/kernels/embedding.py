@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spmdrules.core.blocks import ShardMismatch
+from spmdrules.core.blocks import BlockShapeMismatch, ShardMismatch
 from spmdrules.execution import local
 from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
 
@@ -84,20 +84,23 @@ def c_embedding(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]
 
 @register_kernel("c_embedding_grad")
 def c_embedding_grad(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
-    """This rank's rows of the table gradient: out_grad added at each of its ids (a piece of the
-    sum over the ranks holding other ids), at its block of the hidden dim."""
+    """This rank's block of the table gradient: out_grad added at each of its ids (a piece of the
+    sum over the ranks holding other ids). As Paddle's kernel, it is sized from the table: a block
+    shaped as this rank's block of the table, whatever weight_grad's attribute says; so out_grad's
+    block of the hidden dim must be the table's."""
+    weight = array(ctx, blocks, 0, "weight")
     ids, g = array(ctx, blocks, 1, "x"), array(ctx, blocks, 2, "out_grad")
     local.require_whole(ctx, 1, "x")
     local.require_whole(ctx, 2, "out_grad")
-    mine, at, rows = c_rows(ctx, ids, 0)
-    shape, a = local.output(ctx, 0)
+    mine, at, _ = c_rows(ctx, ids, 0)
+    wshape, w_attr = local.input_spec(ctx, 0, "weight")
     gshape, g_attr = local.input_spec(ctx, 2, "out_grad")
-    have = local.block_range(ctx, gshape, g_attr, len(gshape) - 1)
-    want = local.block_range(ctx, shape, a, 1)
-    if have != want or local.block_range(ctx, shape, a, 0) != rows:
-        raise ShardMismatch(
-            f"{ctx.op}: weight_grad's block {a.mapping_str()} does not hold the table rows and "
-            "the hidden block this rank's ids and out_grad give; lay it out as the rule does")
-    out = np.zeros(local.local_shape(shape, a, ctx.coord), dtype=g.dtype)
+    if local.block_range(ctx, gshape, g_attr, len(gshape) - 1) != local.block_range(
+            ctx, wshape, w_attr, 1):
+        raise BlockShapeMismatch(
+            f"{ctx.op}: out_grad's block of the hidden dim ({g_attr.mapping_str()}) is not the "
+            f"table's ({w_attr.mapping_str()}), from which weight_grad's block is sized; lay "
+            "them out alike, as the rule does")
+    out = np.zeros(weight.shape, dtype=g.dtype)
     np.add.at(out, at[mine], g[mine])
     return (out,)

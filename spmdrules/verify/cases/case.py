@@ -15,14 +15,16 @@ from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import SpmdInfo, TensorSpec, flat_slots
 from spmdrules.engine.registry import get_rule
 
+# the value domains, re-exported for the family generators
+from spmdrules.execution.domains import Arg as Arg
+from spmdrules.execution.domains import DomainArg as DomainArg
+from spmdrules.execution.domains import domain_dtype as domain_dtype
+from spmdrules.execution.domains import draw_values as draw_values
+
 Direction = Literal["forward", "reverse"]
 Rng = np.random.Generator
 Array = NDArray[Any]
 Shape = tuple[int, ...]
-#: one tensor argument: a tensor, an absent optional (None) or a list
-Arg = TensorSpec | None | tuple[TensorSpec, ...]
-#: the value domain of one tensor argument, in the same structure
-DomainArg = str | None | tuple[str, ...]
 
 #: Meshes of at most 8 processes, 1-D to 3-D; sizes 3 and 8 make most dims uneven.
 MESH_SHAPES: Final[tuple[Shape, ...]] = (
@@ -43,57 +45,6 @@ _REDUCES: Final[Mapping[str, tuple[str, ...]]] = {
     "b": ("any", "all"),
 }
 
-# ---- value domains -----------------------------------------------------------------------------
-#: domain name -> dtype name; "index:N" domains (ids, hard labels) are int64 in [0, N)
-_DOMAIN_DTYPES: Final[Mapping[str, str]] = {
-    "real": "float64", "positive": "float64", "unit": "float64", "prob": "float64",
-    "ge1": "float64", "nonzero": "float64", "near1": "float64", "bool": "bool", "int": "int64",
-}
-
-
-def domain_dtype(domain: str) -> str:
-    if domain.startswith(("index:", "counts:")):
-        return "int64"
-    return "float64" if domain.startswith("boxes:") else _DOMAIN_DTYPES[domain]
-
-
-def draw_values(domain: str, shape: Shape, rng: Rng) -> Array:
-    """A random global array of ``shape`` in ``domain`` (an ndarray even when 0-d)."""
-    return np.asarray(_values(domain, shape, rng), dtype=domain_dtype(domain))
-
-
-def _values(domain: str, shape: Shape, rng: Rng) -> Any:
-    if domain == "real":
-        return rng.standard_normal(shape)
-    if domain == "positive":
-        return rng.uniform(0.5, 2.0, shape)
-    if domain == "unit":
-        return rng.uniform(-0.9, 0.9, shape)
-    if domain == "prob":
-        return rng.uniform(0.1, 0.9, shape)
-    if domain == "ge1":
-        return rng.uniform(1.1, 3.0, shape)
-    if domain in ("nonzero", "near1"):
-        # |v| in [0.5, 1.5]: safe divisors, and products of many stay O(1)
-        return rng.uniform(0.5, 1.5, shape) * rng.choice([-1.0, 1.0], shape)
-    if domain == "bool":
-        return np.asarray(rng.integers(0, 2, shape) > 0)
-    if domain == "int":
-        return rng.integers(-8, 8, shape).astype(np.int64)
-    if domain.startswith("index:"):
-        return rng.integers(0, int(domain[6:]), shape).astype(np.int64)
-    if domain.startswith("boxes:"):  # "boxes:H:W": boxes x1, y1, x2, y2 about an H x W image
-        h, w = (int(v) for v in domain.split(":")[1:])
-        lo = rng.uniform(-0.5, 1.0, (shape[0], 2)) * np.array([w, h]) * 0.8
-        size = rng.uniform(0.3, 1.2, (shape[0], 2)) * np.array([w, h])
-        return np.concatenate([lo, lo + size], axis=1)
-    if domain.startswith("counts:"):  # "counts:N:R": N counts that sum to R (boxes per image)
-        n, total = (int(v) for v in domain.split(":")[1:])
-        cuts = np.sort(rng.integers(0, total + 1, n - 1))
-        return np.diff(np.concatenate([[0], cuts, [total]])).astype(np.int64)
-    raise ValueError(f"unknown value domain {domain!r}")
-
-
 # ---- the case ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Case:
@@ -110,9 +61,6 @@ class Case:
     #: generic rules run on a stand-in op: the rule sees every tensor as two flat lists
     generic: bool = False
     reverse_attr_names: tuple[str, ...] = field(default=())
-    #: input arguments the rule answers no attribute for; they keep the given one
-    #: (einsum_grad's inner_cache: Paddle's EinsumGradInferSpmd lays out only inputs and out_grad)
-    unanswered: tuple[int, ...] = field(default=())
 
     def call(self) -> SpmdInfo:
         """Call the rule on the given attributes (raises the rule's SpmdError if it refuses)."""

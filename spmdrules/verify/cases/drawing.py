@@ -131,12 +131,10 @@ def _grad_case(name: str, direction: Direction, rng: Rng) -> Case:
             continue
         inputs: tuple[Arg, ...] = (*fwd.inputs, *fwd.outputs)
         domains = (*fwd.domains, *(_cotangent_domain(a) for a in fwd.outputs))
-        unanswered: tuple[int, ...] = ()
         if name == "einsum_grad":
             # the forward operands again, as the cache Paddle's backward op receives
             inputs = (inputs[0], inputs[0], *inputs[1:])
             domains = (domains[0], domains[0], *domains[1:])
-            unanswered = (1,)
         elif [p.name for p in rule.inputs] != [p.name for p in base_rule.inputs] + [
                 f"{p.name}_grad" for p in base_rule.outputs]:
             inputs, domains = _by_name(rule, base_rule, fwd, inputs, domains)
@@ -149,7 +147,7 @@ def _grad_case(name: str, direction: Direction, rng: Rng) -> Case:
             rule=name, direction=direction, op=name, mesh=fwd.mesh, inputs=inputs,
             outputs=_input_cotangents(rule, base_rule, fwd),
             attrs={a.name: fwd.attrs.get(a.name, a.default) for a in rule.attrs},
-            domains=domains, unanswered=unanswered,
+            domains=domains,
         )
     raise NoCaseError(f"{name}: no valid case in 50 draws (last: {last})")
 
