@@ -10,7 +10,7 @@ size is timed ``--repeats`` times and the median kept. It prints the measurement
 per mesh dim, and the calibration it recommends: the all-reduce fit over both mesh dims for the
 collectives (one machine's processes share memory, so the mesh dims differ only by noise) and
 the ping-pong fit for transfers between meshes. ``--write`` stores that calibration as JSON
-(default: spmdrules/calibration.json, which ``spmdrules.completion.cost.DEFAULT_COST_MODEL`` loads).
+(default: spmdrules/completion/calibration.json, which ``spmdrules.completion.cost.DEFAULT_COST_MODEL`` loads).
 Run it on an otherwise idle machine.
 """
 
@@ -33,7 +33,7 @@ import numpy as np
 SIZES = [8 << k for k in range(0, 20, 2)]  # 8 B .. 2 MB
 TRIALS = 5
 MESH_SHAPE = (2, 2)
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "spmdrules" / "calibration.json"
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "spmdrules" / "completion" / "calibration.json"
 DIM_NAMES = ("dp", "mp")
 
 

@@ -59,3 +59,20 @@ def test_the_case_format_example_is_a_shipped_case() -> None:
     with gzip.open(ROOT / "spmdrules" / "conformance" / "data" / f"{op}.jsonl.gz", "rt") as f:
         shipped = [json.loads(line) for line in f]
     assert shown in shipped
+
+
+def test_every_test_the_security_page_names_exists() -> None:
+    """docs/security.md's table of hostile inputs names the tests that try them: a row whose test
+    is renamed or removed must not go on claiming a defence."""
+    text = (ROOT / "docs" / "security.md").read_text()
+    named: list[tuple[str, str]] = []
+    for row in text.splitlines():
+        file = None
+        for m in re.finditer(r"`(tests/[\w/]+\.py)?::(test_\w+)`", row):
+            file = m.group(1) or file
+            assert file is not None, row
+            named.append((file, m.group(2)))
+    assert len(named) >= 30
+    missing = [f"{f}::{t}" for f, t in named
+               if not re.search(rf"^def {t}\(", (ROOT / f).read_text(), re.MULTILINE)]
+    assert missing == []

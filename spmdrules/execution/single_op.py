@@ -25,6 +25,7 @@ import numpy as np
 
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.blocks import Array, BlockShapeMismatch, ShardMismatch, gather, scatter
+from spmdrules.core.dtypes import is_bfloat16, is_inexact
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import AttrSlot, SpmdInfo, TensorSpec
@@ -332,13 +333,21 @@ def _piece(b: Block, i: int) -> Array:
     return _block(b[i])
 
 
+def _comparable(a: Array) -> Array:
+    """bfloat16 (numpy's kind 'V', which allclose and equal_nan do not take) as float32, which
+    holds each of its values exactly."""
+    return a.astype(np.float32) if is_bfloat16(a.dtype) else a
+
+
 def _differ(got: Array, want: Array) -> str | None:
     """Why two results differ, or None when they agree."""
-    got, want = np.asarray(got), np.asarray(want)
+    got, want = _comparable(np.asarray(got)), _comparable(np.asarray(want))
     if got.shape != want.shape:
         return f"shape {list(got.shape)} instead of {list(want.shape)}"
-    if want.dtype.kind in "fc":
-        scale = float(np.nanmax(np.abs(want))) if want.size else 0.0
+    if is_inexact(want.dtype):
+        # the tolerance scales with the finite values: an infinity must match exactly
+        finite = np.abs(want[np.isfinite(want)])
+        scale = float(finite.max()) if finite.size else 0.0
         ok = np.allclose(got, want, rtol=RTOL, atol=ATOL * max(1.0, scale), equal_nan=True)
         if not ok:
             err = np.abs(got.astype(want.dtype) - want)
@@ -376,8 +385,8 @@ def same_blocks(a: Sequence[Block], b: Sequence[Block]) -> bool:
         if len(xs) != len(ys):
             return False
         for p, q in zip(xs, ys, strict=True):
-            p, q = np.asarray(p), np.asarray(q)
-            if p.shape != q.shape or not np.array_equal(p, q, equal_nan=p.dtype.kind in "fc"):
+            p, q = _comparable(np.asarray(p)), _comparable(np.asarray(q))
+            if p.shape != q.shape or not np.array_equal(p, q, equal_nan=is_inexact(p.dtype)):
                 return False
     return True
 

@@ -139,3 +139,18 @@ def test_reverse_mode_differentiates_bfloat16_tensors() -> None:
                        {"c": np.ones((4, 2), np.float32)})
     assert grads["x"].dtype == BF16 and np.array_equal(grads["x"].astype(np.float32),
                                                        np.ones((4, 2)))
+
+
+def test_the_single_op_check_compares_bfloat16_with_its_nans() -> None:
+    """verify's and the conformance check's comparison of results took NaN as equal only for
+    numpy's kinds 'f' and 'c': two equal bfloat16 results with a NaN were said to differ."""
+    from spmdrules.execution.single_op import _differ, same_blocks
+
+    a = np.array([[1.0, np.nan], [-0.5, np.inf]], dtype=BF16)
+    assert same_blocks([a], [a.copy()]) and _differ(a, a.copy()) is None
+    b = a.copy()
+    b[0, 0] = 1.5
+    assert not same_blocks([a], [b])
+    assert _differ(b, a) == "max abs error 0.5 (values up to 1)"
+    b[1, 1] = 7.0  # an infinity matches only itself, whatever the scale of the finite values
+    assert "max abs error inf" in str(_differ(b, a))
