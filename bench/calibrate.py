@@ -10,8 +10,8 @@ size is timed ``--repeats`` times and the median kept. It prints the measurement
 per mesh dim, and the calibration it recommends: the all-reduce fit over both mesh dims for the
 collectives (one machine's processes share memory, so the mesh dims differ only by noise) and
 the ping-pong fit for transfers between meshes. ``--write`` stores that calibration as JSON
-(default: spmdrules/completion/calibration.json, which ``spmdrules.completion.cost.DEFAULT_COST_MODEL`` loads).
-Run it on an otherwise idle machine.
+(default: spmdrules/completion/calibration.json, which
+``spmdrules.completion.cost.DEFAULT_COST_MODEL`` loads). Run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
