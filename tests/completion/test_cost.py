@@ -70,3 +70,15 @@ def test_not_json_is_a_precise_error(tmp_path: Path) -> None:
     path.write_text("{not json")
     with pytest.raises(CostModelError, match="cannot read the cost calibration"):
         load_calibration(path)
+
+
+def test_bench_calibrate_writes_the_file_the_cost_model_reads() -> None:
+    """``bench/calibrate.py --write`` wrote spmdrules/calibration.json, which nothing reads."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "calibrate.py"
+    spec = importlib.util.spec_from_file_location("bench_calibrate", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.DEFAULT_OUT == CALIBRATION_FILE
