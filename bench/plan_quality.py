@@ -17,7 +17,9 @@ and read by both sides; then a ResNet-18 and a small U-Net written in torch
 
 Columns:
 
-* **ours**: ``spmdrules.importers.torch.export``, ``plan.apply`` with the plan, ``complete``;
+* **ours**: ``spmdrules.importers.torch.export``, ``plan.apply`` with the plan, ``complete``
+  (a CNN enters through ONNX: torch's TorchScript exporter, then ``importers.onnx`` with every
+  Conv's spatial opt-in, as the torch importer maps no ``aten.convolution`` today);
   the bytes are ``sum(p.total_bytes for p in result.plans())``, the collectives every step of
   those plans that moves data (a local slice or a zero-partial moves none).
 * **textbook**: a formula per model kind, from the config and the plan:
@@ -35,11 +37,12 @@ Columns:
     top-k >= 2: 2 x k/mp of the block, plus the gather back to the attention's layout.)
   - *CNN, batch on dp, H on mp*: a window op (conv, pool) with kernel k, stride s, padding p
     needs ``p + max(0, k - s - p)`` rows of its input from its neighbours at each of the mp - 1
-    boundaries of a dp group (a halo, sent point-to-point: the receiver's rows); a 1x1 conv,
-    a transposed conv with kernel = stride and a nearest upsample need none. Where the input's H
-    is below mp the split ends: one all-gather over mp of that input, and the layers after it
-    run with H whole (the batch stays on dp). A global average pool over a split H leaves a
-    pending sum, reduced once (one all-reduce of [batch/dp, C]).
+    boundaries of a dp group (a halo, sent point-to-point: the receiver's rows); a 1x1 conv
+    and a transposed conv with kernel = stride need none. At the first window op whose output
+    H is below mp the split ends: one all-gather over mp of that op's input, and every layer
+    after it runs with H whole (the batch stays on dp). A global average pool over a split H
+    leaves a pending sum, reduced once (one all-reduce of [batch/dp, C]). Ours counts the halo
+    exchanges its lowering adds (``HaloStep.predicted_bytes``) with its reshards.
 * **DTensor**: torch's ``parallelize_module`` on the mp dim of a 2x2 ``DeviceMesh`` over a fake
   process group (``torch.testing._internal.distributed.fake_pg``), the plan translated style by
   style (below), the model fed its dp shard of the batch (batch/dp rows: dp is free in the
@@ -126,23 +129,50 @@ def measured(fn: Callable[[], Figure]) -> Figure:
 
 
 # ---- ours ------------------------------------------------------------------------------------
-def of_completion(result: Any) -> Figure:
-    """A completed graph's forward bytes and collectives, as ``complete`` plans them."""
+def of_completion(result: Any, halos: bool = False) -> Figure:
+    """A completed graph's forward bytes and collectives, as ``complete`` plans them; with
+    ``halos``, also the halo exchanges its lowering adds (each HaloStep's predicted bytes)."""
     plans = result.plans()
-    return Figure(sum(p.total_bytes for p in plans),
-                  sum(1 for p in plans for s in p.steps if s.kind not in _LOCAL))
+    fig = Figure(sum(p.total_bytes for p in plans),
+                 sum(1 for p in plans for s in p.steps if s.kind not in _LOCAL))
+    if halos:
+        from spmdrules.execution.lowering import lower
+        from spmdrules.execution.program import HaloStep
+
+        steps = [i for i in lower(result).instructions if isinstance(i, HaloStep)]
+        fig = Figure(fig.bytes + sum(h.predicted_bytes for h in steps),  # type: ignore[operator]
+                     fig.collectives + len(steps))  # type: ignore[operator]
+    return fig
 
 
-def ours_module(module: Any, inputs: tuple[Any, ...], spec: dict[str, Any]) -> Figure:
+def ours_graph(g: Any, spec: dict[str, Any], halos: bool = False) -> Figure:
     from hf_models import MESH
 
     from spmdrules import plan
     from spmdrules.completion import complete
+
+    plan.apply(g, MESH, spec)
+    return of_completion(complete(g), halos)
+
+
+def ours_module(module: Any, inputs: tuple[Any, ...], spec: dict[str, Any]) -> Figure:
     from spmdrules.importers import torch as torch_import
 
-    g = torch_import.export(module, inputs).graph
-    plan.apply(g, MESH, spec)
-    return of_completion(complete(g))
+    return ours_graph(torch_import.export(module, inputs).graph, spec)
+
+
+def ours_cnn(module: Any, x: Any, spec: dict[str, Any]) -> Figure:
+    """Through ONNX: torch's TorchScript exporter, then spmdrules.importers.onnx with every
+    Conv's spatial opt-in (the torch importer maps no aten.convolution today)."""
+    import onnx
+    import torch
+
+    from spmdrules.importers import onnx as onnx_import
+
+    buf = io.BytesIO()
+    torch.onnx.export(module, (x,), buf, dynamo=False, input_names=["x"])
+    model = onnx.load_from_string(buf.getvalue())
+    return ours_graph(onnx_import.import_model(model, spatial_sharding=True).graph, spec, True)
 
 
 # ---- the textbook ------------------------------------------------------------------------------
@@ -169,22 +199,22 @@ def textbook_cnn(module: Any, x: Any) -> Figure:
 
     total, count, split = 0, 0, True
 
-    def hook(mod: Any, args: tuple[Any, ...], _out: Any) -> None:
+    def hook(mod: Any, args: tuple[Any, ...], out: Any) -> None:
         nonlocal total, count, split
         n, c, h, w = args[0].shape
         row = n // DP * c * w * FP32  # one row of H of a dp shard
-        if isinstance(mod, nn.AdaptiveAvgPool2d):
-            if split:  # a pending sum over mp, reduced once
-                total += all_reduce_bytes(n // DP * c * FP32, MP) * DP * MP
-                count += 1
+        if not split:
             return
-        if split and h < MP:  # the split ends: one all-gather of this input over mp
-            total += (MP - 1) * row * h // MP * DP * MP
+        if isinstance(mod, nn.AdaptiveAvgPool2d):  # a pending sum over mp, reduced once
+            total += all_reduce_bytes(n // DP * c * FP32, MP) * DP * MP
+            count += 1
+            return
+        if out.shape[2] < MP:  # the split ends: one all-gather of this input over mp
+            total += collective_bytes("all_gather_into_tensor", row * h // MP, MP) * DP * MP
             count += 1
             split = False
-        elif not split and h >= MP:
-            split = True  # a local slice resumes it
-        if not split or isinstance(mod, nn.ConvTranspose2d):  # kernel = stride: no halo
+            return
+        if isinstance(mod, nn.ConvTranspose2d):  # kernel = stride: no halo
             return
         k, s, p = _pair(mod.kernel_size), _pair(mod.stride), _pair(mod.padding)
         rows = p + max(0, k - s - p)
@@ -362,8 +392,37 @@ def cnn_row(kind: str, batch: int) -> Row:
         module = distribute_module(build(), mesh)
         return run_dtensor(module, (distribute_tensor(x, mesh, [Shard(0), Shard(2)]),))
 
-    return Row(label, batch, measured(lambda: ours_module(build(), (x,), SPATIAL_PLAN)),
+    return Row(label, batch, measured(lambda: ours_cnn(build(), x, SPATIAL_PLAN)),
                measured(lambda: textbook_cnn(build(), x)), measured(dtensor))
+
+
+def routed_experts_row() -> Row:
+    """The routed-experts layer (tests/support/routed_experts.py; no batch: T tokens)."""
+    import routed_experts as re_
+
+    from spmdrules.completion import complete
+
+    def dtensor() -> Figure:
+        import torch
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Shard, distribute_tensor
+
+        _mesh()
+        mesh = init_device_mesh("cpu", (re_.EP,), mesh_dim_names=("ep",))
+        gen = torch.Generator().manual_seed(0)
+        v = {n: distribute_tensor(torch.randn(*shape, generator=gen), mesh, [Shard(dim)])
+             for n, (shape, dim) in re_.TENSORS.items()}
+        mode = recording_mode()
+        with torch.no_grad(), mode:
+            re_.torch_forward(v).redistribute(mesh, [Shard(0)])  # the output split on T
+        return Figure(sum(collective_bytes(op, b, n) for op, b, n in mode.seen) * re_.EP,
+                      len(mode.seen))
+
+    # textbook: a dispatch and a combine all-to-all of [E, T, D] between its T and E splits
+    block = re_.E * re_.T // re_.EP * re_.D * FP32
+    textbook = Figure(2 * collective_bytes("all_to_all_single", block, re_.EP) * re_.EP, 2)
+    ours = measured(lambda: of_completion(complete(re_.graph())))
+    return Row("routed experts (batch: tokens T)", re_.T, ours, textbook, measured(dtensor))
 
 
 def rows_for(models: list[str], batches: list[int]) -> list[Row]:
@@ -371,6 +430,9 @@ def rows_for(models: list[str], batches: list[int]) -> list[Row]:
 
     out: list[Row] = []
     for kind in models:
+        if kind == "routed_experts":
+            out.append(routed_experts_row())
+            continue
         for b in batches:
             out.append(decoder_row(kind, b) if kind in DECODERS else cnn_row(kind, b))
             print(f"  measured {out[-1].model} at batch {b}", file=sys.stderr, flush=True)
@@ -410,7 +472,7 @@ def main(argv: list[str] | None = None) -> None:
     from cnn_models import CNNS
     from hf_models import DECODERS
 
-    known = [*DECODERS, *CNNS]
+    known = [*DECODERS, *CNNS, "routed_experts"]
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--models", type=lambda s: s.split(","), default=known,
                     help=f"comma-separated, of: {','.join(known)} (default: all)")

@@ -85,3 +85,13 @@ def test_bad_flags_are_argparse_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as e:
         pq.main(argv)
     assert e.value.code == 2
+
+
+def test_routed_experts_row_has_all_three_columns() -> None:
+    import routed_experts as re_
+
+    row = pq.routed_experts_row()
+    # dispatch and combine all-to-alls of [E, T/ep, D] fp32 blocks: 3/4 of 8 KB, on 4 processes
+    assert (row.textbook.bytes, row.textbook.collectives) == (2 * 6144 * 4, 2)
+    assert row.ours.bytes == complete(re_.graph()).bytes_moved
+    assert row.dtensor.reason == "" and row.dtensor.bytes is not None and row.dtensor.bytes > 0
