@@ -390,7 +390,11 @@ def cnn_row(kind: str, batch: int) -> Row:
 
         mesh = _mesh()
         module = distribute_module(build(), mesh)
-        return run_dtensor(module, (distribute_tensor(x, mesh, [Shard(0), Shard(2)]),))
+        try:
+            return run_dtensor(module, (distribute_tensor(x, mesh, [Shard(0), Shard(2)]),))
+        except RuntimeError as e:  # DTensor's own error, said where it came from
+            raise RuntimeError(f"DTensor on the input split (Shard(0), Shard(2)): "
+                               f"{_reason(e)}") from e
 
     return Row(label, batch, measured(lambda: ours_cnn(build(), x, SPATIAL_PLAN)),
                measured(lambda: textbook_cnn(build(), x)), measured(dtensor))
@@ -422,7 +426,7 @@ def routed_experts_row() -> Row:
     block = re_.E * re_.T // re_.EP * re_.D * FP32
     textbook = Figure(2 * collective_bytes("all_to_all_single", block, re_.EP) * re_.EP, 2)
     ours = measured(lambda: of_completion(complete(re_.graph())))
-    return Row("routed experts (batch: tokens T)", re_.T, ours, textbook, measured(dtensor))
+    return Row("routed experts (tokens)", re_.T, ours, textbook, measured(dtensor))
 
 
 def rows_for(models: list[str], batches: list[int]) -> list[Row]:
