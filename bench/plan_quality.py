@@ -133,16 +133,16 @@ def of_completion(result: Any, halos: bool = False) -> Figure:
     """A completed graph's forward bytes and collectives, as ``complete`` plans them; with
     ``halos``, also the halo exchanges its lowering adds (each HaloStep's predicted bytes)."""
     plans = result.plans()
-    fig = Figure(sum(p.total_bytes for p in plans),
-                 sum(1 for p in plans for s in p.steps if s.kind not in _LOCAL))
+    moved = sum(p.total_bytes for p in plans)
+    count = sum(1 for p in plans for s in p.steps if s.kind not in _LOCAL)
     if halos:
         from spmdrules.execution.lowering import lower
         from spmdrules.execution.program import HaloStep
 
         steps = [i for i in lower(result).instructions if isinstance(i, HaloStep)]
-        fig = Figure(fig.bytes + sum(h.predicted_bytes for h in steps),  # type: ignore[operator]
-                     fig.collectives + len(steps))  # type: ignore[operator]
-    return fig
+        moved += sum(h.predicted_bytes for h in steps)
+        count += len(steps)
+    return Figure(moved, count)
 
 
 def ours_graph(g: Any, spec: dict[str, Any], halos: bool = False) -> Figure:

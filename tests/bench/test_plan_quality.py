@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,16 @@ from hf_models import DECODERS, MESH, SIZES, decoder  # noqa: E402
 from spmdrules import plan  # noqa: E402
 from spmdrules.completion import complete  # noqa: E402
 from spmdrules.importers import torch as torch_import  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def fake_process_group_is_destroyed() -> Iterator[None]:
+    """The bench's DTensor side starts a fake process group; no later test inherits it."""
+    yield
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 @pytest.mark.timeout(400)
