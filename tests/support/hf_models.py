@@ -64,3 +64,102 @@ MODELS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "llama": (llama, LLAMA_PLAN),
     "gpt2": (gpt2, GPT2_PLAN),
 }
+
+
+# ---- the decoders of issue 24's plan-quality measurement (bench/plan_quality.py) --------------
+#: the issue's sizes: hidden 256, 8 heads (4 KV), FFN 512, vocabulary 512, 2 layers, fp32
+SIZES: dict[str, int] = {"hidden": 256, "heads": 8, "kv_heads": 4, "ffn": 512, "vocab": 512,
+                         "layers": 2, "experts": 4, "top_k": 2}
+NEOX_PLAN: dict[str, Any] = {
+    "input_ids": plan.DataParallel(dim="dp"),
+    "embed_in": plan.VocabParallel(),
+    "*.attention.query_key_value": plan.ColwiseParallel(),
+    "*.attention.dense": plan.RowwiseParallel(),
+    "*.mlp.dense_h_to_4h": plan.ColwiseParallel(), "*.mlp.dense_4h_to_h": plan.RowwiseParallel(),
+    "lm_head": plan.ColwiseParallel(),
+}
+PHI3_PLAN: dict[str, Any] = {
+    "input_ids": plan.DataParallel(dim="dp"),
+    "embed_tokens": plan.VocabParallel(),
+    "*.qkv_proj": plan.ColwiseParallel(), "*.o_proj": plan.RowwiseParallel(),
+    "layers.*.mlp.gate_up_proj": plan.ColwiseParallel(),
+    "layers.*.mlp.down_proj": plan.RowwiseParallel(),
+    "lm_head": plan.ColwiseParallel(),
+}
+#: experts sharded on mp along their expert dim (expert parallelism); the router replicated
+MOE_PLAN: dict[str, Any] = {
+    "input_ids": plan.DataParallel(dim="dp"),
+    "embed_tokens": plan.VocabParallel(),
+    "*.q_proj": plan.ColwiseParallel(), "*.k_proj": plan.ColwiseParallel(),
+    "*.v_proj": plan.ColwiseParallel(), "*.o_proj": plan.RowwiseParallel(),
+    "*.experts.gate_up_proj": plan.Spec(("mp", None, None)),
+    "*.experts.down_proj": plan.Spec(("mp", None, None)),
+    "lm_head": plan.ColwiseParallel(),
+}
+QWEN2_MOE_PLAN: dict[str, Any] = {
+    **MOE_PLAN,  # and the shared expert Megatron-style: its sum joins the experts' combine
+    "*.shared_expert.gate_proj": plan.ColwiseParallel(),
+    "*.shared_expert.up_proj": plan.ColwiseParallel(),
+    "*.shared_expert.down_proj": plan.RowwiseParallel(),
+}
+
+
+def _common(s: dict[str, int]) -> dict[str, Any]:
+    """Config fields the LLaMA-like families share: eager attention (the importer maps its
+    matmuls and softmax; sdpa is a fused kernel), no cache, no padding row (the registered
+    embedding has none), the LM head untied (see ``gpt2``)."""
+    return {"vocab_size": s["vocab"], "hidden_size": s["hidden"],
+            "intermediate_size": s["ffn"], "num_hidden_layers": s["layers"],
+            "num_attention_heads": s["heads"], "num_key_value_heads": s["kv_heads"],
+            "max_position_embeddings": 64, "attn_implementation": "eager", "use_cache": False,
+            "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": None,
+            "tie_word_embeddings": False}
+
+
+def decoder(kind: str, **sizes: int) -> Any:
+    """The Hugging Face decoder ``kind`` (a key of DECODERS) at SIZES (``sizes`` overrides),
+    random weights from seed 0, in eval mode."""
+    import torch
+    import transformers as tf
+
+    s = {**SIZES, **sizes}
+    c = _common(s)
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        return tf.GPT2LMHeadModel(tf.GPT2Config(
+            vocab_size=s["vocab"], n_embd=s["hidden"], n_layer=s["layers"], n_head=s["heads"],
+            n_inner=s["ffn"], n_positions=64, attn_implementation="eager", use_cache=False,
+            bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)).eval()
+    if kind == "gpt_neox":
+        del c["num_key_value_heads"]  # GPT-NeoX has no grouped heads
+        return tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(**c)).eval()
+    if kind == "gemma":
+        c["head_dim"] = s["hidden"] // s["heads"]
+    if kind == "mixtral":
+        return tf.MixtralForCausalLM(tf.MixtralConfig(
+            **c, num_local_experts=s["experts"], num_experts_per_tok=s["top_k"])).eval()
+    if kind == "qwen2_moe":
+        return tf.Qwen2MoeForCausalLM(tf.Qwen2MoeConfig(
+            **c, num_experts=s["experts"], num_experts_per_tok=s["top_k"],
+            moe_intermediate_size=s["ffn"], shared_expert_intermediate_size=s["ffn"])).eval()
+    config, model = {"llama": (tf.LlamaConfig, tf.LlamaForCausalLM),
+                     "mistral": (tf.MistralConfig, tf.MistralForCausalLM),
+                     "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM),
+                     "gemma": (tf.GemmaConfig, tf.GemmaForCausalLM),
+                     "phi3": (tf.Phi3Config, tf.Phi3ForCausalLM)}[kind]
+    return model(config(**c)).eval()
+
+
+#: kind -> (display name, Megatron plan, modules whose output is cut into chunks by position
+#: (q/k/v, gate/up): DTensor gathers those outputs once, having no chunk-aware style)
+DECODERS: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
+    "llama": ("LLaMA", LLAMA_PLAN, ()),
+    "mistral": ("Mistral", LLAMA_PLAN, ()),
+    "qwen2": ("Qwen2", LLAMA_PLAN, ()),
+    "gemma": ("Gemma", LLAMA_PLAN, ()),
+    "gpt2": ("GPT-2", GPT2_PLAN, ("*.attn.c_attn",)),
+    "gpt_neox": ("GPT-NeoX", NEOX_PLAN, ()),  # its fused qkv is interleaved per head
+    "phi3": ("Phi-3", PHI3_PLAN, ("*.qkv_proj", "layers.*.mlp.gate_up_proj")),
+    "mixtral": ("Mixtral", MOE_PLAN, ()),
+    "qwen2_moe": ("Qwen2-MoE", QWEN2_MOE_PLAN, ()),
+}

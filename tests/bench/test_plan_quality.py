@@ -1,0 +1,108 @@
+"""bench/plan_quality.py (issue 24): the three columns are computed and agree where they must.
+LLaMA's DTensor figure is the textbook's (DTensor's Megatron plan is the textbook layout), ours is
+what ``complete`` reports for the same model and plan, the DTensor conversion follows our byte
+convention. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs the torch extra (make test installs it)")
+pytest.importorskip("transformers", reason="needs transformers (a test dependency)")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import plan_quality as pq  # noqa: E402
+from hf_models import DECODERS, MESH, SIZES, decoder  # noqa: E402
+
+from spmdrules import plan  # noqa: E402
+from spmdrules.completion import complete  # noqa: E402
+from spmdrules.importers import torch as torch_import  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def fake_process_group_is_destroyed() -> Iterator[None]:
+    """The bench's DTensor side starts a fake process group; no later test inherits it."""
+    yield
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(400)
+def test_llama_row_dtensor_equals_textbook_and_ours_is_what_complete_reports(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    pq.main(["--models", "llama", "--batch", "2", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["environment"]["torch"] == torch.__version__
+    [row] = out["rows"]
+    assert (row["model"], row["batch"]) == ("LLaMA", 2)
+    # textbook: 1 + 2 L all-reduces of the [1, 32, 256] fp32 block over mp=2, on 4 processes
+    block = 1 * 32 * SIZES["hidden"] * 4
+    assert row["textbook"] == {"bytes": 5 * block * 4, "collectives": 5, "reason": ""}
+    assert row["dtensor"] == row["textbook"]
+    # ours: the same model and plan, completed here independently
+    ids = torch.randint(0, SIZES["vocab"], (2, pq.SEQ))
+    g = torch_import.export(decoder("llama"), (ids,)).graph
+    plan.apply(g, MESH, DECODERS["llama"][1])
+    res = complete(g)
+    assert row["ours"]["bytes"] == res.bytes_moved > 0
+    assert row["ours"]["collectives"] == sum(
+        1 for p in res.plans() for s in p.steps if s.kind not in ("slice", "zero_partial"))
+
+
+def test_collectives_convert_to_our_convention() -> None:
+    # a block of 1000 B in a group of 4: ring all-reduce 2(n-1)/n, all-gather (n-1) x input
+    assert pq.collective_bytes("all_reduce", 1000, 4) == 1500
+    assert pq.collective_bytes("all_gather_into_tensor", 1000, 4) == 3000
+    assert pq.collective_bytes("reduce_scatter_tensor", 1000, 4) == 750
+    assert pq.collective_bytes("all_to_all_single", 1000, 4) == 750
+    with pytest.raises(ValueError, match="no conversion"):
+        pq.collective_bytes("broadcast", 1000, 4)
+
+
+def test_cnn_textbook_counts_halos_gathers_and_the_pooled_sum() -> None:
+    nn = torch.nn
+    # 3x3/1 pad 1 conv on H=8 split in 2: 2 halo rows of [1 (batch/dp), 3, W=8] fp32 per dp group
+    conv = pq.textbook_cnn(nn.Conv2d(3, 4, 3, padding=1), torch.zeros(2, 3, 8, 8))
+    assert (conv.bytes, conv.collectives) == (2 * (1 * 3 * 8 * 4) * 2, 1)
+    # H=1 below mp: the split ends with a gather, and the pool then sums nothing pending
+    net = nn.Sequential(nn.Conv2d(3, 4, 1), nn.Conv2d(4, 4, 3, padding=1), nn.AdaptiveAvgPool2d(1))
+    gathered = pq.textbook_cnn(net, torch.zeros(2, 3, 1, 5))
+    # the 1x1 conv needs no halo; one all-gather of [1, 3, 1, 5] (60 B: 30 per process), no sum
+    assert (gathered.bytes, gathered.collectives) == (30 * 4, 1)
+    pooled = pq.textbook_cnn(nn.AdaptiveAvgPool2d(1), torch.zeros(4, 6, 8, 8))
+    assert (pooled.bytes, pooled.collectives) == (2 * 6 * 4 * 4, 1)  # all-reduce of [2, 6]
+
+
+def test_a_failing_row_is_reported_not_raised() -> None:
+    def boom() -> Any:
+        raise RuntimeError("no such kernel\nsecond line")
+
+    fig = pq.measured(boom)
+    assert fig.bytes is None and fig.reason == "RuntimeError: no such kernel"
+    row = pq.Row("m", 2, fig, pq.Figure(10, 1), pq.Figure(reason="x"))
+    assert row.ratio(row.textbook) is None and fig.cell() == "-"
+
+
+@pytest.mark.parametrize("argv", [["--batch", "3"], ["--batch", "0"], ["--models", "bogus"]])
+def test_bad_flags_are_argparse_errors(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        pq.main(argv)
+    assert e.value.code == 2
+
+
+def test_routed_experts_row_has_all_three_columns() -> None:
+    import routed_experts as re_
+
+    row = pq.routed_experts_row()
+    # dispatch and combine all-to-alls of [E, T/ep, D] fp32 blocks: 3/4 of 8 KB, on 4 processes
+    assert (row.textbook.bytes, row.textbook.collectives) == (2 * 6144 * 4, 2)
+    assert row.ours.bytes == complete(re_.graph()).bytes_moved
+    assert row.dtensor.reason == "" and row.dtensor.bytes is not None and row.dtensor.bytes > 0
