@@ -49,7 +49,9 @@ def find_dropped(
     g, st = run.g, run.st
     by_op: dict[str, list[ReshardEdge]] = {}
     for e in reshards:
-        if not e.cross_mesh:
+        # a drop needs an edge that loses a split: an operand's the op needs without it, or a
+        # result's that its rule makes; reducing a pending sum loses none
+        if not e.cross_mesh and _split_dims(e.src).keys() - _held(e.dst):
             by_op.setdefault(e.op, []).append(e)
     out: list[DroppedSplit] = []
     for name, edges in by_op.items():

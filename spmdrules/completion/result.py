@@ -154,10 +154,19 @@ class DroppedSplit:
     def fix(self) -> str:
         """What keeps the split."""
         if self.reason.startswith("divisibility"):
-            mesh = self.kept.mesh
-            n = prod(mesh.shape[m] for m in self.kept.multi_dims_mapping[self.dim])
-            return (f"Dim {self.dim} is {self.shape[self.dim]}, which {n} pieces do not split "
-                    f"evenly: a size divisible by {n} keeps the split")
+            mesh, mdm = self.kept.mesh, self.kept.multi_dims_mapping
+            pieces = [prod(mesh.shape[m] for m in ms) for ms in mdm]
+            uneven = [d for d, (size, n) in enumerate(zip(self.shape, pieces, strict=True))
+                      if size % n]
+            if self.dim in uneven:
+                n = pieces[self.dim]
+                return (f"Dim {self.dim} is {self.shape[self.dim]}, which {n} pieces do not "
+                        f"split evenly: a size divisible by {n} keeps the split")
+            # the layout is refused whole: an even split goes with the uneven one beside it
+            others = ", ".join(f"dim {d} ({self.shape[d]} over {pieces[d]} pieces)"
+                               for d in uneven)
+            return (f"Dim {self.dim} splits evenly, but the rule's layout is refused whole for "
+                    f"{others}: sizes those pieces divide keep the split")
         return (f"Annotating {self.tensor!r} with the split keeps it; explain(result, "
                 f"{self.tensor!r}) shows the offers")
 

@@ -183,6 +183,31 @@ def test_a_co_shard_dropped_whole_is_one_split_over_both_mesh_dims() -> None:
     assert "Dim 0 is 6, which 4 pieces do not split evenly" in str(w.message)
 
 
+def test_an_even_split_refused_with_an_uneven_one_says_which_dim_is_uneven() -> None:
+    # batch 3 on h, width 8 on w: the conv's layout is refused whole, so w goes with h. Each is
+    # its own split; the residual add drops them again, as the skip connection brings x's back
+    mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["h", "w"])
+    r, caught = completed(examples.resnet_block(mesh, layout="both", batch=3))
+    assert [(d.tensor, d.mesh_dims, d.dim) for d in r.dropped] == [
+        ("conv1", ("h",), 0), ("conv1", ("w",), 2), ("residual", ("h",), 0),
+        ("residual", ("w",), 2)]
+    assert len(caught) == 4
+    batch, width = (str(w.message) for w in caught[:2])
+    assert "Dim 0 is 3, which 2 pieces do not split evenly" in batch
+    assert ("Dim 2 splits evenly, but the rule's layout is refused whole for dim 0 (3 over 2 "
+            "pieces)") in width
+
+
+def test_an_odd_pooled_extent_drops_the_spatial_splits_at_the_pool() -> None:
+    # issue 24's CNN case: 14 x 14 split on H and W, pooled 3x3/2 to 7 x 7, which 2 pieces do not
+    # split: dropped at the pool, once each, not again at the layers after it
+    mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["h", "w"])
+    r, caught = completed(examples.resnet_block(mesh, layout="spatial", size=14))
+    assert [(d.tensor, d.op, d.mesh_dims, d.dim) for d in r.dropped] == [
+        ("maxpool", "maxpool", ("h",), 2), ("maxpool", "maxpool", ("w",), 3)]
+    assert "Dim 2 is 7, which 2 pieces do not split evenly" in str(caught[0].message)
+
+
 def test_a_mesh_dim_name_with_terminal_controls_reaches_the_warning_escaped() -> None:
     # tensor and op names are checked when the graph is built; mesh dim names are not
     mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["dp\x1b[31m", "mp"])
