@@ -19,6 +19,7 @@ from spmdrules.completion.explain import explain
 from spmdrules.graph.annotate import shard
 from spmdrules.graph.exchange import dump
 from spmdrules.graph.graph import Graph
+from spmdrules.graph.nodes import Tensor
 
 MESH = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["dp", "mp"])
 SMALL = {"seq": 16, "hidden": 32, "ffn": 64}
@@ -31,6 +32,16 @@ def completed(g: Graph) -> tuple[Completion, list[warnings.WarningMessage]]:
         warnings.simplefilter("always")
         r = complete(g)
     return r, [w for w in caught if issubclass(w.category, sr.DroppedSplitWarning)]
+
+
+def relu_chain(rows: int) -> tuple[Graph, Tensor, Tensor, Tensor]:
+    """x [rows, 8] -> relu y -> relu z, x split on rows over dp."""
+    with Graph("chain") as g:
+        x = g.input("x", [rows, 8])
+        y = ops.relu(x, name="y")
+        z = ops.relu(y, name="z")
+    shard(x, MESH, ("dp", None))
+    return g, x, y, z
 
 
 def test_batch_7_on_dp_2_warns_where_the_split_is_dropped() -> None:
@@ -141,11 +152,7 @@ def test_a_concat_of_two_batch_split_operands_drops_the_split() -> None:
 
 
 def test_a_result_annotated_without_the_split_is_the_users_choice() -> None:
-    with Graph("asked") as g:
-        x = g.input("x", [7, 8])
-        y = ops.relu(x, name="y")
-        ops.relu(y, name="z")
-    shard(x, MESH, ("dp", None))
+    g, _, y, _ = relu_chain(7)
     shard(y, MESH, (None, None))
     r, caught = completed(g)
     assert r.reshards and r.dropped == () and caught == []
@@ -154,11 +161,7 @@ def test_a_result_annotated_without_the_split_is_the_users_choice() -> None:
 def test_a_higher_priority_annotation_downstream_is_named_as_the_reason() -> None:
     # y's forward offer keeps dp; z's annotation (priority 1) reaches y replicated through
     # the reverse rule: the drop is at y, and the reason is the priority
-    with Graph("outranked") as g:
-        x = g.input("x", [8, 8])
-        y = ops.relu(x, name="y")
-        z = ops.relu(y, name="z")
-    shard(x, MESH, ("dp", None))
+    g, _, _, z = relu_chain(8)
     shard(z, MESH, (None, None), priority=1)
     r, caught = completed(g)
     [d] = r.dropped
