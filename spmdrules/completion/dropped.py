@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import lru_cache
+from types import MappingProxyType
 
 from spmdrules.completion.result import (
     DroppedSplit,
@@ -30,14 +32,17 @@ from spmdrules.graph.nodes import Tensor
 _CHOICES = ("priority", "annotation", "cost", "divisibility")
 
 
-def _split_dims(a: DistAttr) -> dict[int, int]:
+# cached: a model's layers repeat their layouts, so a few attributes serve every edge
+@lru_cache(maxsize=4096)
+def _split_dims(a: DistAttr) -> Mapping[int, int]:
     """Mesh dim -> the tensor dim it splits."""
-    return {m: d for d, ms in enumerate(a.multi_dims_mapping) for m in ms}
+    return MappingProxyType({m: d for d, ms in enumerate(a.multi_dims_mapping) for m in ms})
 
 
-def _held(a: DistAttr) -> set[int]:
+@lru_cache(maxsize=4096)
+def _held(a: DistAttr) -> frozenset[int]:
     """The mesh dims that split ``a`` or hold a pending reduction of it."""
-    return {*_split_dims(a), *a.partial}
+    return frozenset((*_split_dims(a), *a.partial))
 
 
 def find_dropped(
@@ -45,30 +50,36 @@ def find_dropped(
     reshards: Sequence[ReshardEdge],
     rejected: Callable[[Tensor], tuple[Rejected, ...]],
 ) -> tuple[DroppedSplit, ...]:
-    """Every dropped split of a finished run, in op order, once per (op, mesh dim)."""
+    """Every dropped split of a finished run, in op order: one per op and tensor dim, its mesh
+    dims together."""
     g, st = run.g, run.st
-    by_op: dict[str, list[ReshardEdge]] = {}
+    by_op: dict[str, tuple[list[ReshardEdge], set[int]]] = {}
     for e in reshards:
         # a drop needs an edge that loses a split: an operand's the op needs without it, or a
         # result's that its rule makes; reducing a pending sum loses none
-        if not e.cross_mesh and _split_dims(e.src).keys() - _held(e.dst):
-            by_op.setdefault(e.op, []).append(e)
+        if e.cross_mesh:
+            continue
+        lost = _split_dims(e.src).keys() - _held(e.dst)
+        if lost:
+            edges, dims = by_op.setdefault(e.op, ([], set()))
+            edges.append(e)
+            dims |= lost
     out: list[DroppedSplit] = []
-    for name, edges in by_op.items():
+    for name, (edges, dims) in by_op.items():
         op = g.op(name)
-        mesh = next(e.src.mesh for e in edges)
-        kept: set[int] = set()
+        mesh = edges[0].src.mesh
         for t in op.outputs:
             a = st.attr[t.order]
             if a is not None and a.mesh == mesh:
-                kept |= _held(a)
+                dims -= _held(a)
+        if not dims:
+            continue
         held: set[int] = set()
         for t in op.inputs:
             a = st.attr[t.order]
             if a is not None and a.mesh == mesh:
                 held |= _held(a)
-        lost = held - kept
-        for m in sorted(lost):
+        for m in sorted(dims & held):
             found = _by_choice(op.name, m, edges, rejected, g.tensor) or _by_conflict(
                 run, op.order, m, edges, rejected, g.tensor)
             if found is not None:
@@ -149,6 +160,8 @@ def _by_conflict(
 def _alone(run: RunState, k: int, slot: int, mesh: ProcessMesh) -> tuple[DistAttr, ...] | None:
     """What op ``k``'s rule makes given its operand in ``slot`` alone, its other operands (and a
     generic rule's results) unknown; None if it refuses that."""
+    if len(run.ins[k]) == 1:
+        return run.st.natural[k]  # nothing else: its answer as completed, no rule call
     op = run.ops[k]
     full = run.spec_fn(mesh)
     calls = itertools.count()  # by slot, not by tensor: an op may take one tensor twice
