@@ -8,6 +8,7 @@ imports every rule family, so every rule is registered whatever module of spmdru
 
 import importlib
 
+from spmdrules.completion.result import DroppedSplitWarning
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import (
     CoShardedDimError,
@@ -35,6 +36,7 @@ __all__ = [
     "Annotation",
     "CoShardedDimError",
     "DistAttr",
+    "DroppedSplitWarning",
     "Graph",
     "InvalidDistAttrError",
     "InvalidMeshError",

@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
-from spmdrules.completion.driver import complete
+from spmdrules.completion.driver import Completion, complete
 from spmdrules.completion.explain import explain
+from spmdrules.completion.result import DroppedSplitWarning
 from spmdrules.core.errors import SpmdError, printable
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.output import check_target
 from spmdrules.graph import examples
 from spmdrules.graph.exchange import dump, load
+from spmdrules.graph.graph import Graph
 from spmdrules.importers import sources
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -42,6 +45,14 @@ def _say(text: str) -> None:
 def _fail(err: Exception | str) -> int:
     print(printable(f"spmdrules: error: {err}"), file=sys.stderr)
     return EXIT_FAILED
+
+
+def _complete(g: Graph) -> Completion:
+    # the summary and explain print the dropped splits, through ``printable``: a warning would
+    # say it twice, and raw
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DroppedSplitWarning)
+        return complete(g)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -85,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_target(args.output)  # before the work, which may take minutes
         if args.command == "complete":
             g = load(args.model)
-            r = complete(g)
+            r = _complete(g)
             if args.table:
                 _say(r.table())
             _say(r.summary())
@@ -98,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _say(f"wrote {args.output}: {g!r}")
         elif args.command == "explain":
             g = load(args.model)
-            _say(explain(complete(g), g.tensor(args.tensor)))
+            _say(explain(_complete(g), g.tensor(args.tensor)))
         else:
             mesh = ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
             if args.layers < 0:

@@ -48,12 +48,15 @@ errors), ``state`` (one run's working arrays and the per-topology index), ``memo
 flattened answers and annotations that runs share), ``offers`` (how a tensor holds its offers),
 ``sweeps`` (visiting ops, choosing among offers, settling conflicts), ``driver`` (``complete`` and
 its ``Completion``), ``blocks`` and ``repeats`` (finding and replaying repeated layers),
-``planning`` (reshard plans), ``cost`` and ``explain``.
+``dropped`` (the splits a finished run dropped, and their warnings), ``planning`` (reshard
+plans), ``cost`` and ``explain``.
 """
 
 from spmdrules.completion.driver import Completion, complete
 from spmdrules.completion.result import (
     CompletionError,
+    DroppedSplit,
+    DroppedSplitWarning,
     NoAnnotationError,
     Offer,
     Origin,
@@ -65,6 +68,8 @@ from spmdrules.completion.result import (
 __all__ = [
     "Completion",
     "CompletionError",
+    "DroppedSplit",
+    "DroppedSplitWarning",
     "NoAnnotationError",
     "Offer",
     "Origin",

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import cached_property
 from itertools import compress
 from typing import Any, Literal
 
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
+from spmdrules.completion.dropped import dropped_lines, find_dropped, warn_dropped
 from spmdrules.completion.offers import RawOffer
 from spmdrules.completion.planning import Plan, ReshardError, divisible, fmt_bytes
 from spmdrules.completion.result import (
     WEAK_RANK,
     CompletionError,
+    DroppedSplit,
     Offer,
     Origin,
     Rejected,
@@ -152,6 +155,11 @@ class Completion:
                                                "given its other operands"))
         return tuple(out)
 
+    @cached_property
+    def dropped(self) -> tuple[DroppedSplit, ...]:
+        """The splits completion dropped, in op order (``completion.dropped``)."""
+        return find_dropped(self._run, self.reshards, self.rejected)
+
     def reshards_of(self, tensor: Tensor | str) -> tuple[ReshardEdge, ...]:
         name = self._t(tensor).name
         return tuple(e for e in self.reshards if e.tensor == name)
@@ -263,6 +271,7 @@ class Completion:
             lines.append(f"  not converged: {shown} changed more than {MAX_CHANGES} times (their "
                          "offers kept overturning each other) and kept their last attribute; "
                          "the reshards below make that state consistent")
+        lines.extend(dropped_lines(self.dropped))
         # a carelessly annotated graph may have edges no plan reaches: list them, do not raise
         planned = list(zip(self.reshards, self._planned(), strict=True))
         ok = [p for _, p in planned if isinstance(p, Plan)]
@@ -485,4 +494,6 @@ def complete(graph: Graph, cost: CostModel = DEFAULT_COST_MODEL) -> Completion:
     if not isinstance(graph, Graph):
         raise CompletionError(f"complete: expected a Graph, got {type(graph).__name__}")
     graph.validate()
-    return without_gc(lambda: Run(graph, cost).run())
+    result = without_gc(lambda: Run(graph, cost).run())
+    warn_dropped(result.dropped)  # one ``DroppedSplitWarning`` each; ``summary()`` lists them
+    return result

@@ -2,7 +2,8 @@
 
 It reads only the completion result: the tensor's origin, the chain of ops (and directions) its
 attribute travelled through back to an annotation, the offers that lost and why (priority,
-annotation, cost, divisibility, rule), and the reshards the tensor causes with their plans.
+annotation, cost, divisibility, rule), the splits dropped at the tensor (``Completion.dropped``)
+and the reshards the tensor causes with their plans.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ def explain(result: Completion, tensor: Tensor | str) -> str:
             lines.append(f"    {r.offer.attr.mapping_str()} ({src}): {r.reason}: {r.detail}")
     else:
         lines.append("  no alternative was offered")
+    lines.extend(f"  dropped split: {d}" for d in result.dropped if d.tensor == t.name)
     edges = result.reshards_of(t)
     if edges:
         lines.append("  reshards:")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import prod
 from typing import Final, Literal
 
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
@@ -102,6 +103,72 @@ class ReshardEdge:
     def __str__(self) -> str:
         arrow = f"-> {self.op}" if self.side == "operand" else f"<- {self.op}"
         return f"{self.tensor} {arrow}: {self.src.mapping_str()} => {self.dst.mapping_str()}"
+
+
+class DroppedSplitWarning(UserWarning):
+    """``complete`` dropped a split: a mesh dim that split an op's operand reaches none of its
+    results, though the op's rule keeps it (``Completion.dropped``). One warning per dropped
+    split, naming the tensor, the mesh dim, the tensor dim and the reason; filter it by this
+    category (``warnings.simplefilter("error", DroppedSplitWarning)`` makes it an error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DroppedSplit:
+    """Mesh dims ``mesh_dims`` (major first), which split dim ``dim`` of ``tensor``, stop at op
+    ``op``.
+
+    ``side="result"``: ``op``'s rule makes its result ``tensor`` as ``kept`` and completion lays
+    it out as ``got`` (why: ``reason``, as ``explain`` words it). ``side="operand"``: ``op``'s
+    rule keeps the split given the operand ``tensor`` (laid out as ``kept``) alone, but needs it
+    as ``got`` given its other operands."""
+
+    tensor: str
+    op: str
+    side: Literal["operand", "result"]
+    mesh_dims: tuple[str, ...]
+    dim: int
+    shape: tuple[int, ...]
+    kept: DistAttr
+    got: DistAttr
+    reason: str
+
+    @property
+    def split(self) -> str:
+        """The mesh dims, as the messages name them: ``mesh dim 'dp'``, ``mesh dims 'a', 'b'``."""
+        names = ", ".join(map(repr, self.mesh_dims))
+        return f"mesh dim{'s' if len(self.mesh_dims) > 1 else ''} {names}"
+
+    def __str__(self) -> str:
+        where = (f"its rule makes {self.tensor!r} {list(self.shape)} as {self.kept.mapping_str()}"
+                 f" and completion lays it out as {self.got.mapping_str()}"
+                 if self.side == "result" else
+                 f"its rule keeps the split given {self.tensor!r} {list(self.shape)} "
+                 f"({self.kept.mapping_str()}) alone, and needs it as {self.got.mapping_str()} "
+                 "given its other operands")
+        return (f"completion drops the split of {self.tensor!r} over {self.split} (tensor dim "
+                f"{self.dim}) at op {self.op!r}: {where}, so no result of the op keeps "
+                f"{'them' if len(self.mesh_dims) > 1 else 'it'}; why: "
+                f"{self.reason or 'no offer was refused'}. {self.fix}")
+
+    @property
+    def fix(self) -> str:
+        """What keeps the split."""
+        if self.reason.startswith("divisibility"):
+            mesh, mdm = self.kept.mesh, self.kept.multi_dims_mapping
+            pieces = [prod(mesh.shape[m] for m in ms) for ms in mdm]
+            uneven = [d for d, (size, n) in enumerate(zip(self.shape, pieces, strict=True))
+                      if size % n]
+            if self.dim in uneven:
+                n = pieces[self.dim]
+                return (f"Dim {self.dim} is {self.shape[self.dim]}, which {n} pieces do not "
+                        f"split evenly: a size divisible by {n} keeps the split")
+            # the layout is refused whole: an even split goes with the uneven one beside it
+            others = ", ".join(f"dim {d} ({self.shape[d]} over {pieces[d]} pieces)"
+                               for d in uneven)
+            return (f"Dim {self.dim} splits evenly, but the rule's layout is refused whole for "
+                    f"{others}: sizes those pieces divide keep the split")
+        return (f"Annotating {self.tensor!r} with the split keeps it; explain(result, "
+                f"{self.tensor!r}) shows the offers")
 
 
 def origin_str(o: Origin) -> str:
