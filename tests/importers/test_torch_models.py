@@ -1,7 +1,8 @@
 """Hugging Face LLaMA and GPT-2 (small configs, random weights, no download): exported with
 torch.export, imported, planned Megatron-style on a 2x2 (dp x mp) mesh, completed, lowered and
-run forward and in reverse on 4 MPI ranks. The logits equal torch's forward and the gradients
-equal torch autograd's on the same weights, within float32 tolerance."""
+run forward and in reverse on 4 MPI ranks; LLaMA, Mistral and Qwen2 keep attention's batch and
+heads split. The logits equal torch's forward and the gradients equal torch autograd's on the
+same weights, within float32 tolerance."""
 
 from __future__ import annotations
 
@@ -95,13 +96,14 @@ def test_imported_layers_are_replayed_and_replay_changes_nothing(model: str) -> 
 
 
 @pytest.mark.parametrize("batch", [2, 4])
+@pytest.mark.parametrize("model", ["llama", "mistral", "qwen2"])
 def test_attention_keeps_batch_on_dp_and_heads_on_mp_and_reshards_only_all_reduce(
-        batch: int) -> None:
+        model: str, batch: int) -> None:
     # aten.matmul and aten.linear stay whole through the import: core ATen's [b * heads, s, d]
     # views for bmm merged the dp-split batch with the mp-split heads, which cost an all-to-all
     # (batch 4) or an all-gather (batch 2) per attention, batch-parallel attention and a gathered
     # o_proj weight
-    build, megatron = MODELS["llama"]
+    build, megatron = MODELS[model]
     ids = torch.randint(0, VOCAB, (batch, 8), generator=torch.Generator().manual_seed(1))
     g = torch_import.export(build(), (ids,)).graph
     assert "bmm" not in {op.type for op in g.ops}
