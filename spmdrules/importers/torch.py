@@ -119,6 +119,9 @@ KEPT_WHOLE: tuple[str, ...] = ("matmul.default", "linear.default")
 def decompose_program(ep: Any) -> Any:
     """``ep`` decomposed to core ATen, except the ops of ``KEPT_WHOLE``."""
     torch = _torch()
+    if not isinstance(ep, torch.export.ExportedProgram):
+        raise ImporterError(f"decompose_program: expected a torch.export.ExportedProgram, got "
+                            f"{type(ep).__name__}; export the module with torch.export.export")
     table = torch.export.default_decompositions()
     for name in KEPT_WHOLE:
         packet, overload = name.split(".")
