@@ -11,8 +11,9 @@ The models (built or read, not run):
   heads, FFN 688, vocabulary 1024) so its random weights fit in memory: the op count, which is
   what the phases scale with, is the real model's (the width only changes the shapes). Batch 2,
   sequence 16, on a 2x2 (dp, mp) mesh with the Megatron plan of tests/support/hf_models.py.
-  Phases: ``export`` (torch.export.export), ``decompose`` (run_decompositions to core ATen),
-  ``map`` (our mapping of the ExportedProgram onto registered ops).
+  Phases: ``export`` (torch.export.export), ``decompose`` (run_decompositions to core ATen,
+  ``matmul`` and ``linear`` kept whole: ``torch_import.decompose_program``), ``map`` (our
+  mapping of the ExportedProgram onto registered ops).
 * ResNet50-light: ``onnx/backend/test/data/light/light_resnet50.onnx`` of the installed onnx
   wheel at its batch of 1, H and W of the input split on a 2x2 (h, w) mesh with every Conv's
   spatial opt-in, as tests/importers/test_onnx_models.py runs it on 4 ranks. Phase ``import``
@@ -172,7 +173,7 @@ def llama(layers: int, hidden: int, repeat: int, fast: int) -> Model:
     ids = torch.randint(0, VOCAB, (BATCH, SEQ))
     m = Model(f"llama{layers}", 0, 0, "")
     ep = m.timed("export (torch)", lambda _: torch.export.export(model, (ids,)), repeat)
-    core = m.timed("decompose (torch)", lambda _: ep.run_decompositions(), repeat)
+    core = m.timed("decompose (torch)", lambda _: torch_import.decompose_program(ep), repeat)
     g = m.timed("map onto registered ops", lambda _: torch_import.from_exported(core),
                 repeat).graph
     result = _complete_and_plan(m, g, MESH, LLAMA_PLAN, fast,

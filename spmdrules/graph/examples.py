@@ -295,10 +295,11 @@ def llama_decoder(
         sh(labels, dp, None, None)
         sh(emb, mp, None)
 
-        # rotary tables [1, seq, 1, hd]: angle[s, j] = s * base^(-2j/hd), the halves repeated
-        pos = ops.reshape(ops.arange(0, seq, 1, "float64", name="rope.pos"), shape=[seq, 1],
+        # rotary tables [1, seq, 1, hd]: angle[s, j] = s * base^(-2j/hd), the halves repeated;
+        # float32 as the activations (float64 tables would promote q, k and all after them)
+        pos = ops.reshape(ops.arange(0, seq, 1, "float32", name="rope.pos"), shape=[seq, 1],
                           name="rope.pos_col")
-        j = ops.arange(0, half, 1, "float64", name="rope.j")
+        j = ops.arange(0, half, 1, "float32", name="rope.j")
         inv = ops.exp(ops.scale(j, scale=-2.0 * math.log(rope_base) / hd, name="rope.exponent"),
                       name="rope.inv_freq")
         ang = ops.matmul(pos, ops.reshape(inv, shape=[1, half], name="rope.inv_row"),
@@ -365,11 +366,11 @@ def llama_decoder(
 def _causal_mask(seq: int) -> tuple[Tensor, Tensor]:
     """The causal mask [1, 1, seq, seq] (True on and below the diagonal, where a query may look)
     and the score that replaces a blocked one."""
-    ones = ops.full(shape=[seq, seq], value=1.0, dtype="float64", name="mask.ones")
+    ones = ops.full(shape=[seq, seq], value=1.0, dtype="float32", name="mask.ones")
     future = ops.cast(ops.triu(ones, diagonal=1, name="mask.triu"), "bool", name="mask.future")
     allowed = ops.reshape(ops.logical_not(future, name="mask.allowed"),
                           shape=[1, 1, seq, seq], name="mask")
-    blocked = ops.full(shape=[1, 1, seq, seq], value=-1e9, dtype="float64", name="mask.fill")
+    blocked = ops.full(shape=[1, 1, seq, seq], value=-1e9, dtype="float32", name="mask.fill")
     return _one(allowed), _one(blocked)
 
 

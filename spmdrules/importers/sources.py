@@ -44,7 +44,7 @@ def _pt2(path: Path) -> Graph:
     from spmdrules.importers import torch as torch_import
 
     ep = pt2.load(path)  # checked for pickles and code before torch reads it
-    return torch_import.from_exported(ep.run_decompositions(), name=path.stem).graph
+    return torch_import.from_exported(torch_import.decompose_program(ep), name=path.stem).graph
 
 
 @reader(".onnx")

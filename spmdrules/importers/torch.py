@@ -1,8 +1,9 @@
 """``load(module, example_args)``: a torch ``nn.Module`` as a Graph, through ``torch.export``.
 
 The module is exported with the example arguments (static shapes), its decompositions run to
-core ATen (``decompose=False`` keeps the training IR, whose ``linear``, ``matmul`` and
-``softmax`` are mapped too), and every node becomes registered ops (``spmdrules.importers.aten``):
+core ATen but for the ops of ``KEPT_WHOLE`` (``decompose_program``; ``decompose=False`` keeps
+the training IR, whose ``linear``, ``matmul`` and ``softmax`` are mapped too), and every node
+becomes registered ops (``spmdrules.importers.aten``):
 
 * parameters and buffers are sources named by their dotted module paths
   (``model.layers.0.self_attn.q_proj.weight``); lifted constant tensors are sources named
@@ -103,8 +104,29 @@ def export(module: Any, example_args: Sequence[Any],
         raise ImporterError(f"torch.export could not export {type(module).__name__}: "
                             f"{type(e).__name__}: {str(e)[:2000]}") from e
     if decompose:
-        ep = ep.run_decompositions()
+        ep = decompose_program(ep)
     return from_exported(ep, name=name or type(module).__name__)
+
+
+#: ops kept whole by ``decompose_program``: each maps onto our ``matmul`` with its batch dims,
+#: where core ATen would view a 4-D attention matmul as ``[batch * heads, s, d]`` for ``bmm`` and
+#: a 3-D ``linear`` as ``[batch * seq, hidden]`` for ``mm``; a reshard cannot keep a split of a
+#: merged dim on any factor but the outermost, so those views cost a gather of dp- or
+#: mp-split activations where the whole op keeps both splits.
+KEPT_WHOLE: tuple[str, ...] = ("matmul.default", "linear.default")
+
+
+def decompose_program(ep: Any) -> Any:
+    """``ep`` decomposed to core ATen, except the ops of ``KEPT_WHOLE``."""
+    torch = _torch()
+    if not isinstance(ep, torch.export.ExportedProgram):
+        raise ImporterError(f"decompose_program: expected a torch.export.ExportedProgram, got "
+                            f"{type(ep).__name__}; export the module with torch.export.export")
+    table = torch.export.default_decompositions()
+    for name in KEPT_WHOLE:
+        packet, overload = name.split(".")
+        del table[getattr(getattr(torch.ops.aten, packet), overload)]
+    return ep.run_decompositions(table)
 
 
 def from_exported(ep: Any, *, name: str = "exported") -> Imported:
@@ -293,4 +315,4 @@ def _output_keys(ep: Any, n: int) -> list[str]:
     return ["output"] if n == 1 else [f"output.{i}" for i in range(n)]
 
 
-__all__ = ["Imported", "export", "from_exported", "load"]
+__all__ = ["KEPT_WHOLE", "Imported", "decompose_program", "export", "from_exported", "load"]

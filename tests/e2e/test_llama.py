@@ -60,6 +60,22 @@ def test_completion_puts_the_heads_on_mp_and_one_all_reduce_after_each_row_paral
     assert all([s.kind for s in p.steps] == ["all_reduce"] for p in r.plans())
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
+def test_every_activation_is_float32_and_the_all_reduces_move_float32(fused: bool) -> None:
+    # the rotary tables and the mask's fill were float64 constants, which promoted q, k, the
+    # scores and every activation after them to float64 and doubled the bytes of the plain block
+    g = examples.llama_decoder(2, MESH, fused=fused, **SIZES)
+    floats = {t.name: t.dtype for t in g.tensors if t.dtype not in ("int64", "bool")}
+    assert floats and set(floats.values()) == {"float32"}, {
+        n: d for n, d in floats.items() if d != "float32"}
+    r = complete(g)
+    assert r.reshards and all(g.tensor(e.tensor).dtype == "float32" for e in r.reshards)
+    # each all-reduce (ring, over mp = 2) has every one of the 4 processes send its float32
+    # [batch / dp, seq, hidden] block once: twice the activation's bytes in all
+    block = SIZES["batch"] // 2 * SIZES["seq"] * SIZES["hidden"] * 4
+    assert [p.total_bytes for p in r.plans()] == [4 * block] * len(r.plans())
+
+
 def test_bad_sizes_are_refused() -> None:
     with pytest.raises(ShapeError, match="kv_heads dividing heads"):
         examples.llama_decoder(1, MESH, **{**SIZES, "kv_heads": 3})

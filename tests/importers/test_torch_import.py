@@ -18,6 +18,7 @@ from spmdrules.importers.aten import ATEN  # noqa: E402
 from spmdrules.importers.errors import (  # noqa: E402
     ControlFlowError,
     DynamicShapeError,
+    ImporterError,
     InPlaceMutationError,
     UnmappedOpError,
     UnsupportedDtypeError,
@@ -27,7 +28,7 @@ nn = torch.nn
 
 
 class Block(nn.Module):
-    """Many mapped ops at once: linear (addmm), layer norm, gelu, slicing with a step, cat,
+    """Many mapped ops at once: linear, layer norm, gelu, slicing with a step, cat,
     where on a mask from arange, cumsum, index, split, mean, rsqrt, softmax, a lifted constant."""
 
     def __init__(self) -> None:
@@ -61,12 +62,48 @@ def test_names_keep_module_paths_and_values_equal_torch() -> None:
             "offset"} <= params
     assert any(n.startswith("constant.") for n in params)  # the lifted tensor constants
     assert imp.inputs == ["x"] and imp.outputs == ["output"]
-    assert g.op("proj.addmm.mm").type == "matmul"  # ops named <module path>.<node>
+    assert g.op("proj.linear.mm").type == "matmul"  # ops named <module path>.<node>
     types = Counter(op.type for op in g.ops)
     assert {"matmul", "layer_norm", "gelu", "split", "concat", "strided_slice", "arange", "full",
             "cumsum", "where", "index_select", "rsqrt", "softmax"} <= set(types)
     got = run_serial(g, imp.feeds(x))[imp.outputs[0]]
     np.testing.assert_allclose(got, m(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+class Attention(nn.Module):
+    """Batched matmuls as models write them: a 3-D linear, a 4-D matmul, an einsum."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        s = torch.matmul(q, k.transpose(-1, -2))  # [b, h, s, s]
+        c = torch.einsum("bhst,bhtd->bhsd", s.softmax(-1), k)
+        return self.proj(c.transpose(1, 2).reshape(2, 5, 8))
+
+
+def test_matmul_and_linear_are_kept_whole_and_einsum_still_imports() -> None:
+    torch.manual_seed(0)
+    m = Attention().eval()
+    q, k = torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4)
+    core = torch_import.decompose_program(torch.export.export(m, (q, k)))
+    targets = {str(n.target) for n in core.graph.nodes if n.op == "call_function"}
+    assert {"aten.matmul.default", "aten.linear.default"} <= targets
+    imp = torch_import.export(m, (q, k))
+    g = imp.graph
+    # the 4-D matmul on [b, h, s, d] as it is, not bmm on a [b * h, s, d] view; the linear on
+    # [b, s, hidden] with its weight as it is (trans_y), not mm on [b * s, hidden]
+    (scores,) = [op for op in g.ops if op.type == "matmul" and op.inputs[0].ndim == 4]
+    assert scores.inputs[0].name == "q" and scores.outputs[0].shape == (2, 2, 5, 5)
+    (proj,) = [op for op in g.ops if op.name.startswith("proj.") and op.type == "matmul"]
+    assert proj.inputs[0].ndim == 3 and proj.inputs[1].name == "proj.weight"
+    assert proj.attr("trans_y") is True
+    assert [op.type for op in g.ops].count("bmm") == 1  # einsum is decomposed, onto bmm
+    got = run_serial(g, imp.feeds(q, k))[imp.outputs[0]]
+    np.testing.assert_allclose(got, m(q, k).detach().numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ImporterError, match="ExportedProgram, got Attention; export the module"):
+        torch_import.decompose_program(m)
 
 
 def test_load_gives_the_graph_and_training_ir_maps_too() -> None:

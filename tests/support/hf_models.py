@@ -34,16 +34,31 @@ GPT2_PLAN: dict[str, Any] = {
 }
 
 
-def llama(layers: int = 2, **over: Any) -> Any:
+def _llama_like(family: str, layers: int, over: dict[str, Any]) -> Any:
+    """A decoder of LLaMA's structure (``family``: Llama, Mistral, Qwen2), eager attention."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import transformers
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=64, attn_implementation="eager", use_cache=False,
-                      bos_token_id=0, eos_token_id=1, **over)
-    return LlamaForCausalLM(cfg).eval()
+    cfg = getattr(transformers, f"{family}Config")(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        attn_implementation="eager", use_cache=False, bos_token_id=0, eos_token_id=1,
+        **{"tie_word_embeddings": False, **over})
+    return getattr(transformers, f"{family}ForCausalLM")(cfg).eval()
+
+
+def llama(layers: int = 2, **over: Any) -> Any:
+    return _llama_like("Llama", layers, over)
+
+
+def mistral(layers: int = 2, **over: Any) -> Any:
+    return _llama_like("Mistral", layers, over)
+
+
+def qwen2(layers: int = 2, **over: Any) -> Any:
+    """Qwen2: LLaMA's structure with biases on the q, k and v projections."""
+    return _llama_like("Qwen2", layers, over)
 
 
 def gpt2(layers: int = 2, **over: Any) -> Any:
@@ -62,6 +77,8 @@ def gpt2(layers: int = 2, **over: Any) -> Any:
 
 MODELS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "llama": (llama, LLAMA_PLAN),
+    "mistral": (mistral, LLAMA_PLAN),
+    "qwen2": (qwen2, LLAMA_PLAN),
     "gpt2": (gpt2, GPT2_PLAN),
 }
 
