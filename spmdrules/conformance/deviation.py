@@ -12,8 +12,8 @@ family's tests):
   result differs from the serial op's; ours computes it;
 * ``parallelism``: Paddle's answer computes the op, but keeps whole what ours keeps split (the
   policy of docs/deviations/uneven.md), or reduces first a partial that ours keeps pending
-  through a linear op (``shape-op-keeps-partial``): both run correctly, ours with less
-  communication.
+  through a linear op (``shape-op-keeps-partial``, ``reduce-sum-keeps-partial``): both run
+  correctly, ours with less communication.
 
 A difference in how an answer is written only is no deviation: the comparator reads the two as one
 answer (:mod:`spmdrules.conformance.formats`).

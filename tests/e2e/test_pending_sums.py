@@ -55,12 +55,18 @@ def _feeds(g: Graph) -> dict[str, Any]:
     return {t.name: rng.standard_normal(t.shape) for t in g.tensors if t.producer is None}
 
 
-def test_the_pending_sum_passes_squeeze_and_unsqueeze_unreduced() -> None:
-    r = complete(moe_down())
-    for name in ("down", "rows", "per_token", "experts", "weighted"):
+def test_the_pending_sum_is_reduced_once_after_the_top_k_sum() -> None:
+    tokens, top_k, hidden = 16, 2, 12
+    r = complete(moe_down(tokens, top_k, hidden=hidden))
+    for name in ("down", "rows", "per_token", "experts", "weighted", "combine"):
         assert r.attr(name).partial == {1: "sum"}, name
-    [edge] = r.reshards  # one reduction, after every op that only relabels the sum's elements
-    assert edge.tensor not in ("down", "rows", "per_token"), edge
+    [edge] = r.reshards  # one reduction, where the residual add needs the combine whole
+    assert (edge.tensor, edge.op) == ("combine", "out")
+    # a ring all-reduce over mp (2 processes) of each dp block [T/2, H] of float64, summed over
+    # the 4 processes: 2 * (2-1)/2 of the block each; reduced before the unsqueeze it would be
+    # top_k times as much ([T*k, H])
+    block = tokens // 2 * hidden * 8
+    assert sum(p.total_bytes for p in r.plans()) == 4 * block
 
 
 def test_the_moe_combine_runs_sharded_equal_to_serial_forward_and_reverse() -> None:

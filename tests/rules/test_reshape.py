@@ -386,33 +386,22 @@ def test_flatten_reverse_keeps_the_shard_past_a_size_one_dim() -> None:
 
 
 # ---- shape-op-keeps-partial: both answers execute, ours with the sum still pending --------------
-def _record_info(c: dict[str, Any], mesh: ProcessMesh) -> SpmdInfo:
-    e = c["expected"]
-    return SpmdInfo([_attr(mesh, a) for a in e["inputs"]], [_attr(mesh, a) for a in e["outputs"]])
-
-
-@pytest.mark.parametrize("op", ["squeeze", "unsqueeze", "unsqueeze2", "flatten"])
-def test_proof_shape_op_keeps_partial_on_every_case(op: str) -> None:
+@pytest.mark.parametrize(("op", "count"), [("squeeze", 16), ("unsqueeze", 22), ("unsqueeze2", 9),
+                                           ("flatten", 10)])
+def test_proof_shape_op_keeps_partial_on_every_case(op: str, count: int) -> None:
     """Paddle reduces a pending partial before squeeze, unsqueeze and flatten's reverse; run on
     the simulated mesh its answer computes the op (a parallelism deviation), and ours computes it
     too with the partial still pending on the result."""
-    from proofs import execute
+    from proofs import execute_case, filed_cases, recorded_answer
 
-    filed = 0
-    for c in iter_cases(default_case_paths(), [op]):
-        got = call_engine(c)
-        if agrees(c, got) or classify(c, got) != "shape-op-keeps-partial":
-            continue
-        filed += 1
-        assert isinstance(got, SpmdInfo)
-        mesh = ProcessMesh.from_shape(c["mesh"]["shape"], c["mesh"]["process_ids"])
-        x = TensorSpec(c["inputs"][0]["shape"], DistAttr.replicated(mesh, len(c["inputs"][0]["shape"])))
-        attrs = dict(c["attrs"])
-        ours, paddle = got.outputs[0], _record_info(c, mesh).outputs[0]
-        assert isinstance(ours, DistAttr) and ours.partial_items and not paddle.partial_items
-        assert execute(op, [x], got, attrs) == "ok", c["case_id"]
-        assert execute(op, [x], _record_info(c, mesh), attrs) == "ok", c["case_id"]
-    assert filed == {"squeeze": 16, "unsqueeze": 22, "unsqueeze2": 9, "flatten": 10}[op]
+    filed = list(filed_cases(op, "shape-op-keeps-partial"))
+    for c, got in filed:
+        paddle = recorded_answer(c)
+        ours = got.outputs[0]
+        assert isinstance(ours, DistAttr) and ours.partial_items
+        assert not paddle.outputs[0].partial_items  # type: ignore[union-attr]
+        assert (execute_case(c, got), execute_case(c, paddle)) == ("ok", "ok"), c["case_id"]
+    assert len(filed) == count
 
 
 def test_proof_shape_op_keeps_partial_squeeze_forward() -> None:
