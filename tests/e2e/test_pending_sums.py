@@ -18,7 +18,9 @@ from sharded_runs import assert_mpi_equals_serial, assert_simulated_equals_seria
 import spmdrules as sr
 from spmdrules import ops
 from spmdrules.completion import complete
+from spmdrules.execution.adjoint import gradient_program
 from spmdrules.execution.lowering import lower
+from spmdrules.execution.simulated import run_simulated
 from spmdrules.graph.annotate import shard
 from spmdrules.graph.graph import Graph
 
@@ -72,6 +74,19 @@ def test_the_pending_sum_is_reduced_once_after_the_top_k_sum() -> None:
 def test_the_moe_combine_runs_sharded_equal_to_serial_forward_and_reverse() -> None:
     g = moe_down()
     assert_simulated_equals_serial(g, _feeds(g), prog=lower(complete(g)))
+
+
+def test_the_gradient_reduces_the_cotangent_once_and_moves_the_plans_bytes() -> None:
+    # the dual of the forward: the cotangent of the pending sum is whole, the all-reduce's adjoint
+    # is one all-reduce of the combine's cotangent, and the bytes sent are the plans'
+    g = moe_down()
+    prog = lower(complete(g))
+    gp = gradient_program(prog, ["loss"])
+    feeds = _feeds(g)
+    feeds[gp.seeds["loss"]] = np.random.default_rng(1).standard_normal(prog.buffers["loss"].shape)
+    res = run_simulated(gp, feeds)
+    assert [e.label for e in gp.edges] == ["combine -> out", "grad[combine -> out]"]
+    assert res.traffic.mismatches(gp) == []
 
 
 def test_the_moe_combine_runs_on_4_mpi_ranks_equal_to_serial() -> None:
