@@ -12,6 +12,11 @@ reduce type combines the local results (frobenius_norm, logsumexp, p_norm with p
 the mean of unequal blocks) we replicate the sharded reduced dims of x instead of leaving a
 partial. Paddle's reverse echoes the given output (partial, sharded size-1 dims) although its x
 cannot produce it; ours returns the output x produces.
+
+A sum (and a mean, a sum divided by a constant) is linear: a pending sum of x passes through it,
+each device summing its piece, and is reduced where a consumer needs the result whole, on the
+smaller reduced tensor. Paddle reduces x first (docs/deviations/reduction.md,
+``reduce-sum-keeps-partial``); the other reductions (max, norms, ...) are not linear in x.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ AXIS_OPS: Final[dict[str, Combine]] = {
     "all": "all", "any": "any",
     "frobenius_norm": None,  # sqrt(sum x^2): local norms do not combine by any reduce type
 }
+
+#: The reductions that are linear in x: a pending sum of x stays pending through them.
+LINEAR: Final = frozenset({"sum", "reduce_sum", "mean"})
 
 #: Ops with no combine whose result on an empty block is that reduce type's identity: over a
 #: sharded size-1 dim only one block is not empty, so their local results still add up exactly.
@@ -87,14 +95,21 @@ def _stays_partial(combine: Combine, n: int, dims: tuple[int, ...], mesh_shape: 
 
 
 # ---- forward and reverse, derived from the notation ----------------------------------------------
+def _carried(partials: PartialItems, linear: bool) -> PartialItems:
+    """The pending sums a reduction linear in x carries through (none for the others)."""
+    return tuple((d, rt) for d, rt in partials if rt == "sum") if linear else ()
+
+
 def reduce_forward(
     x: TensorSpec, reduced: tuple[bool, ...], keep_dim: bool, combine: Combine,
-    degenerate: Combine = None,
+    degenerate: Combine = None, linear: bool = False,
 ) -> SpmdInfo:
-    """x keeps its shardings (partial inputs are resharded to replicated first); the output keeps
-    the kept dims' and is partial, with ``combine``, on the reduced dims' mesh dims. Without a
-    combine, a sharded reduced dim of size 1 may still leave a ``degenerate`` partial."""
+    """x keeps its shardings (partial inputs are resharded to replicated first, except the pending
+    sums that a ``linear`` reduction carries to the output); the output keeps the kept dims' and
+    is partial, with ``combine``, on the reduced dims' mesh dims. Without a combine, a sharded
+    reduced dim of size 1 may still leave a ``degenerate`` partial."""
     a = x.attr
+    carried = _carried(a.partial_items, linear)
     mdm = a.multi_dims_mapping
     x_m = mdm
     out_m: list[tuple[int, ...]] = []
@@ -112,20 +127,21 @@ def reduce_forward(
                     pending += dims  # one block holds the element, the others are empty
                 else:
                     x_m = (*x_m[:i], (), *x_m[i + 1 :])
-    partial: PartialItems = ()
+    partial: PartialItems = carried
     kind = combine if combine is not None else degenerate
     if pending and kind is not None:
-        pending.sort()
-        partial = tuple([(d, kind) for d in pending])
-    x_attr = a if x_m is mdm and not a.partial_items else attr(a, x_m)
+        partial = tuple(sorted((*carried, *((d, kind) for d in pending))))
+    x_attr = a if x_m is mdm and a.partial_items == carried else attr(a, x_m, carried)
     return SpmdInfo((x_attr,), (attr(a, tuple(out_m), partial),))
 
 
 def reduce_reverse(
-    x: TensorSpec, out: TensorSpec, reduced: tuple[bool, ...], keep_dim: bool
+    x: TensorSpec, out: TensorSpec, reduced: tuple[bool, ...], keep_dim: bool,
+    linear: bool = False,
 ) -> SpmdInfo:
     """x takes the output's kept dims' shardings; its reduced dims are replicated. The output is
-    what that x produces: its size-1 reduced dims replicated and no partial (Paddle echoes ``out``)."""
+    what that x produces: its size-1 reduced dims replicated and no partial but the pending sums
+    of out that a ``linear`` reduction of an equally pending x makes (Paddle echoes ``out``)."""
     _check_out_shape(x, out, reduced, keep_dim)
     out_mdm = out.attr.multi_dims_mapping
     x_m: list[tuple[int, ...]] = []
@@ -141,7 +157,8 @@ def reduce_reverse(
         if keep_dim:
             out_m.append(())
             j += 1
-    return SpmdInfo([attr(x, tuple(x_m))], [attr(out, tuple(out_m))])
+    carried = _carried(out.attr.partial_items, linear)
+    return SpmdInfo([attr(x, tuple(x_m), carried)], [attr(out, tuple(out_m), carried)])
 
 
 def _check_out_shape(
@@ -159,11 +176,15 @@ def _check_out_shape(
 
 
 # ---- the ops' signatures -------------------------------------------------------------------------
-def _axis_rule(combine: Combine, degenerate: Combine = None) -> tuple[Any, Any]:
+def _axis_rule(combine: Combine, degenerate: Combine = None, linear: bool = False
+               ) -> tuple[Any, Any]:
     def forward(x: TensorSpec, axis: tuple[int, ...], keep_dim: bool) -> SpmdInfo:
-        return reduce_forward(x, _reduced_mask(x, axis), keep_dim, combine, degenerate)
+        return reduce_forward(x, _reduced_mask(x, axis), keep_dim, combine, degenerate, linear)
 
-    return forward, reverse_axis
+    def reverse(x: TensorSpec, out: TensorSpec, axis: tuple[int, ...], keep_dim: bool) -> SpmdInfo:
+        return reduce_reverse(x, out, _reduced_mask(x, axis), keep_dim, linear)
+
+    return forward, reverse
 
 
 def reverse_axis(x: TensorSpec, out: TensorSpec, axis: tuple[int, ...], keep_dim: bool) -> SpmdInfo:
@@ -299,7 +320,7 @@ _X = [T("x")]
 _OUT = [T("out")]
 
 for _name, _combine in AXIS_OPS.items():
-    _fwd, _rev = _axis_rule(_combine, DEGENERATE.get(_name))
+    _fwd, _rev = _axis_rule(_combine, DEGENERATE.get(_name), _name in LINEAR)
     register_rule(_name, forward=_fwd, reverse=_rev, inputs=_X, outputs=_OUT, attrs=_AXIS_ATTRS,
                   doc=f"ReductionInferSpmd; sharded reduced dims leave a {_combine or 'no'} partial.")
 
@@ -318,10 +339,10 @@ register_rule("p_norm", forward=p_norm_forward, reverse=p_norm_reverse, inputs=_
               doc="PNormInferSpmd; the partial type depends on porder.")
 # mean (no Paddle rule): the kernel divides its local sum by the *global* count, so a sharded
 # reduced dim leaves an exact pending sum, uneven blocks included (an avg of uneven blocks is not).
-_mean_fwd, _ = _axis_rule("sum")
+_mean_fwd, _mean_rev = _axis_rule("sum", linear=True)
 register_rule(
     "mean", forward=lambda x, axis, keepdim: _mean_fwd(x, axis, keepdim),
-    reverse=lambda x, out, axis, keepdim: reverse_axis(x, out, axis, keepdim), inputs=_X,
+    reverse=lambda x, out, axis, keepdim: _mean_rev(x, out, axis, keepdim), inputs=_X,
     outputs=_OUT, attrs=[A("axis", "ints", ()), A("keepdim", "bool", False)],
     doc="x averaged over `axis` (every dim when empty): sharded reduced dims leave a pending sum.")
 register_rule("mean_all", forward=mean_all_forward, inputs=_X, outputs=_OUT,
@@ -334,5 +355,5 @@ for _name in ("argmax", "argmin"):
                          A("flatten", "bool", False)],
                   doc="ArgMax/ArgMinInferSpmdBase: the axis is replicated.")
 
-__all__ = ["AXIS_OPS", "REDUCE_BASE_TYPES", "DistAttr", "p_norm_combine", "reduce_forward",
+__all__ = ["AXIS_OPS", "LINEAR", "REDUCE_BASE_TYPES", "DistAttr", "p_norm_combine", "reduce_forward",
            "reduce_reverse"]

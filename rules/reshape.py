@@ -2,6 +2,12 @@
 
 Each op is one pair of transformation builders: forward (input dims -> output dims) and reverse
 (output dims -> input dims). The shared inference in ``spmdrules.engine.dim_trans`` derives both rules.
+
+Every one of these ops only relabels the elements of its input, so it is linear and local: a
+pending partial passes through it in both directions (each device reshapes its piece of the sum
+into its piece of the reshaped sum), and is reduced where a consumer needs it whole, on the
+tensor of that consumer's size. Paddle carries partials through reshape and flatten's forward
+only (docs/deviations/shape.md, ``shape-op-keeps-partial``).
 """
 
 from __future__ import annotations
@@ -23,25 +29,19 @@ Shape = tuple[int, ...]
 
 @dataclass(frozen=True, slots=True)
 class ShapeOp:
-    """One shape op: its transformations and which partials Paddle carries through it."""
+    """One shape op: its transformations in both directions."""
 
     #: (x shape, *attrs) -> (transformation x -> out, out shape)
     forward: Callable[..., tuple[Transformation, Shape]]
     #: (x shape, out shape, *attrs) -> transformation out -> x
     reverse: Callable[..., Transformation]
-    #: a pending partial passes through the forward rule (reshape, flatten); otherwise partials
-    #: are dropped (replicate first), as Paddle does
-    forward_partial: bool
-    #: the reverse rule keeps out's partial (reshape) or drops both (the others, as Paddle)
-    reverse_partial: bool
 
 
 def _forward(op: ShapeOp, x: TensorSpec, *attrs: Any) -> SpmdInfo:
     trans, _ = op.forward(x.shape, *attrs)
     a = x.attr
     in_m, out_m = dim_trans.infer(trans, x.shape, a.multi_dims_mapping, a.mesh.shape)
-    part = a.partial_items if op.forward_partial else ()
-    return SpmdInfo([attr(x, in_m, part)], [attr(x, out_m, part)])
+    return SpmdInfo([attr(x, in_m, a.partial_items)], [attr(x, out_m, a.partial_items)])
 
 
 def _reverse(op: ShapeOp, x: TensorSpec, out: TensorSpec, *attrs: Any) -> SpmdInfo:
@@ -71,8 +71,6 @@ def _reverse_variant(
         trans, out.shape, a.multi_dims_mapping, a.mesh.shape, checked=checked,
         coshard_splits=False,
     )
-    if not op.reverse_partial:
-        return SpmdInfo([attr(x, in_m)], [attr(out, out_m)])
     # x pending the same reduction as out is what a local reshape turns into out
     x_part = x.attr.partial_items if x_own_partial else a.partial_items
     return SpmdInfo([attr(x, in_m, x_part)], [attr(out, out_m, a.partial_items)])
@@ -93,7 +91,7 @@ def _reshape_reverse(x_shape: Shape, out_shape: Shape, shape: tuple[int, ...] | 
     return dim_trans.make_reshape_trans(out_shape, x_shape)
 
 
-RESHAPE = ShapeOp(_reshape_forward, _reshape_reverse, True, True)
+RESHAPE = ShapeOp(_reshape_forward, _reshape_reverse)
 
 
 # ---- flatten: a reshape forward; reverse splits the merged dim back into its input dims ---------
@@ -133,7 +131,7 @@ def _flatten_reverse(x_shape: Shape, out_shape: Shape, start_axis: int, stop_axi
     )
 
 
-FLATTEN = ShapeOp(_flatten_forward, _flatten_reverse, True, False)
+FLATTEN = ShapeOp(_flatten_forward, _flatten_reverse)
 
 
 # ---- squeeze: size-1 dims named in axis (all size-1 dims when axis is empty) disappear ----------
@@ -168,7 +166,7 @@ def _squeeze_reverse(x_shape: Shape, out_shape: Shape, axis: tuple[int, ...] | N
     return tuple(trans)
 
 
-SQUEEZE = ShapeOp(_squeeze_forward, _squeeze_reverse, False, False)
+SQUEEZE = ShapeOp(_squeeze_forward, _squeeze_reverse)
 
 
 # ---- unsqueeze: size-1 dims appear at the output positions in axis ------------------------------
@@ -212,7 +210,7 @@ def _unsqueeze_reverse(x_shape: Shape, out_shape: Shape, axis: tuple[int, ...] |
     )
 
 
-UNSQUEEZE = ShapeOp(_unsqueeze_forward, _unsqueeze_reverse, False, False)
+UNSQUEEZE = ShapeOp(_unsqueeze_forward, _unsqueeze_reverse)
 
 
 # ---- registration -------------------------------------------------------------------------------
@@ -232,8 +230,10 @@ def _register(names: tuple[str, ...], op: ShapeOp, attrs: list[Any], doc: str) -
 _register(("reshape", "reshape2"), RESHAPE, [A("shape", "ints", None)],
           "ReshapeInferSpmd: DimTrans of the greedy reshape matching; partials pass through.")
 _register(("flatten",), FLATTEN, [A("start_axis", "int", 0), A("stop_axis", "int", -1)],
-          "FlattenInferSpmd: reshape to the merged shape; reverse splits the merged dim.")
+          "FlattenInferSpmd: reshape to the merged shape; reverse splits the merged dim; partials "
+          "pass through.")
 _register(("squeeze",), SQUEEZE, [A("axis", "ints", ())],
-          "SqueezeInferSpmd: size-1 dims in axis (all when empty) disappear.")
+          "SqueezeInferSpmd: size-1 dims in axis (all when empty) disappear; partials pass through.")
 _register(("unsqueeze", "unsqueeze2"), UNSQUEEZE, [A("axis", "ints", None)],
-          "UnsqueezeInferSpmd: size-1 dims appear at the output positions in axis.")
+          "UnsqueezeInferSpmd: size-1 dims appear at the output positions in axis; partials pass "
+          "through.")

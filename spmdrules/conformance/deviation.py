@@ -11,7 +11,9 @@ family's tests):
   malformed (claims blocks the kernel does not compute, or lays out no argument it must) or its
   result differs from the serial op's; ours computes it;
 * ``parallelism``: Paddle's answer computes the op, but keeps whole what ours keeps split (the
-  policy of docs/deviations/uneven.md): both run correctly, ours with less communication.
+  policy of docs/deviations/uneven.md), or reduces first a partial that ours keeps pending
+  through a linear op (``shape-op-keeps-partial``, ``reduce-sum-keeps-partial``): both run
+  correctly, ours with less communication.
 
 A difference in how an answer is written only is no deviation: the comparator reads the two as one
 answer (:mod:`spmdrules.conformance.formats`).

@@ -396,7 +396,8 @@ def test_proof_logsumexp_reduce_all_out() -> None:
 def test_proof_reduce_reverse_out() -> None:
     # all/reverse/70 as a sum (same attrs, sum is linear): x[12,4,8,12]dm[-1,-1,0,-1] on mesh [4],
     # out[12,4,12] P{0:sum}, axis=[2]. Both answers replicate x's reduced dim; Paddle keeps out's
-    # P{0:sum}, which adds the 4 replicas of an exact result.
+    # P{0:sum} next to a whole x, which adds the 4 replicas of an exact result. Ours gives x
+    # out's pending sum: the local sums of its pieces are the pieces of out's sum.
     x = RNG.standard_normal((12, 4, 8, 12))
 
     def s2(b: Array) -> Array:
@@ -407,7 +408,8 @@ def test_proof_reduce_reverse_out() -> None:
                                          False)
     x_attr, out_attr = info.inputs[0], info.outputs[0]
     assert isinstance(x_attr, DistAttr) and isinstance(out_attr, DistAttr)
-    assert wrong(s2, x, x_attr, da(MESH4, [-1, -1, -1], {0: "sum"}), s2(x))
+    assert (x_attr, out_attr) == (da(MESH4, [-1] * 4, {0: "sum"}), da(MESH4, [-1] * 3, {0: "sum"}))
+    assert wrong(s2, x, da(MESH4, [-1] * 4), da(MESH4, [-1, -1, -1], {0: "sum"}), s2(x))
     check(s2, x, x_attr, out_attr, s2(x))
     # all/reverse/67: out[1]dm[1] (keep_dim) on mesh [2,3]: Paddle echoes the sharded size-1 dim,
     # whose blocks the replicated computation cannot tile.

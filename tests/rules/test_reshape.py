@@ -23,6 +23,7 @@ Array = np.ndarray[Any, Any]
 MESH22 = ProcessMesh.from_shape([2, 2], list(range(4)))
 MESH24 = ProcessMesh.from_shape([2, 4], list(range(8)))
 MESH124 = ProcessMesh.from_shape([1, 2, 4], list(range(8)))
+MESH222 = ProcessMesh.from_shape([2, 2, 2], list(range(8)))
 
 
 def spec(mesh: ProcessMesh, shape: Sequence[int], dm: Sequence[Any], partial: Any = None
@@ -100,10 +101,14 @@ def test_flatten_forward_is_a_reshape_and_keeps_partial() -> None:
     assert fwd("flatten", xp, 0, -1) == (["[-1,-1] P{0:sum}"], ["[-1] P{0:sum}"])
 
 
-def test_flatten_reverse_splits_the_merged_dim_and_drops_partials() -> None:
+def test_flatten_reverse_splits_the_merged_dim_and_gives_x_out_s_partial() -> None:
     x = spec(MESH22, [4, 6, 8], [-1, -1, -1], {0: "sum"})
     out = spec(MESH22, [24, 8], [0, 1])
     assert rev("flatten", x, out, 0, 1) == (["[0,-1,1]"], ["[0,1]"])
+    # a pending sum on out is what the local flatten of an equally pending x makes (Paddle drops
+    # both: shape-op-keeps-partial)
+    out_p = spec(MESH22, [24, 8], [0, -1], {1: "sum"})
+    assert rev("flatten", x, out_p, 0, 1) == (["[0,-1,-1] P{1:sum}"], ["[0,-1] P{1:sum}"])
 
 
 def test_flatten_bad_axes() -> None:
@@ -148,10 +153,24 @@ def test_unsqueeze_reverse_handles_negative_and_repeated_axes_quirk_e() -> None:
         get_rule("unsqueeze").infer_reverse(x, out2, [0, -2])
 
 
-def test_unsqueeze_and_squeeze_drop_partials() -> None:
+def test_unsqueeze_and_squeeze_carry_partials_through_both_directions() -> None:
+    # issue 24 cause 5: a pure relabelling of elements is linear, so the pending sum stays pending
     x = spec(MESH22, [3, 5], [0, -1], {1: "sum"})
-    assert fwd("unsqueeze", x, [0]) == (["[0,-1]"], ["[-1,0,-1]"])
-    assert fwd("squeeze", spec(MESH22, [3, 1], [0, -1], {1: "sum"}), []) == (["[0,-1]"], ["[0]"])
+    assert fwd("unsqueeze", x, [0]) == (["[0,-1] P{1:sum}"], ["[-1,0,-1] P{1:sum}"])
+    assert fwd("squeeze", spec(MESH22, [3, 1], [0, -1], {1: "sum"}), []) == (
+        ["[0,-1] P{1:sum}"], ["[0] P{1:sum}"])
+    # every partial, of any reduce type and on several mesh dims, is carried as given
+    xm = spec(MESH222, [6, 1, 4], [2, -1, -1], {0: "max", 1: "sum"})
+    assert fwd("squeeze", xm, [1]) == (["[2,-1,-1] P{0:max,1:sum}"], ["[2,-1] P{0:max,1:sum}"])
+    # reverse: x takes out's partial, whatever its own (a full x cannot turn into a pending out)
+    out = spec(MESH22, [3, 1, 5], [0, -1, -1], {1: "sum"})
+    assert rev("unsqueeze", spec(MESH22, [3, 5], [-1, -1]), out, [1]) == (
+        ["[0,-1] P{1:sum}"], ["[0,-1,-1] P{1:sum}"])
+    assert rev("squeeze", spec(MESH22, [3, 1, 5], [-1, -1, -1], {0: "sum"}),
+               spec(MESH22, [3, 5], [-1, 0], {1: "sum"}), [1]) == (
+        ["[-1,-1,0] P{1:sum}"], ["[-1,0] P{1:sum}"])
+    assert rev("squeeze", spec(MESH22, [3, 1, 5], [-1, -1, -1], {0: "sum"}),
+               spec(MESH22, [3, 5], [-1, 0]), [1]) == (["[-1,-1,0]"], ["[-1,0]"])
 
 
 def test_unsqueeze_bad_axis() -> None:
@@ -328,6 +347,8 @@ def test_every_filed_case_paddle_fails_and_ours_passes_by_execution(op: str) -> 
         if agrees(c, got):
             continue
         dev = classify(c, got)
+        if dev == "shape-op-keeps-partial":
+            continue  # both answers execute: test_proof_shape_op_keeps_partial_on_every_case
         assert dev in FILED
         filed += 1
         mesh = ProcessMesh.from_shape(c["mesh"]["shape"], c["mesh"]["process_ids"])
@@ -362,3 +383,45 @@ def test_flatten_reverse_keeps_the_shard_past_a_size_one_dim() -> None:
         "[-1,-1,1]", "[-1,1]"]
     assert execute("flatten", [TensorSpec([6, 1, 8], info.inputs[0])], info,  # type: ignore[arg-type]
                    {"start_axis": 1, "stop_axis": 2}) == "ok"
+
+
+# ---- shape-op-keeps-partial: both answers execute, ours with the sum still pending --------------
+@pytest.mark.parametrize(("op", "count"), [("squeeze", 16), ("unsqueeze", 22), ("unsqueeze2", 9),
+                                           ("flatten", 10)])
+def test_proof_shape_op_keeps_partial_on_every_case(op: str, count: int) -> None:
+    """Paddle reduces a pending partial before squeeze, unsqueeze and flatten's reverse; run on
+    the simulated mesh its answer computes the op (a parallelism deviation), and ours computes it
+    too with the partial still pending on the result."""
+    from proofs import execute_case, filed_cases, recorded_answer
+
+    filed = list(filed_cases(op, "shape-op-keeps-partial"))
+    for c, got in filed:
+        paddle = recorded_answer(c)
+        ours = got.outputs[0]
+        assert isinstance(ours, DistAttr) and ours.partial_items
+        assert not paddle.outputs[0].partial_items  # type: ignore[union-attr]
+        assert (execute_case(c, got), execute_case(c, paddle)) == ("ok", "ok"), c["case_id"]
+    assert len(filed) == count
+
+
+def test_proof_shape_op_keeps_partial_squeeze_forward() -> None:
+    """squeeze/forward with x[8,1,6] P{1:sum} on a 2x2 mesh: Paddle reduces x first (x and out
+    whole); ours squeezes each device's piece of the sum, and the result is still pending."""
+    from proofs import execute
+
+    x = spec(MESH22, [8, 1, 6], [0, -1, -1], {1: "sum"})
+    ours = get_rule("squeeze").infer_forward(x, [1])
+    assert maps(ours) == (["[0,-1,-1] P{1:sum}"], ["[0,-1] P{1:sum}"])
+    paddle = SpmdInfo([DistAttr(MESH22, [0, -1, -1])], [DistAttr(MESH22, [0, -1])])
+    xs = spec(MESH22, [8, 1, 6], [-1, -1, -1])
+    assert execute("squeeze", [xs], ours, {"axis": [1]}) == "ok"
+    assert execute("squeeze", [xs], paddle, {"axis": [1]}) == "ok"
+    # the predicate is narrow: an answer that drops a shard as well is not this class
+    c = next(c for c in iter_cases(default_case_paths(), ["squeeze"])
+             if classify(c, call_engine(c)) == "shape-op-keeps-partial")
+    got = call_engine(c)
+    assert isinstance(got, SpmdInfo)
+    mesh = got.outputs[0].mesh  # type: ignore[union-attr]
+    wrong = SpmdInfo([a.without_partial() for a in got.inputs],  # type: ignore[union-attr]
+                     [DistAttr(mesh, [0] + [-1] * (got.outputs[0].ndim - 1))])  # type: ignore[union-attr]
+    assert classify(c, wrong) != "shape-op-keeps-partial"

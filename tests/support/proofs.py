@@ -9,7 +9,7 @@ A deviation from Paddle is proven by Paddle's answer executing "wrong" and ours 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,3 +43,38 @@ def execute(op: str, inputs: Sequence[sr.TensorSpec | tuple[sr.TensorSpec, ...] 
                 attrs=dict(attrs), domains=doms)
     result = run_case(case, info, get_kernel(op), np.random.default_rng(seed), alternatives=False)
     return result.status
+
+
+def filed_cases(op: str, deviation: str) -> Iterator[tuple[dict[str, Any], sr.SpmdInfo]]:
+    """Every shipped case of ``op`` that the comparator files under ``deviation``, with our
+    answer to it."""
+    from spmdrules.conformance.calls import agrees, call_engine
+    from spmdrules.conformance.deviation import classify
+    from spmdrules.conformance.runner import default_case_paths, iter_cases
+
+    for c in iter_cases(default_case_paths(), [op]):
+        got = call_engine(c)
+        if not agrees(c, got) and classify(c, got) == deviation:
+            assert isinstance(got, sr.SpmdInfo)
+            yield c, got
+
+
+def recorded_answer(case: dict[str, Any]) -> sr.SpmdInfo:
+    """Paddle's recorded answer to a one-tensor case, as attributes on the case's mesh."""
+    m = case["mesh"]
+    mesh = sr.ProcessMesh.from_shape(m["shape"], m["process_ids"])
+
+    def one(e: dict[str, Any]) -> sr.DistAttr:
+        mdm = e.get("multi_dims_mapping") or [[] if d == -1 else [d] for d in e["dims_mapping"]]
+        return sr.DistAttr(mesh, multi_dims_mapping=mdm,
+                           partial={int(k): v for k, v in e["partial"].items()})
+
+    e = case["expected"]
+    return sr.SpmdInfo([one(a) for a in e["inputs"]], [one(a) for a in e["outputs"]])
+
+
+def execute_case(case: dict[str, Any], info: sr.SpmdInfo) -> str:
+    """The verdict of executing ``info`` as an answer to a one-input case (its x, attrs)."""
+    m, x = case["mesh"], case["inputs"][0]
+    mesh = sr.ProcessMesh.from_shape(m["shape"], m["process_ids"])
+    return execute(case["op"], [_replicated(mesh, x["shape"])], info, case["attrs"])

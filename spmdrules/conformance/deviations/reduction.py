@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from spmdrules.conformance.calls import agrees, build_call
 from spmdrules.conformance.deviation import register_deviation, rule_module
 from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import RuleArgumentError
@@ -148,11 +149,41 @@ def _case_reduced(case: dict[str, Any]) -> tuple[bool, ...] | None:
         return None
 
 
+def _uncarried(case: dict[str, Any], got: SpmdInfo | BaseException) -> SpmdInfo | BaseException:
+    """Our answer as it is without carrying x's (out's) pending sums through a linear reduction:
+    the rule's answer with ``linear=False``, else ``got`` itself."""
+    if case["op"] not in _rules.LINEAR or not isinstance(got, SpmdInfo):
+        return got
+    if not any(t.get("partial") for t in (*case["inputs"], *case.get("outputs", []))):
+        return got  # nothing pending to carry
+    _, direction, args, attrs = build_call(case)
+    mask = _rules._reduced_mask(args[0], tuple(attrs["axis"]))
+    keep = bool(attrs["keep_dim"])
+    if direction == "forward":
+        nl: SpmdInfo = _rules.reduce_forward(args[0], mask, keep, _rules.AXIS_OPS[case["op"]])
+    else:
+        nl = _rules.reduce_reverse(args[0], args[1], mask, keep)
+    return nl
+
+
+def _is_sum_keeping_partial(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    """Forward: ours carries x's pending sums through the sum; Paddle's record is our answer
+    without that carry (x reduced first)."""
+    if case["direction"] != "forward" or "error" in case["expected"]:
+        return False
+    nl = _uncarried(case, got)
+    return nl is not got and nl != got and agrees(case, nl)
+
+
 def _is_reverse_out_made_consistent(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
     """Reverse: ours returns the out that our x produces (size-1 reduced dims replicated, no
-    partial) where Paddle echoes the given out; x is the same, or Paddle refused two kept size-1
-    dims on different mesh dims (a conflict only because it keeps them sharded)."""
+    partial but the pending sums a linear reduction carries from an equally pending x) where
+    Paddle echoes the given out; x is the same (up to that carry), or Paddle refused two kept
+    size-1 dims on different mesh dims (a conflict only because it keeps them sharded)."""
     if case["direction"] != "reverse" or not isinstance(got, SpmdInfo):
+        return False
+    got = _uncarried(case, got)
+    if not isinstance(got, SpmdInfo):
         return False
     reduced = _case_reduced(case)
     at = case["attrs"]
@@ -228,6 +259,13 @@ register_deviation(
     "reduce_all=True does not change what logsumexp reduces (Paddle's kernel reads only axis), so "
     "an 'out' shaped like a reduction of every dim is not its output: we raise, Paddle answers.",
     _is_reduce_all_out_shape,
+)
+register_deviation(
+    "reduce-sum-keeps-partial", set(_rules.LINEAR),
+    "Paddle reduces a pending sum of x before a sum; a sum is linear, so each device sums its "
+    "piece and ours keeps the sum pending on the smaller reduced output, to be reduced where a "
+    "consumer needs it whole.",
+    _is_sum_keeping_partial, kind="parallelism",
 )
 register_deviation(
     "reduce-reverse-out", {*_rules.AXIS_OPS, "reduce_base", "logsumexp", "p_norm"},

@@ -6,6 +6,7 @@ from typing import Any
 
 from spmdrules.conformance.calls import agrees, build_call
 from spmdrules.conformance.deviation import register_deviation, rule_module
+from spmdrules.core.attr import DistAttr
 from spmdrules.core.spec import SpmdInfo
 
 _rules = rule_module("reshape")
@@ -17,6 +18,15 @@ def paddle_unsqueeze_positions(x_ndim: int, axis: tuple[int, ...]) -> frozenset[
     return frozenset(a + x_ndim + 1 if a < 0 else a for a in axis)
 
 
+def _agrees_dropped(case: dict[str, Any], got: SpmdInfo) -> bool:
+    """Does our answer, carrying some partial, agree with Paddle's once every partial is dropped?"""
+    slots = [a for a in (*got.inputs, *got.outputs) if isinstance(a, DistAttr)]
+    if len(slots) != len(got.inputs) + len(got.outputs) or not any(a.partial_items for a in slots):
+        return False
+    return agrees(case, SpmdInfo([a.without_partial() for a in slots[: len(got.inputs)]],
+                                 [a.without_partial() for a in slots[len(got.inputs):]]))
+
+
 def _unsqueeze_axes_differ(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
     if not isinstance(got, SpmdInfo):
         return False
@@ -26,7 +36,8 @@ def _unsqueeze_axes_differ(case: dict[str, Any], got: SpmdInfo | BaseException) 
         return False
     _, direction, args, _ = build_call(case)
     infer = _rules._forward if direction == "forward" else _rules._reverse
-    return bool(got == infer(_rules.UNSQUEEZE, *args, axis))
+    # a case the dropped partials alone explain is shape-op-keeps-partial's
+    return bool(got == infer(_rules.UNSQUEEZE, *args, axis)) and not _agrees_dropped(case, got)
 
 
 register_deviation(
@@ -79,4 +90,29 @@ register_deviation(
     "Paddle's reverse reshape returns x with its own partial status next to out's, though a "
     "local reshape turns a partial x into an equally partial out; we give x out's partial.",
     lambda case, got: _reverse_variants(case, got, checked=True),
+)
+
+
+#: the shape ops whose partials Paddle drops: all but reshape (both directions) and flatten forward
+_DROPPING = {"squeeze", "unsqueeze", "unsqueeze2", "flatten"}
+
+
+def _paddle_drops_partial(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
+    """Ours carries a pending partial through the op; Paddle's record is our answer with every
+    partial dropped (each tensor reduced first), on the ops and directions where Paddle drops."""
+    if not isinstance(got, SpmdInfo):
+        return False
+    if case["op"] == "flatten" and case["direction"] == "forward":
+        return False
+    return _agrees_dropped(case, got)
+
+
+register_deviation(
+    "shape-op-keeps-partial",
+    _DROPPING,
+    "Paddle's squeeze and unsqueeze (both directions) and flatten's reverse drop a pending "
+    "partial, so the sum is reduced before the op; these ops only relabel elements, so each "
+    "device's piece of the sum squeezes into its piece of the result, and ours keeps the "
+    "partial pending to where a consumer needs it whole, on the tensor of that consumer's size.",
+    _paddle_drops_partial, kind="parallelism",
 )
