@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from itertools import compress
 from typing import Any, Literal
@@ -20,6 +21,7 @@ from spmdrules.completion.result import (
     table,
 )
 from spmdrules.completion.state import (
+    DEM,
     KINDS,
     MAX_CHANGES,
     MAX_SWEEPS,
@@ -140,16 +142,21 @@ class Completion:
             seen.add((o.op, o.kind))
         # A consumer whose need differs but made no ranked offer (a one-operand op) still lost.
         for e in self.reshards_of(t):
-            if e.side != "operand" or (e.op, "demand") in seen:
+            if e.side != "operand":
                 continue
-            o = Offer(e.dst, WEAK_RANK, e.op, -1, "demand", None)
-            if chosen is not None and not divisible(chosen, t.shape) and divisible(e.dst, t.shape):
-                out.append(Rejected(o, "divisibility",
-                                    f"{chosen.mapping_str()} does not split {list(t.shape)} "
-                                    f"evenly, so {e.op}'s rule drops that split"))
-            else:
-                out.append(Rejected(o, "rule", f"{e.op}'s rule needs {e.dst.mapping_str()} "
-                                               "given its other operands"))
+            for op in dict.fromkeys(k for k, _ in e.consumers):  # a shared reshard: each consumer
+                if (op, "demand") in seen:
+                    continue
+                seen.add((op, "demand"))
+                o = Offer(e.dst, WEAK_RANK, op, -1, "demand", None)
+                if (chosen is not None and not divisible(chosen, t.shape)
+                        and divisible(e.dst, t.shape)):
+                    out.append(Rejected(o, "divisibility",
+                                        f"{chosen.mapping_str()} does not split {list(t.shape)} "
+                                        f"evenly, so {op}'s rule drops that split"))
+                else:
+                    out.append(Rejected(o, "rule", f"{op}'s rule needs {e.dst.mapping_str()} "
+                                                   "given its other operands"))
         return tuple(out)
 
     def reshards_of(self, tensor: Tensor | str) -> tuple[ReshardEdge, ...]:
@@ -274,7 +281,7 @@ class Completion:
         if self.reshards:
             rows = [("tensor", "edge", "from", "to", "steps", "bytes")]
             for e, p in planned:
-                edge = f"-> {e.op}" if e.side == "operand" else f"<- {e.op}"
+                edge = f"-> {e.ops_str}" if e.side == "operand" else f"<- {e.op}"
                 if isinstance(p, Plan):
                     steps = " + ".join(
                         s.kind.replace("_", "-")
@@ -400,7 +407,7 @@ class Run(Sweeps):
         best: RawOffer | None = None
         for o in st.offers_of(t.order):
             if o[0] == a and (best is None or o[1] > best[1]
-                              or (o[1] == best[1] and offer_key(o) < offer_key(best))):
+                              or (o[1] == best[1] and origin_key(o) < origin_key(best))):
                 best = o
         ann = t.annotation
         name = None if best is None else self.ops[self.op_of(best, t.order)].name
@@ -417,12 +424,23 @@ class Run(Sweeps):
         return Origin(KINDS[best[3]], name, drv, st.rank[t.order])
 
     def reshard_edges(self) -> tuple[ReshardEdge, ...]:
+        """One edge per tensor and target layout: consumers that need a tensor in one layout
+        share one reshard (the first consumer's, which the lowering runs once)."""
         tensors, ops = self.tensors, self.ops
+        first: dict[tuple[int, DistAttr], int] = {}  # (tensor, dst) -> its operand edge in ``out``
+        shared: dict[int, list[tuple[str, int]]] = {}
         out: list[ReshardEdge] = []
         shapes = self.shapes
         for i, k, side, src, dst, slot in self.raw_edges():
+            if side == "operand":
+                at = first.setdefault((i, dst), len(out))
+                if at != len(out):
+                    shared.setdefault(at, []).append((ops[k].name, slot))
+                    continue
             t = tensors[i]
             out.append(ReshardEdge(t.name, ops[k].name, side, src, dst, shapes[i], t.dtype, slot))
+        for at, more in shared.items():
+            out[at] = dataclasses.replace(out[at], shared=tuple(more))
         return tuple(out)
 
     def raw_edges(self) -> list[RawEdge]:
@@ -474,6 +492,13 @@ class Run(Sweeps):
             if a is not n and a != n:
                 assert a is not None
                 out.append((i, k, "result", n, a, slot))
+
+
+def origin_key(o: RawOffer) -> tuple[bool, tuple[int, int]]:
+    """The tie-break among offers of a tensor's attribute and rank for its origin: a one-operand
+    op's demand (no driver; see ``Sweeps.forward``) only echoes the rank of the tensor it asks
+    of, so the offer that gave the tensor that rank is its origin, when there is one."""
+    return (o[3] == DEM and o[4] < 0, offer_key(o))
 
 
 def complete(graph: Graph, cost: CostModel = DEFAULT_COST_MODEL) -> Completion:

@@ -75,6 +75,10 @@ class ReshardEdge:
 
     ``side="operand"``: the consumer ``op`` needs the tensor as ``dst``. ``side="result"``: the
     producer ``op`` makes ``src`` and the tensor is ``dst``.
+
+    One reshard serves every consumer that needs the tensor as ``dst``: ``op`` is the first of
+    them (in op order) and ``shared`` names the others, so the data moves (and is counted) once
+    per tensor and target layout, not once per consumer.
     """
 
     tensor: str
@@ -87,6 +91,19 @@ class ReshardEdge:
     #: the position of the operand (result) among the op's flattened operands (results): an op
     #: that takes one tensor twice may need it in two layouts, one edge each
     slot: int = 0
+    #: the other consumers reading this reshard's result, as (op, slot), in op order
+    shared: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def consumers(self) -> tuple[tuple[str, int], ...]:
+        """Every (op, slot) reading this reshard's result (the producer's alone for a result
+        edge)."""
+        return ((self.op, self.slot), *self.shared)
+
+    @property
+    def ops_str(self) -> str:
+        """``op``, then the ops that share the reshard (``q, k, v``)."""
+        return ", ".join(dict.fromkeys(k for k, _ in self.consumers))
 
     @property
     def cross_mesh(self) -> bool:
@@ -100,7 +117,7 @@ class ReshardEdge:
             raise ReshardError(f"tensor {self.tensor!r} {side} op {self.op!r}: {e}") from e
 
     def __str__(self) -> str:
-        arrow = f"-> {self.op}" if self.side == "operand" else f"<- {self.op}"
+        arrow = f"-> {self.ops_str}" if self.side == "operand" else f"<- {self.op}"
         return f"{self.tensor} {arrow}: {self.src.mapping_str()} => {self.dst.mapping_str()}"
 
 

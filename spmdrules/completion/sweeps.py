@@ -46,6 +46,12 @@ class Sweeps(RunState):
         for i, a in zip(self.outs[k], outs, strict=True):
             offer(i, (a, out_rank, k - base[i], FWD, driver))
         if len(ins) == 1:
+            # A one-operand op's need depends on its operand alone, which vouches for it with its
+            # own rank: the need (a pending sum reduced, a split gathered) is then one of the
+            # tensor's options, priced with its other consumers', so that a sum several such
+            # consumers need reduced is reduced once, where that is cheapest.
+            i = ins[0]
+            offer(i, (need[0], (st.rank[i] >> 1) << 1, k - base[i], DEM, -1))
             return
         # A demand carries the rank of the op's best *other* known operand: an operand does not
         # vouch for the attribute the op asks of itself.
@@ -279,13 +285,16 @@ class Sweeps(RunState):
                         options.append(given)
             if not asked and o[0] not in options:
                 options.append(o[0])
-        best: tuple[float, DistAttr] | None = None
+        # At equal cost, fewer pending reductions: a sum reduced where it is made reaches every
+        # consumer settled, while one left pending is reduced on the consumer's edge that needs
+        # it and flows on, pending, through the others (a norm's x * rsqrt), to be reduced again.
+        best: tuple[float, int, DistAttr] | None = None
         for a in options:
-            phi = self.edge_cost(self.tensors[i], a, valid)
-            if best is None or phi < best[0]:
-                best = (phi, a)
+            key = (self.edge_cost(self.tensors[i], a, valid), len(a.partial_items))
+            if best is None or key < best[:2]:
+                best = (*key, a)
         assert best is not None
-        return best[1], rank
+        return best[2], rank
 
     def edge_cost(self, t: Tensor, v: DistAttr, offers: list[RawOffer]) -> float:
         """Seconds of the reshards on ``t``'s edges if ``t`` were ``v``: from what its producer
@@ -294,7 +303,8 @@ class Sweeps(RunState):
 
         A consumer's demand is its rule's answer with ``t`` as it is now; what the rule asks of
         ``v`` may differ (a concat or an elementwise op merges its operands' splits, ``t``'s
-        own included), so the demand is asked again with ``t`` as ``v``. Pricing ``v`` against
+        own included), so the demand is asked again with ``t`` as ``v``. Consumers needing one
+        layout share its reshard, so each distinct need is priced once. Pricing ``v`` against
         the demand made to the current attribute is what let two tensors oscillate for ever:
         each choice changed the demands so that the other choice looked cheaper (issue 16)."""
         total = 0.0
@@ -304,10 +314,14 @@ class Sweeps(RunState):
                 total += reshard_time(o[0], v, t.shape, t.dtype, self.cost)
             elif o[3] == DEM or o[2] not in by_op:
                 by_op[o[2]] = o
+        needs: set[DistAttr] = set()
         for o in by_op.values():
             need = o[0]
             if o[3] == DEM:
                 need = self.demand_given(o[2] + self.base[t.order], t.order, v) or need
+            needs.add(need)
+        # consumers needing one layout share one reshard (``Run.reshard_edges``): priced once
+        for need in needs:
             total += reshard_time(v, need, t.shape, t.dtype, self.cost)
         return total
 
