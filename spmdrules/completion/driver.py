@@ -21,13 +21,12 @@ from spmdrules.completion.result import (
     table,
 )
 from spmdrules.completion.state import (
-    DEM,
     KINDS,
     MAX_CHANGES,
     MAX_SWEEPS,
     REV,
     State,
-    offer_key,
+    origin_key,
 )
 from spmdrules.completion.sweeps import Sweeps
 from spmdrules.core.attr import DistAttr
@@ -142,21 +141,16 @@ class Completion:
             seen.add((o.op, o.kind))
         # A consumer whose need differs but made no ranked offer (a one-operand op) still lost.
         for e in self.reshards_of(t):
-            if e.side != "operand":
-                continue
-            for op in dict.fromkeys(k for k, _ in e.consumers):  # a shared reshard: each consumer
-                if (op, "demand") in seen:
-                    continue
+            for op in dict.fromkeys(k for k, _ in e.consumers if e.side == "operand"
+                                    and (k, "demand") not in seen):
                 seen.add((op, "demand"))
                 o = Offer(e.dst, WEAK_RANK, op, -1, "demand", None)
-                if (chosen is not None and not divisible(chosen, t.shape)
-                        and divisible(e.dst, t.shape)):
-                    out.append(Rejected(o, "divisibility",
-                                        f"{chosen.mapping_str()} does not split {list(t.shape)} "
-                                        f"evenly, so {op}'s rule drops that split"))
-                else:
-                    out.append(Rejected(o, "rule", f"{op}'s rule needs {e.dst.mapping_str()} "
-                                                   "given its other operands"))
+                out.append(Rejected(o, "divisibility", f"{chosen.mapping_str()} does not split "
+                                    f"{list(t.shape)} evenly, so {op}'s rule drops that split")
+                           if chosen is not None and not divisible(chosen, t.shape)
+                           and divisible(e.dst, t.shape) else
+                           Rejected(o, "rule", f"{op}'s rule needs {e.dst.mapping_str()} given "
+                                    "its other operands"))
         return tuple(out)
 
     def reshards_of(self, tensor: Tensor | str) -> tuple[ReshardEdge, ...]:
@@ -424,22 +418,22 @@ class Run(Sweeps):
         return Origin(KINDS[best[3]], name, drv, st.rank[t.order])
 
     def reshard_edges(self) -> tuple[ReshardEdge, ...]:
-        """One edge per tensor and target layout: consumers that need a tensor in one layout
-        share one reshard (the first consumer's, which the lowering runs once)."""
+        """One edge per tensor and target layout, shared by its consumers (``shared``)."""
         tensors, ops = self.tensors, self.ops
-        first: dict[tuple[int, DistAttr], int] = {}  # (tensor, dst) -> its operand edge in ``out``
+        first: dict[int, list[int]] = {}  # tensor -> its operand edges' positions in ``out``
         shared: dict[int, list[tuple[str, int]]] = {}
         out: list[ReshardEdge] = []
         shapes = self.shapes
         for i, k, side, src, dst, slot in self.raw_edges():
-            if side == "operand":
-                at = first.setdefault((i, dst), len(out))
-                if at != len(out):
-                    shared.setdefault(at, []).append((ops[k].name, slot))
-                    continue
+            mine = first.setdefault(i, []) if side == "operand" else []
+            at = next((j for j in mine if out[j].dst == dst), -1)
+            if at >= 0:
+                shared.setdefault(at, []).append((ops[k].name, slot))
+                continue
+            mine.append(len(out))
             t = tensors[i]
             out.append(ReshardEdge(t.name, ops[k].name, side, src, dst, shapes[i], t.dtype, slot))
-        for at, more in shared.items():
+        for at, more in shared.items():  # the first consumer's edge; the lowering runs it once
             out[at] = dataclasses.replace(out[at], shared=tuple(more))
         return tuple(out)
 
@@ -492,13 +486,6 @@ class Run(Sweeps):
             if a is not n and a != n:
                 assert a is not None
                 out.append((i, k, "result", n, a, slot))
-
-
-def origin_key(o: RawOffer) -> tuple[bool, tuple[int, int]]:
-    """The tie-break among offers of a tensor's attribute and rank for its origin: a one-operand
-    op's demand (no driver; see ``Sweeps.forward``) only echoes the rank of the tensor it asks
-    of, so the offer that gave the tensor that rank is its origin, when there is one."""
-    return (o[3] == DEM and o[4] < 0, offer_key(o))
 
 
 def complete(graph: Graph, cost: CostModel = DEFAULT_COST_MODEL) -> Completion:
