@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from functools import cached_property
 from itertools import compress
@@ -20,6 +21,7 @@ from spmdrules.completion.result import (
     Rejected,
     ReshardEdge,
     origin_str,
+    reshard_table,
     table,
 )
 from spmdrules.completion.state import (
@@ -28,7 +30,7 @@ from spmdrules.completion.state import (
     MAX_SWEEPS,
     REV,
     State,
-    offer_key,
+    origin_key,
 )
 from spmdrules.completion.sweeps import Sweeps
 from spmdrules.core.attr import DistAttr
@@ -143,16 +145,16 @@ class Completion:
             seen.add((o.op, o.kind))
         # A consumer whose need differs but made no ranked offer (a one-operand op) still lost.
         for e in self.reshards_of(t):
-            if e.side != "operand" or (e.op, "demand") in seen:
-                continue
-            o = Offer(e.dst, WEAK_RANK, e.op, -1, "demand", None)
-            if chosen is not None and not divisible(chosen, t.shape) and divisible(e.dst, t.shape):
-                out.append(Rejected(o, "divisibility",
-                                    f"{chosen.mapping_str()} does not split {list(t.shape)} "
-                                    f"evenly, so {e.op}'s rule drops that split"))
-            else:
-                out.append(Rejected(o, "rule", f"{e.op}'s rule needs {e.dst.mapping_str()} "
-                                               "given its other operands"))
+            for op in dict.fromkeys(k for k, _ in e.consumers if e.side == "operand"
+                                    and (k, "demand") not in seen):
+                seen.add((op, "demand"))
+                o = Offer(e.dst, WEAK_RANK, op, -1, "demand", None)
+                out.append(Rejected(o, "divisibility", f"{chosen.mapping_str()} does not split "
+                                    f"{list(t.shape)} evenly, so {op}'s rule drops that split")
+                           if chosen is not None and not divisible(chosen, t.shape)
+                           and divisible(e.dst, t.shape) else
+                           Rejected(o, "rule", f"{op}'s rule needs {e.dst.mapping_str()} given "
+                                    "its other operands"))
         return tuple(out)
 
     @cached_property
@@ -280,22 +282,8 @@ class Completion:
                      f"{fmt_bytes(sum(p.total_bytes for p in ok))}, time "
                      f"{sum(p.time for p in ok) * 1e3:.3f} ms"
                      + (f"; {bad} with no plan (listed)" if bad else ""))
-        if self.reshards:
-            rows = [("tensor", "edge", "from", "to", "steps", "bytes")]
-            for e, p in planned:
-                edge = f"-> {e.op}" if e.side == "operand" else f"<- {e.op}"
-                if isinstance(p, Plan):
-                    steps = " + ".join(
-                        s.kind.replace("_", "-")
-                        + ("" if s.mesh_dim is None else f"({s.where})")
-                        for s in p.steps
-                    )
-                    size = fmt_bytes(p.total_bytes)
-                else:
-                    steps, size = "no plan: " + str(p).split(": ", 2)[-1][:80], "-"
-                rows.append((e.tensor, edge, e.src.mapping_str(), e.dst.mapping_str(), steps,
-                             size))
-            lines.append(table(rows))
+        if planned:
+            lines.append(reshard_table(planned))
         return "\n".join(lines)
 
     def table(self, tensors: Iterable[Tensor | str] | None = None) -> str:
@@ -409,7 +397,7 @@ class Run(Sweeps):
         best: RawOffer | None = None
         for o in st.offers_of(t.order):
             if o[0] == a and (best is None or o[1] > best[1]
-                              or (o[1] == best[1] and offer_key(o) < offer_key(best))):
+                              or (o[1] == best[1] and origin_key(o) < origin_key(best))):
                 best = o
         ann = t.annotation
         name = None if best is None else self.ops[self.op_of(best, t.order)].name
@@ -426,12 +414,23 @@ class Run(Sweeps):
         return Origin(KINDS[best[3]], name, drv, st.rank[t.order])
 
     def reshard_edges(self) -> tuple[ReshardEdge, ...]:
+        """One edge per tensor and target layout, shared by its consumers (``shared``)."""
         tensors, ops = self.tensors, self.ops
+        first: dict[int, list[int]] = {}  # tensor -> its operand edges' positions in ``out``
+        shared: dict[int, list[tuple[str, int]]] = {}
         out: list[ReshardEdge] = []
         shapes = self.shapes
         for i, k, side, src, dst, slot in self.raw_edges():
+            mine = first.setdefault(i, []) if side == "operand" else []
+            at = next((j for j in mine if out[j].dst == dst), -1)
+            if at >= 0:
+                shared.setdefault(at, []).append((ops[k].name, slot))
+                continue
+            mine.append(len(out))
             t = tensors[i]
             out.append(ReshardEdge(t.name, ops[k].name, side, src, dst, shapes[i], t.dtype, slot))
+        for at, more in shared.items():  # the first consumer's edge; the lowering runs it once
+            out[at] = dataclasses.replace(out[at], shared=tuple(more))
         return tuple(out)
 
     def raw_edges(self) -> list[RawEdge]:

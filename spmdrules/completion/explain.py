@@ -105,7 +105,7 @@ def explain(result: Completion, tensor: Tensor | str) -> str:
         lines.append("  reshards:")
         for e in edges:
             p = e.plan(result.cost)
-            where = f"into {e.op}" if e.side == "operand" else f"out of {e.op}"
+            where = f"into {e.ops_str}" if e.side == "operand" else f"out of {e.op}"
             lines.append(f"    {where}: {e.src.mapping_str()} => {e.dst.mapping_str()}, "
                          f"{fmt_bytes(p.total_bytes)} (lower bound "
                          f"{fmt_bytes(p.lower_bound_bytes)}), {p.time * 1e6:.1f} us")

@@ -10,7 +10,7 @@ from math import prod
 from typing import Final, Literal
 
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
-from spmdrules.completion.planning import Plan, ReshardError, plan_reshard
+from spmdrules.completion.planning import Plan, ReshardError, fmt_bytes, plan_reshard
 from spmdrules.core.attr import DistAttr
 from spmdrules.graph.errors import GraphError
 
@@ -76,6 +76,10 @@ class ReshardEdge:
 
     ``side="operand"``: the consumer ``op`` needs the tensor as ``dst``. ``side="result"``: the
     producer ``op`` makes ``src`` and the tensor is ``dst``.
+
+    One reshard serves every consumer that needs the tensor as ``dst``: ``op`` is the first of
+    them (in op order) and ``shared`` names the others, so the data moves (and is counted) once
+    per tensor and target layout, not once per consumer.
     """
 
     tensor: str
@@ -88,6 +92,19 @@ class ReshardEdge:
     #: the position of the operand (result) among the op's flattened operands (results): an op
     #: that takes one tensor twice may need it in two layouts, one edge each
     slot: int = 0
+    #: the other consumers reading this reshard's result, as (op, slot), in op order
+    shared: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def consumers(self) -> tuple[tuple[str, int], ...]:
+        """Every (op, slot) reading this reshard's result (the producer's alone for a result
+        edge)."""
+        return ((self.op, self.slot), *self.shared)
+
+    @property
+    def ops_str(self) -> str:
+        """``op``, then the ops that share the reshard (``q, k, v``)."""
+        return ", ".join(dict.fromkeys(k for k, _ in self.consumers))
 
     @property
     def cross_mesh(self) -> bool:
@@ -101,7 +118,7 @@ class ReshardEdge:
             raise ReshardError(f"tensor {self.tensor!r} {side} op {self.op!r}: {e}") from e
 
     def __str__(self) -> str:
-        arrow = f"-> {self.op}" if self.side == "operand" else f"<- {self.op}"
+        arrow = f"-> {self.ops_str}" if self.side == "operand" else f"<- {self.op}"
         return f"{self.tensor} {arrow}: {self.src.mapping_str()} => {self.dst.mapping_str()}"
 
 
@@ -177,6 +194,22 @@ def origin_str(o: Origin) -> str:
     if o.kind == "default":
         return "default (no annotation reaches it)"
     return f"{o.kind} via {o.op}" + (f" from {o.driver}" if o.driver else "")
+
+
+def reshard_table(planned: Sequence[tuple[ReshardEdge, Plan | ReshardError]]) -> str:
+    """The summary's table: one row per reshard edge with its plan's steps and bytes, or why it
+    has no plan."""
+    rows = [("tensor", "edge", "from", "to", "steps", "bytes")]
+    for e, p in planned:
+        edge = f"-> {e.ops_str}" if e.side == "operand" else f"<- {e.op}"
+        if isinstance(p, Plan):
+            steps = " + ".join(s.kind.replace("_", "-")
+                               + ("" if s.mesh_dim is None else f"({s.where})") for s in p.steps)
+            size = fmt_bytes(p.total_bytes)
+        else:
+            steps, size = "no plan: " + str(p).split(": ", 2)[-1][:80], "-"
+        rows.append((e.tensor, edge, e.src.mapping_str(), e.dst.mapping_str(), steps, size))
+    return table(rows)
 
 
 def table(rows: Sequence[tuple[str, ...]]) -> str:

@@ -430,6 +430,13 @@ def offer_key(o: RawOffer) -> tuple[int, int]:
     return (0 if o[3] == FWD else 1, o[2])
 
 
+def origin_key(o: RawOffer) -> tuple[bool, tuple[int, int]]:
+    """The tie-break among offers of a tensor's attribute and rank for its origin: a one-operand
+    op's demand (no driver; see ``Sweeps.forward``) only echoes the rank of the tensor it asks
+    of, so the offer that gave the tensor that rank is its origin, when there is one."""
+    return (o[3] == DEM and o[4] < 0, offer_key(o))
+
+
 def project(ann: Any, offered: DistAttr, rank: int) -> DistAttr | None:
     """An offer seen through an annotation: closed dims as annotated, hinted open dims keep their
     hint unless the offer outranks the annotation, other open dims as offered. None if the

@@ -46,6 +46,17 @@ class Sweeps(RunState):
         for i, a in zip(self.outs[k], outs, strict=True):
             offer(i, (a, out_rank, k - base[i], FWD, driver))
         if len(ins) == 1:
+            # A one-operand op's need depends on its operand alone, which vouches for it with its
+            # own rank: the need (a pending sum reduced, a split gathered) is then one of the
+            # tensor's options, priced with its other consumers', so that a sum several such
+            # consumers need reduced is reduced once, where that is cheapest.
+            # A need the operand meets is left unsaid (most one-operand ops take any layout,
+            # and an offer more per tensor slows every sweep): ``edge_cost`` asks such consumers
+            # itself. One said before is replaced, so that none is stale.
+            i, n = ins[0], need[0]
+            cur = st.attr[i]
+            if (n is not cur and n != cur) or self.holds(i, k - base[i], DEM):
+                offer(i, (n, (st.rank[i] >> 1) << 1, k - base[i], DEM, -1))
             return
         # A demand carries the rank of the op's best *other* known operand: an operand does not
         # vouch for the attribute the op asks of itself.
@@ -279,13 +290,19 @@ class Sweeps(RunState):
                         options.append(given)
             if not asked and o[0] not in options:
                 options.append(o[0])
-        best: tuple[float, DistAttr] | None = None
+        # At equal cost, a tensor read by several ops takes fewer pending sums: reduced where it
+        # is made, the sum reaches every consumer settled; left pending, it is reduced for the
+        # consumers that need it and flows on, pending, through the others (a norm's x * rsqrt)
+        # to be reduced again. With one consumer, both are one reduction.
+        several = len(self.consumers[i]) > 1
+        best: tuple[float, int, DistAttr] | None = None
         for a in options:
-            phi = self.edge_cost(self.tensors[i], a, valid)
-            if best is None or phi < best[0]:
-                best = (phi, a)
+            key = (self.edge_cost(self.tensors[i], a, valid),
+                   len(a.partial_items) if several else 0)
+            if best is None or key < best[:2]:
+                best = (*key, a)
         assert best is not None
-        return best[1], rank
+        return best[2], rank
 
     def edge_cost(self, t: Tensor, v: DistAttr, offers: list[RawOffer]) -> float:
         """Seconds of the reshards on ``t``'s edges if ``t`` were ``v``: from what its producer
@@ -294,7 +311,8 @@ class Sweeps(RunState):
 
         A consumer's demand is its rule's answer with ``t`` as it is now; what the rule asks of
         ``v`` may differ (a concat or an elementwise op merges its operands' splits, ``t``'s
-        own included), so the demand is asked again with ``t`` as ``v``. Pricing ``v`` against
+        own included), so the demand is asked again with ``t`` as ``v``. Consumers needing one
+        layout share its reshard, so each distinct need is priced once. Pricing ``v`` against
         the demand made to the current attribute is what let two tensors oscillate for ever:
         each choice changed the demands so that the other choice looked cheaper (issue 16)."""
         total = 0.0
@@ -304,12 +322,32 @@ class Sweeps(RunState):
                 total += reshard_time(o[0], v, t.shape, t.dtype, self.cost)
             elif o[3] == DEM or o[2] not in by_op:
                 by_op[o[2]] = o
+        needs: set[DistAttr] = set()
+        base, i = self.base[t.order], t.order
         for o in by_op.values():
             need = o[0]
             if o[3] == DEM:
-                need = self.demand_given(o[2] + self.base[t.order], t.order, v) or need
+                need = self.demand_given(o[2] + base, i, v) or need
+            needs.add(need)
+        ins = self.ins
+        for k in self.consumers[i]:  # one-operand consumers content with ``t`` made no offer
+            if len(ins[k]) == 1 and k - base not in by_op:
+                asked = self.demand_given(k, i, v)
+                if asked is not None:
+                    needs.add(asked)
+        # consumers needing one layout share one reshard (``Run.reshard_edges``): priced once
+        for need in needs:
             total += reshard_time(v, need, t.shape, t.dtype, self.cost)
         return total
+
+    def holds(self, i: int, op: int, kind: int) -> bool:
+        """Whether tensor ``i`` holds an offer of ``kind`` from op ``op`` (counted from its base)."""
+        held = self.st.offers[i]
+        if held is None:
+            return False
+        if type(held) is list:
+            return any(p[2] == op and p[3] == kind for p in held)
+        return bool(held[2] == op and held[3] == kind)
 
     def demand_given(self, k: int, i: int, v: DistAttr | None) -> DistAttr | None:
         """What op ``k`` would need of its operand ``i`` were ``i`` laid out as ``v`` (None:

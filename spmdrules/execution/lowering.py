@@ -75,9 +75,12 @@ class _Lowering:
         self.code: list[Instruction] = []
         self.edges: list[EdgePlan] = []
         self.calls: dict[str, KernelCall] = {}
+        # every consumer of a shared reshard finds its edge (``ReshardEdge.shared``)
         self.by_edge: dict[tuple[str, str, str, int], ReshardEdge] = {
-            (e.tensor, e.op, e.side, e.slot): e for e in result.reshards
+            (e.tensor, op, e.side, slot): e for e in result.reshards for op, slot in e.consumers
         }
+        #: the buffer each operand reshard wrote, by its edge's (tensor, op, slot)
+        self.resharded: dict[tuple[str, str, int], str] = {}
 
     def layout(self, t: Tensor, attr: DistAttr | None = None) -> Layout:
         return Layout(t.shape, t.dtype, self.r.attr(t) if attr is None else attr)
@@ -97,17 +100,19 @@ class _Lowering:
             cur = nxt
 
     def operand(self, op: Op, t: Tensor, slot: int) -> tuple[str, Layout]:
-        """The buffer operand ``slot`` of ``op`` reads: the tensor's own, or its reshard for this
-        slot (one tensor in two slots may need two layouts; equal ones share a buffer)."""
+        """The buffer operand ``slot`` of ``op`` reads: the tensor's own, or its reshard's, which
+        every consumer needing that layout shares: the edge's first consumer (the first op to
+        read it) runs the reshard, once."""
         e = self.by_edge.get((t.name, op.name, "operand", slot))
         if e is None:
             return t.name, self.buffers[t.name]
-        name = f"{t.name}@{op.name}"
-        lay = self.buffers.get(name)
-        if lay is not None and lay.attr != e.dst:
-            name = f"{t.name}@{op.name}#{slot}"
-            lay = self.buffers.get(name)
-        if lay is None:
+        key = (e.tensor, e.op, e.slot)
+        name = self.resharded.get(key)
+        if name is None:
+            name = f"{t.name}@{e.op}"
+            if name in self.buffers:  # the op's other slot took the tensor in another layout
+                name += f"#{e.slot}"
+            self.resharded[key] = name
             self.buffers[name] = Layout(t.shape, t.dtype, e.dst)
             self.reshard(e, t.name, name)
         return name, self.buffers[name]

@@ -118,3 +118,20 @@ def test_attention_keeps_batch_on_dp_and_heads_on_mp_and_reshards_only_all_reduc
     assert steps and {(s.kind, s.where) for s in steps} == {("all_reduce", "mp")}
     params = {t.name for t in g.params}
     assert not [e.tensor for e in r.reshards if e.tensor in params]  # no weight is gathered
+
+
+def test_llama_embedding_sum_is_reduced_once_where_it_is_made() -> None:
+    # The vocab-parallel embedding leaves a pending sum over mp. RMSNorm's pow (one operand)
+    # needs it reduced, and x * rsqrt passes it on to q, k and v: reduced at the pow, at each
+    # projection and at the residual add, it was reduced 5 times (issue 24, cause 2).
+    build, megatron = MODELS["llama"]
+    ids = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(1))
+    g = torch_import.export(build(), (ids,)).graph
+    plan.apply(g, MESH, megatron)
+    r = complete(g)
+    [emb] = next(op for op in g.ops if op.type == "embedding").outputs
+    assert r.attr(emb).partial == {}
+    [edge] = r.reshards_of(emb)
+    assert edge.side == "result" and [s.kind for s in edge.plan().steps] == ["all_reduce"]
+    qkv = re.compile(r"layers\.0\.self_attn\.[qkv]_proj")
+    assert [e for e in r.reshards if e.src.partial and qkv.search(e.op)] == []
