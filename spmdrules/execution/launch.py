@@ -113,6 +113,12 @@ class JobResult:
     diagnosis: tuple[str, ...] = ()
 
     @property
+    def first_died(self) -> tuple[int, ...]:
+        """The ranks that ended first without finishing: one, or several whose ends the launcher
+        saw in the same instant (a loaded machine may not run its watcher in between)."""
+        return tuple(r for r, when in self.died if when == self.died[0][1])
+
+    @property
     def incomplete(self) -> tuple[int, ...]:
         """Ranks that never reached their completion marker."""
         return tuple(r for r in range(self.nprocs) if r not in self.completed)
@@ -153,6 +159,13 @@ class JobResult:
             first = "; " + "; ".join(f"rank {r} failed{line}" for r, line in self.reported.items())
         elif self.stall:
             first = "; " + "; ".join(self.stall)
+        elif len(self.first_died) > 1:
+            when = self.died[0][1]
+            at = ", ".join(f"rank {r}" + (f" at {self.places[r]}" if r in self.places else "")
+                           for r in self.first_died)
+            first = (f"; ranks {list(self.first_died)} ended without finishing their work, seen "
+                     f"together {when:.2f} s after the start (which of them ended first cannot "
+                     f"be told): {at}")
         elif self.died:
             rank, when = self.died[0]
             place = f" at {self.places[rank]}," if rank in self.places else ""

@@ -203,3 +203,20 @@ def test_the_guard_never_kills_a_process_that_reuses_a_recorded_pid(
     guard = _guard()
     guard.communicate(f"pid {proc.pid} {start_time(proc.pid) + 1}\n".encode(), timeout=60)
     assert guard.returncode == 0 and proc.poll() is None
+
+
+def test_ranks_whose_ends_were_seen_together_are_named_together() -> None:
+    """On a loaded machine the launcher's watcher may see two ranks' ends in one poll (the
+    stopped rank and one that failed on the lost connection at once): it cannot tell which
+    ended first, so it names both, each with its place, and never only the lower rank."""
+    places = {0: "instruction 4 (all_reduce)", 2: "instruction 4 (all_reduce)"}
+    job = JobResult(returncode=9, stdout="", stderr="", timed_out=False, wall=3.3, nprocs=4,
+                    completed=frozenset(), died=((0, 3.2), (2, 3.2), (3, 3.21)), places=places)
+    assert job.first_died == (0, 2)
+    said = job.describe()
+    assert "ranks [0, 2] ended without finishing their work, seen together 3.20 s" in said, said
+    assert "rank 0 at instruction 4 (all_reduce), rank 2 at instruction 4 (all_reduce)" in said
+    alone = JobResult(returncode=9, stdout="", stderr="", timed_out=False, wall=3.3, nprocs=4,
+                      completed=frozenset(), died=((2, 3.1), (0, 3.2)), places=places)
+    assert alone.first_died == (2,)
+    assert "rank 2 ended first without finishing its work, at instruction 4" in alone.describe()
