@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from proofs import execute, execute_case, filed_cases, recorded_answer
+from proofs import execute, prove_keeps_partial
 
 from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule
 from spmdrules.conformance.calls import call_engine
@@ -57,14 +57,7 @@ def test_only_pending_sums_pass_and_only_through_linear_reductions(op: str) -> N
 
 @pytest.mark.parametrize(("op", "count"), [("sum", 16), ("reduce_sum", 8)])
 def test_proof_reduce_sum_keeps_partial_on_every_case(op: str, count: int) -> None:
-    filed = list(filed_cases(op, "reduce-sum-keeps-partial"))
-    for c, got in filed:
-        paddle = recorded_answer(c)
-        ours = got.inputs[0]
-        assert isinstance(ours, DistAttr) and ours.partial_items
-        assert not paddle.inputs[0].partial_items  # type: ignore[union-attr]
-        assert (execute_case(c, got), execute_case(c, paddle)) == ("ok", "ok"), c["case_id"]
-    assert len(filed) == count
+    prove_keeps_partial(op, "reduce-sum-keeps-partial", count, "inputs")
 
 
 def test_proof_reverse_of_a_pending_out_gives_x_the_pending_sum() -> None:

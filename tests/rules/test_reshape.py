@@ -392,16 +392,9 @@ def test_proof_shape_op_keeps_partial_on_every_case(op: str, count: int) -> None
     """Paddle reduces a pending partial before squeeze, unsqueeze and flatten's reverse; run on
     the simulated mesh its answer computes the op (a parallelism deviation), and ours computes it
     too with the partial still pending on the result."""
-    from proofs import execute_case, filed_cases, recorded_answer
+    from proofs import prove_keeps_partial
 
-    filed = list(filed_cases(op, "shape-op-keeps-partial"))
-    for c, got in filed:
-        paddle = recorded_answer(c)
-        ours = got.outputs[0]
-        assert isinstance(ours, DistAttr) and ours.partial_items
-        assert not paddle.outputs[0].partial_items  # type: ignore[union-attr]
-        assert (execute_case(c, got), execute_case(c, paddle)) == ("ok", "ok"), c["case_id"]
-    assert len(filed) == count
+    prove_keeps_partial(op, "shape-op-keeps-partial", count, "outputs")
 
 
 def test_proof_shape_op_keeps_partial_squeeze_forward() -> None:

@@ -78,3 +78,17 @@ def execute_case(case: dict[str, Any], info: sr.SpmdInfo) -> str:
     m, x = case["mesh"], case["inputs"][0]
     mesh = sr.ProcessMesh.from_shape(m["shape"], m["process_ids"])
     return execute(case["op"], [_replicated(mesh, x["shape"])], info, case["attrs"])
+
+
+def prove_keeps_partial(op: str, deviation: str, count: int, slot: str) -> None:
+    """A parallelism class that keeps a pending partial where Paddle reduces first: on each of
+    its ``count`` cases ours holds the partial in the first tensor of ``slot`` ("inputs" or
+    "outputs") and Paddle's does not, and both answers execute correctly."""
+    filed = list(filed_cases(op, deviation))
+    for c, got in filed:
+        ours, paddle = getattr(got, slot)[0], getattr(recorded_answer(c), slot)[0]
+        assert isinstance(ours, sr.DistAttr) and ours.partial_items
+        assert isinstance(paddle, sr.DistAttr) and not paddle.partial_items
+        assert (execute_case(c, got), execute_case(c, recorded_answer(c))) == ("ok", "ok"), \
+            c["case_id"]
+    assert len(filed) == count
