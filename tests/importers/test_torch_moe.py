@@ -48,6 +48,22 @@ def test_topk_maps_onto_the_sort_family_and_equals_torch() -> None:
         np.testing.assert_allclose(got[name], want.numpy(), rtol=1e-6, atol=1e-6, err_msg=name)
 
 
+class Top2(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (*torch.topk(x, 2), *torch.topk(x, 2, largest=False))
+
+
+def test_topk_counts_nan_as_the_largest_value_as_torch_and_paddle() -> None:
+    # Paddle's CPU topk and torch's compare with "NaN first" when largest; the kernel's plain
+    # descending sort of -x put NaN last and returned 2.0 where torch returns NaN
+    nan = float("nan")
+    x = torch.tensor([[1.0, nan, 2.0, -1.0], [3.0, -2.0, nan, 0.0], [0.5, 4.0, -3.0, 1.5]])
+    imp = torch_import.export(Top2(), (x,))
+    got = run_serial(imp.graph, imp.feeds(x))
+    for name, want in zip(imp.outputs, Top2()(x), strict=True):
+        np.testing.assert_array_equal(got[name], want.numpy(), err_msg=name)
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("kind", ["mixtral", "qwen2_moe"])
 def test_moe_decoder_imports_equals_torch_and_completes_with_the_expert_parallel_plan(
