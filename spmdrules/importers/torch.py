@@ -3,7 +3,7 @@
 The module is exported with the example arguments (static shapes), its decompositions run to
 core ATen but for the ops of ``KEPT_WHOLE`` (``decompose_program``; ``decompose=False`` keeps
 the training IR, whose ``linear``, ``matmul`` and ``softmax`` are mapped too), and every node
-becomes registered ops (``spmdrules.importers.aten``):
+becomes registered ops (``spmdrules.importers.aten`` and ``aten_sort``):
 
 * parameters and buffers are sources named by their dotted module paths
   (``model.layers.0.self_attn.q_proj.weight``); lifted constant tensors are sources named
@@ -147,6 +147,7 @@ class _Importer:
         self.imported = Imported(self.graph)
 
     def run(self) -> Imported:
+        from spmdrules.importers import aten_sort  # noqa: F401 (registers its converters)
         from spmdrules.importers.aten import ATEN, Ctx, _Unmapped, dtype_name, nearest
 
         ep, g = self.ep, self.graph

@@ -106,3 +106,32 @@ def test_routed_experts_row_has_all_three_columns() -> None:
     assert (row.textbook.bytes, row.textbook.collectives) == (2 * 6144 * 4, 2)
     assert row.ours.bytes == complete(re_.graph()).bytes_moved
     assert row.dtensor.reason == "" and row.dtensor.bytes is not None and row.dtensor.bytes > 0
+
+
+def test_moe_textbook_counts_the_routed_all_to_alls_and_the_local_dispatch() -> None:
+    from quality.textbook import textbook_moe
+
+    # batch 2 on dp=2: 32 tokens per dp group, 16 per process; an all-reduce of [1, 32, 256]
+    # fp32 over mp=2 is 32 KB per process, an all-to-all of the top-2 copies of 16 tokens
+    # ([32, 256] fp32) half of 32 KB; both times 4 processes
+    reduce, a2a = 32768 * 4, 16384 * 4
+    routed, local = textbook_moe(2, 256, 2, 2, 0)  # Mixtral: 1 + L all-reduces, 2 L all-to-alls
+    assert (routed.bytes, routed.collectives) == (3 * reduce + 4 * a2a, 7)
+    assert (local.bytes, local.collectives) == (5 * reduce, 5)  # the dense decoder's
+    shared, _ = textbook_moe(2, 256, 2, 2, 1)  # Qwen2-MoE: + a shared expert's all-reduce
+    assert (shared.bytes, shared.collectives) == (5 * reduce + 4 * a2a, 9)
+
+
+@pytest.mark.timeout(400)
+def test_mixtral_row_is_measured_on_every_side(capsys: pytest.CaptureFixture[str]) -> None:
+    # the router's topk is mapped, the experts run batched_mm on both sides (fp32 on CPU)
+    pq.main(["--models", "mixtral", "--batch", "2", "--json"])
+    [row] = json.loads(capsys.readouterr().out)["rows"]
+    assert (row["model"], row["batch"]) == ("Mixtral", 2)
+    assert row["textbook"] == {"bytes": 655360, "collectives": 7, "reason": ""}
+    assert row["alternative"] == {"bytes": 655360, "collectives": 5, "reason": ""}
+    assert row["dtensor"]["reason"] == "" and row["dtensor"]["bytes"] > 0
+    ids = torch.randint(0, SIZES["vocab"], (2, pq.SEQ))
+    g = torch_import.export(decoder("mixtral"), (ids,)).graph
+    plan.apply(g, MESH, DECODERS["mixtral"][1])
+    assert row["ours"]["bytes"] == complete(g).bytes_moved > 0

@@ -16,9 +16,10 @@ from spmdrules import plan
 from spmdrules.completion import Completion, complete
 from spmdrules.graph.graph import Graph
 
-#: where batch 3 drops dp: the token embedding (LLaMA, Mistral, Qwen2), the reshape of the ids
-#: (GPT-2)
-DROPPED_AT = {**dict.fromkeys(("llama", "mistral", "qwen2"), "model.embed_tokens.embedding"),
+#: where batch 3 drops dp: the token embedding (LLaMA, Mistral, Mixtral, Qwen2), the reshape of
+#: the ids (GPT-2)
+DROPPED_AT = {**dict.fromkeys(("llama", "mistral", "mixtral", "qwen2"),
+                             "model.embed_tokens.embedding"),
               "gpt2": "transformer.view"}
 
 

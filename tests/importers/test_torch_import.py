@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs the torch extra (make test installs it)")
 
 from spmdrules.execution.executor import run_serial  # noqa: E402
+from spmdrules.importers import aten_sort  # noqa: E402, F401 (registers topk)
 from spmdrules.importers import torch as torch_import  # noqa: E402
 from spmdrules.importers.aten import ATEN  # noqa: E402
 from spmdrules.importers.errors import (  # noqa: E402

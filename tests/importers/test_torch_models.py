@@ -1,8 +1,8 @@
-"""Hugging Face LLaMA and GPT-2 (small configs, random weights, no download): exported with
-torch.export, imported, planned Megatron-style on a 2x2 (dp x mp) mesh, completed, lowered and
-run forward and in reverse on 4 MPI ranks; LLaMA, Mistral and Qwen2 keep attention's batch and
-heads split. The logits equal torch's forward and the gradients equal torch autograd's on the
-same weights, within float32 tolerance."""
+"""Hugging Face LLaMA, GPT-2 and Mixtral (small configs, random weights, no download): exported
+with torch.export, imported, planned Megatron-style on a 2x2 (dp x mp) mesh (Mixtral's experts
+split on mp by expert), completed, lowered and run forward and in reverse on 4 MPI ranks; LLaMA,
+Mistral and Qwen2 keep attention's batch and heads split. The logits equal torch's forward and
+the gradients equal torch autograd's on the same weights, within float32 tolerance."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from spmdrules.importers import torch as torch_import  # noqa: E402
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("model", ["llama", "gpt2"])
+@pytest.mark.parametrize("model", ["llama", "gpt2", "mixtral"])
 def test_megatron_plan_on_4_mpi_ranks_equals_torch_forward_and_autograd(model: str) -> None:
     build, megatron = MODELS[model]
     module = build()
@@ -66,7 +66,7 @@ def test_megatron_plan_on_4_mpi_ranks_equals_torch_forward_and_autograd(model: s
     assert compared == len(list(module.parameters()))
 
 
-@pytest.mark.parametrize("model", ["llama", "gpt2"])
+@pytest.mark.parametrize("model", ["llama", "gpt2", "mixtral"])
 def test_imported_layers_are_replayed_and_replay_changes_nothing(model: str) -> None:
     # The op order keeps each imported layer together (a weight's transpose in its layer, the
     # mask and rotary tables before the first), so every layer after the first is a block that

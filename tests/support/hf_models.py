@@ -103,6 +103,13 @@ PHI3_PLAN: dict[str, Any] = {
     "layers.*.mlp.down_proj": plan.RowwiseParallel(),
     "lm_head": plan.ColwiseParallel(),
 }
+#: the MoE decoders' experts path, not transformers' default ``grouped_mm``: that one sorts the
+#: token copies by expert and multiplies groups whose sizes the routing decides (``histc``
+#: offsets into the custom op ``transformers::grouped_mm_fallback``), which no rule family
+#: expresses, and DTensor runs it only in bfloat16 on CPU; "eager" loops over the experts hit
+#: (``nonzero``), which torch.export cannot trace to static shapes. ``batched_mm`` reads each token
+#: copy's expert weights by index (``aten.index``) and multiplies copy by copy (``aten.bmm``).
+MOE_EXPERTS = "batched_mm"
 #: experts sharded on mp along their expert dim (expert parallelism); the router replicated
 MOE_PLAN: dict[str, Any] = {
     "input_ids": plan.DataParallel(dim="dp"),
@@ -119,6 +126,17 @@ QWEN2_MOE_PLAN: dict[str, Any] = {
     "*.shared_expert.up_proj": plan.ColwiseParallel(),
     "*.shared_expert.down_proj": plan.RowwiseParallel(),
 }
+#: the MoE kinds of DECODERS -> their shared experts per layer, each planned Megatron-style
+MOE_SHARED: dict[str, int] = {"mixtral": 0, "qwen2_moe": 1}
+
+
+def mixtral(layers: int = 2, **over: Any) -> Any:
+    """A small Mixtral (4 experts, top-2) at MODELS' sizes, its experts on ``MOE_EXPERTS``."""
+    return _llama_like("Mixtral", layers, {"num_local_experts": 4, "num_experts_per_tok": 2,
+                                           "experts_implementation": MOE_EXPERTS, **over})
+
+
+MODELS["mixtral"] = (mixtral, MOE_PLAN)
 
 
 def _common(s: dict[str, int]) -> dict[str, Any]:
@@ -154,11 +172,13 @@ def decoder(kind: str, **sizes: int) -> Any:
         c["head_dim"] = s["hidden"] // s["heads"]
     if kind == "mixtral":
         return tf.MixtralForCausalLM(tf.MixtralConfig(
-            **c, num_local_experts=s["experts"], num_experts_per_tok=s["top_k"])).eval()
+            **c, num_local_experts=s["experts"], num_experts_per_tok=s["top_k"],
+            experts_implementation=MOE_EXPERTS)).eval()
     if kind == "qwen2_moe":
         return tf.Qwen2MoeForCausalLM(tf.Qwen2MoeConfig(
             **c, num_experts=s["experts"], num_experts_per_tok=s["top_k"],
-            moe_intermediate_size=s["ffn"], shared_expert_intermediate_size=s["ffn"])).eval()
+            moe_intermediate_size=s["ffn"], shared_expert_intermediate_size=s["ffn"],
+            experts_implementation=MOE_EXPERTS)).eval()
     config, model = {"llama": (tf.LlamaConfig, tf.LlamaForCausalLM),
                      "mistral": (tf.MistralConfig, tf.MistralForCausalLM),
                      "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM),

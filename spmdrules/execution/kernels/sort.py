@@ -1,7 +1,8 @@
 """Local kernels of topk, argsort and their gradients: each row along the axis, held whole.
 
 Ties are broken by position (a stable sort), so the result is deterministic; ``sorted=False`` still
-returns topk's values in order (Paddle leaves that order unspecified).
+returns topk's values in order (Paddle leaves that order unspecified). topk counts NaN as the
+largest value, as Paddle's CPU kernel (and torch's) do: first with ``largest``, last without.
 """
 
 from __future__ import annotations
@@ -31,6 +32,14 @@ def order(x: Array, axis: int, descending: bool) -> Array:
                       dtype=np.int64)
 
 
+def top_order(x: Array, axis: int, largest: bool) -> Array:
+    """``order`` with NaN the largest value: a descending sort puts it first (NaN negated is NaN,
+    which an ascending sort puts last)."""
+    if largest and x.dtype.kind == "f":
+        return np.asarray(np.lexsort((-x, ~np.isnan(x)), axis=axis), dtype=np.int64)
+    return order(x, axis, largest)
+
+
 @register_kernel("argsort")
 def argsort(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     x = array(ctx, blocks, 0, "x")
@@ -46,7 +55,7 @@ def topk(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     x1 = x.reshape(x.shape or (1,))
     axis = sort_axis(ctx, x, 0, "x")
     k = int(ctx.attrs.get("k", 1))
-    idx = np.take(order(x1, axis, bool(ctx.attrs.get("largest", True))), range(k), axis=axis)
+    idx = np.take(top_order(x1, axis, bool(ctx.attrs.get("largest", True))), range(k), axis=axis)
     shape = local.out_block(ctx)
     return (np.take_along_axis(x1, idx, axis).reshape(shape), idx.reshape(shape))
 
