@@ -19,7 +19,8 @@ Columns:
 
 * **ours**: ``spmdrules.importers.torch.export``, ``plan.apply`` with the plan, ``complete``
   (a CNN enters through ONNX: torch's TorchScript exporter, then ``importers.onnx`` with every
-  Conv's spatial opt-in, as the torch importer maps no ``aten.convolution`` today);
+  Conv's and ConvTranspose's spatial opt-in, as the torch importer maps no
+  ``aten.convolution`` today);
   the bytes are ``sum(p.total_bytes for p in result.plans())``, the collectives every step of
   those plans that moves data (a local slice or a zero-partial moves none).
 * **textbook**: a formula per model kind, from the config and the plan:
@@ -36,9 +37,12 @@ Columns:
     combine all-to-alls of the routed copies, the layout with tokens split on mp, move more at
     top-k >= 2: 2 x k/mp of the block, plus the gather back to the attention's layout.)
   - *CNN, batch on dp, H on mp*: a window op (conv, pool) with kernel k, stride s, padding p
-    needs ``p + max(0, k - s - p)`` rows of its input from its neighbours at each of the mp - 1
-    boundaries of a dp group (a halo, sent point-to-point: the receiver's rows); a 1x1 conv
-    and a transposed conv with kernel = stride need none. At the first window op whose output
+    needs ``p + max(0, e - s - p)`` rows of its input from its neighbours at each of the mp - 1
+    boundaries of a dp group, ``e = d (k - 1) + 1`` the window's extent (a halo, sent
+    point-to-point: the receiver's rows); a transposed conv whose output is s times its input
+    long sums, in an output block, every window that reaches into it: ``ceil(p / s) +
+    max(0, ceil((e - p) / s) - 1)`` rows. A 1x1 conv and a transposed conv with kernel = stride
+    and no padding need none. At the first window op whose output
     H is below mp the split ends: one all-gather over mp of that op's input, and every layer
     after it runs with H whole (the batch stays on dp). A global average pool over a split H
     leaves a pending sum, reduced once (one all-reduce of [batch/dp, C]). Ours counts the halo
@@ -163,7 +167,7 @@ def ours_module(module: Any, inputs: tuple[Any, ...], spec: dict[str, Any]) -> F
 
 def ours_cnn(module: Any, x: Any, spec: dict[str, Any]) -> Figure:
     """Through ONNX: torch's TorchScript exporter, then spmdrules.importers.onnx with every
-    Conv's spatial opt-in (the torch importer maps no aten.convolution today)."""
+    Conv's and ConvTranspose's spatial opt-in (the torch importer maps no aten.convolution today)."""
     import onnx
     import torch
 
@@ -214,10 +218,14 @@ def textbook_cnn(module: Any, x: Any) -> Figure:
             count += 1
             split = False
             return
-        if isinstance(mod, nn.ConvTranspose2d):  # kernel = stride: no halo
-            return
         k, s, p = _pair(mod.kernel_size), _pair(mod.stride), _pair(mod.padding)
-        rows = p + max(0, k - s - p)
+        e = _pair(getattr(mod, "dilation", 1)) * (k - 1) + 1  # the window's extent
+        if isinstance(mod, nn.ConvTranspose2d):
+            # the output block [s b, s b') sums the windows j with s j - p + e > s b and
+            # s j - p < s b': its input rows b - (ceil((e - p) / s) - 1) .. b' + ceil(p / s)
+            rows = -(-p // s) + max(0, -(-(e - p) // s) - 1)
+        else:
+            rows = p + max(0, e - s - p)
         if rows:
             total += (MP - 1) * rows * row * DP
             count += 1
