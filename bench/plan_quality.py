@@ -25,7 +25,8 @@ Columns:
 
 * **ours**: ``spmdrules.importers.torch.export``, ``plan.apply`` with the plan, ``complete``
   (a CNN enters through ONNX: torch's TorchScript exporter, then ``importers.onnx`` with every
-  Conv's spatial opt-in, as the torch importer maps no ``aten.convolution`` today);
+  Conv's and ConvTranspose's spatial opt-in, as the torch importer maps no
+  ``aten.convolution`` today);
   the bytes are ``sum(p.total_bytes for p in result.plans())``, the collectives every step of
   those plans that moves data (a local slice or a zero-partial moves none). On the MoE decoders
   ours all-gathers both expert weights of each layer: ``batched_mm`` reads each token copy's
@@ -55,9 +56,12 @@ Columns:
     At top-k = mp = 2 both MoE figures of Mixtral are equal; with a shared expert the local
     dispatch moves less.
   - *CNN, batch on dp, H on mp*: a window op (conv, pool) with kernel k, stride s, padding p
-    needs ``p + max(0, k - s - p)`` rows of its input from its neighbours at each of the mp - 1
-    boundaries of a dp group (a halo, sent point-to-point: the receiver's rows); a 1x1 conv
-    and a transposed conv with kernel = stride need none. At the first window op whose output
+    needs ``p + max(0, e - s - p)`` rows of its input from its neighbours at each of the mp - 1
+    boundaries of a dp group, ``e = d (k - 1) + 1`` the window's extent (a halo, sent
+    point-to-point: the receiver's rows); a transposed conv whose output is s times its input
+    long sums, in an output block, every window that reaches into it: ``ceil(p / s) +
+    max(0, ceil((e - p) / s) - 1)`` rows. A 1x1 conv and a transposed conv with kernel = stride
+    and no padding need none. At the first window op whose output
     H is below mp the split ends: one all-gather over mp of that op's input, and every layer
     after it runs with H whole (the batch stays on dp). A global average pool over a split H
     leaves a pending sum, reduced once (one all-reduce of [batch/dp, C]). Ours counts the halo

@@ -34,7 +34,7 @@ from spmdrules.engine import einsum
 from spmdrules.engine.description import Description
 from spmdrules.engine.registry import A, T, register_rule
 from spmdrules.engine.rulekit import attr, shard_product
-from spmdrules.engine.windows import block_halos, geometry
+from spmdrules.engine.windows import block_halos, geometry, transpose_lengths
 
 CONV_OPS: Final = ("conv2d", "conv3d", "depthwise_conv2d", "conv2d_transpose")
 GRAD_OPS: Final = ("conv3d_grad", "depthwise_conv2d_grad", "conv2d_transpose_grad")
@@ -99,9 +99,8 @@ def description(call: ConvCall, quirks: frozenset[str] = frozenset()) -> Descrip
     whole = set()
     if KERNEL_SHARDED not in quirks:
         whole |= set(kern)
-    # conv2d_transpose and the gradient rules take no halo: their spatial dims stay whole
-    halo_free = base == "conv2d_transpose" or call.op.endswith("_grad")
-    if (not call.spatial or halo_free) and SPATIAL_KEPT not in quirks:
+    # the gradient rules take no halo: their spatial dims stay whole
+    if (not call.spatial or call.op.endswith("_grad")) and SPATIAL_KEPT not in quirks:
         whole |= set(sp)
     if base == "depthwise_conv2d":
         whole.add("c")  # Paddle's too: the depthwise input channel is never sharded
@@ -164,15 +163,21 @@ def _letters(d: Description) -> tuple[str, str, str]:
 # ---- the answers ----------------------------------------------------------------------------------
 def check_halos(call: ConvCall, x: TensorSpec, f: TensorSpec, xm: MultiDims,
                 attrs: dict[str, Any] | None) -> None:
-    """Spatial sharding: every block's windows must stay within its neighbouring blocks."""
+    """Spatial sharding: every block's windows must stay within its neighbouring blocks (for a
+    transpose: every output block's windows, which are its input positions)."""
     sp = list(range(1, call.nsp + 1)) if call.channels_last else list(range(2, call.nsp + 2))
     if attrs is None or not any(xm[d] for d in sp):
         return
-    g = geometry(call.op, [x.shape[d] for d in sp], f.shape[2:], attrs)
+    lengths, kernel = [x.shape[d] for d in sp], f.shape[2:]
+    transposed = call.op == "conv2d_transpose"
+    g = (transpose_lengths(call.op, lengths, kernel, attrs) if transposed
+         else geometry(call.op, lengths, kernel, attrs))
+    # a transpose's output is the windows' input: its lengths are the geometry's in_lengths
+    outs = g.in_lengths if transposed else g.out_lengths
     for i, d in enumerate(sp):
         if xm[d]:
-            block_halos(call.op, "input", d, x.shape[d], g.out_lengths[i], g.windows[i],
-                        shard_product(x.attr.mesh.shape, xm[d]))
+            block_halos(call.op, "input", d, x.shape[d], outs[i], g.windows[i],
+                        shard_product(x.attr.mesh.shape, xm[d]), transposed=transposed)
 
 
 def forward_answer(op: str, x: TensorSpec, f: TensorSpec, data_format: str, groups: int,

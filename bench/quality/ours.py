@@ -47,7 +47,8 @@ def ours_module(module: Any, inputs: tuple[Any, ...], spec: dict[str, Any]) -> F
 
 def ours_cnn(module: Any, x: Any, spec: dict[str, Any]) -> Figure:
     """Through ONNX: torch's TorchScript exporter, then spmdrules.importers.onnx with every
-    Conv's spatial opt-in (the torch importer maps no aten.convolution today)."""
+    Conv's and ConvTranspose's spatial opt-in (the torch importer maps no aten.convolution
+    today)."""
     import onnx
     import torch
 

@@ -67,10 +67,14 @@ def textbook_cnn(module: Any, x: Any) -> Figure:
             count += 1
             split = False
             return
-        if isinstance(mod, nn.ConvTranspose2d):  # kernel = stride: no halo
-            return
         k, s, p = _pair(mod.kernel_size), _pair(mod.stride), _pair(mod.padding)
-        rows = p + max(0, k - s - p)
+        e = _pair(getattr(mod, "dilation", 1)) * (k - 1) + 1  # the window's extent
+        if isinstance(mod, nn.ConvTranspose2d):
+            # the output block [s b, s b') sums the windows j with s j - p + e > s b and
+            # s j - p < s b': its input rows b - (ceil((e - p) / s) - 1) .. b' + ceil(p / s)
+            rows = -(-p // s) + max(0, -(-(e - p) // s) - 1)
+        else:
+            rows = p + max(0, e - s - p)
         if rows:
             total += (MP - 1) * rows * row * DP
             count += 1

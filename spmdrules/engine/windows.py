@@ -160,17 +160,25 @@ def channel_axis(data_format: str, rank: int) -> int:
     return rank - 1 if data_format.upper().endswith("C") and rank > 2 else 1
 
 
-def needed_span(w: Window, n: int, out: range) -> tuple[int, int]:
-    """Input positions in ``[0, n)`` that outputs ``out`` read (``(0, 0)`` for none)."""
-    return w.input_span((out.start, out.stop), n) if len(out) else (0, 0)
+def needed_span(w: Window, n: int, out: range, *, transposed: bool = False) -> tuple[int, int]:
+    """Input positions in ``[0, n)`` that outputs ``out`` read (``(0, 0)`` for none).
+
+    ``transposed``: the op is the transpose of the windows' op (conv2d_transpose), so its input
+    positions are the ``n`` windows and its outputs the positions they span; an output block is
+    the sum of every window that reaches into it."""
+    if not len(out):
+        return (0, 0)
+    span = (out.start, out.stop)
+    return w.readers(span, n) if transposed else w.input_span(span, n)
 
 
-def block_halos(op: str, tensor: str, dim: int, n: int, out_n: int, w: Window, parts: int
-                ) -> list[tuple[int, int]]:
+def block_halos(op: str, tensor: str, dim: int, n: int, out_n: int, w: Window, parts: int,
+                *, transposed: bool = False) -> list[tuple[int, int]]:
     """Per block of a dim of length ``n`` cut in ``parts`` balanced blocks (its output, of length
     ``out_n``, cut the same way): how many positions the block borrows from its left and right
     neighbours so that its windows see all they read. One-sided where the window is (a stride
-    that skips, padding at an edge): a side that needs nothing borrows 0.
+    that skips, padding at an edge): a side that needs nothing borrows 0. ``transposed``: the
+    op is the windows' transpose (:func:`needed_span`), its input the ``n`` windows.
 
     Raises a RuleArgumentError where a block's windows reach past its neighbouring block."""
     from spmdrules.core.blocks import balanced_range
@@ -179,7 +187,7 @@ def block_halos(op: str, tensor: str, dim: int, n: int, out_n: int, w: Window, p
     out: list[tuple[int, int]] = []
     for j in range(parts):
         o = range(*balanced_range(out_n, parts, j))
-        lo, hi = needed_span(w, n, o)
+        lo, hi = needed_span(w, n, o, transposed=transposed)
         a, b = ins[j]
         if hi <= lo:
             out.append((0, 0))

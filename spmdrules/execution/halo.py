@@ -2,7 +2,8 @@
 
 A windowed op (conv with ``spatial_sharding``, windowed pool2d/pool3d) whose input is cut along a
 spatial dim computes its output block from a slab: its own input block extended by what its
-windows read of the neighbouring blocks, one-sided where the windows are (seed 003). The lowering
+windows read of the neighbouring blocks, one-sided where the windows are (seed 003). A
+conv2d_transpose's slab holds every input position whose window reaches into its output block. The lowering
 turns the boxes into a HaloExchange (forward: the neighbours' edges are copied in; adjoint: the
 halo's cotangent is added into the neighbours' blocks); the kernels read the slab's position from
 its own context (``needed_box``) when the op carries the attribute ``HALO``.
@@ -25,7 +26,7 @@ Box = tuple[tuple[int, int], ...]
 Coord = tuple[int, ...]
 Array = np.ndarray[Any, Any]
 
-HALO_OPS = ("conv2d", "conv3d", "depthwise_conv2d", "pool2d", "pool3d")
+HALO_OPS = ("conv2d", "conv3d", "depthwise_conv2d", "conv2d_transpose", "pool2d", "pool3d")
 #: attribute the lowering sets on an op whose input 0 is a halo-extended slab
 HALO = "_halo"
 
@@ -60,9 +61,10 @@ def needed_box(op: str, attrs: Mapping[str, Any], input_shapes: Sequence[Any],
     outb = block_slices(tuple(out_shape), out_attr, coord)
     box = [(s.start, s.stop) for s in own]
     grown = False
+    transposed = op == "conv2d_transpose"
     for i, d in enumerate(sp):
         o = range(outb[d].start, outb[d].stop)
-        lo, hi = needed_span(g.windows[i], xs[d], o)
+        lo, hi = needed_span(g.windows[i], xs[d], o, transposed=transposed)
         if hi <= lo:
             continue
         a, b = box[d]

@@ -13,6 +13,7 @@ from typing import Any
 from spmdrules.core.errors import SpmdError
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Tensor
+from spmdrules.importers import onnx_windows  # noqa: F401  (registers the window ops)
 from spmdrules.importers.errors import (
     ControlFlowError,
     DynamicShapeError,

@@ -2,16 +2,14 @@
 
 A converter gets the node's context and returns the node's outputs in order (graph tensors, or
 ``Static`` constants known at import time). It honours every attribute or refuses the node with
-``UnmappedOpError``: ONNX's ``pads`` ``[x1_begin, x2_begin, x1_end, x2_end]`` become the graph's
-``[x1_begin, x1_end, x2_begin, x2_end]``, LRN's ``alpha`` is divided by ``size`` (the registered
-``lrn`` takes Paddle's, undivided), AveragePool's ``count_include_pad`` is ``exclusive``'s
-negation, opset < 13 Softmax's flattening to 2-D is a reshape around the softmax.
+``UnmappedOpError``: LRN's ``alpha`` is divided by ``size`` (the registered ``lrn`` takes
+Paddle's, undivided), opset < 13 Softmax's flattening to 2-D is a reshape around the softmax.
+The window ops (convolutions and pools) are in :mod:`spmdrules.importers.onnx_windows`.
 """
 
 from __future__ import annotations
 
 import difflib
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -113,100 +111,8 @@ class Ctx:
         return out
 
 
-def _ints(v: Any) -> list[int]:
+def int_list(v: Any) -> list[int]:
     return [int(e) for e in v]
-
-
-# ---- convolution and pooling ---------------------------------------------------------------------
-def _window_attrs(c: Ctx, x: Tensor, kernel: Sequence[int], *, conv: bool) -> dict[str, Any]:
-    nsp = x.ndim - 2
-    strides = _ints(c.attr("strides", [1] * nsp))
-    dil = _ints(c.attr("dilations", [1] * nsp))
-    auto = c.attr("auto_pad", "NOTSET")
-    if auto in ("NOTSET", ""):
-        p = _ints(c.attr("pads", [0] * 2 * nsp))
-        before, after = p[:nsp], p[nsp:]
-    elif auto == "VALID":
-        before, after = [0] * nsp, [0] * nsp
-    elif auto in ("SAME_UPPER", "SAME_LOWER"):
-        before, after = [], []
-        for n, k, s, d in zip(x.shape[2:], kernel, strides, dil, strict=True):
-            total = max((math.ceil(n / s) - 1) * s + (k - 1) * d + 1 - n, 0)
-            small = total // 2
-            before.append(small if auto == "SAME_UPPER" else total - small)
-            after.append(total - before[-1])
-    else:
-        raise c.fail(f"auto_pad {auto!r} is not an ONNX value")
-    out: dict[str, Any] = {"strides": strides,
-                           "paddings": [v for ba in zip(before, after, strict=True) for v in ba]}
-    if conv:
-        out["dilations"] = dil
-    elif any(d != 1 for d in dil):
-        raise c.fail(f"dilations {dil}: the registered pools have no dilation")
-    return out
-
-
-@onnx_op("Conv")
-def _conv(c: Ctx) -> list[Value]:
-    x, w = c.tensor(0), c.tensor(1)
-    if x.ndim not in (4, 5):
-        raise c.fail(f"input rank {x.ndim}: only 2-D and 3-D convolutions (rank 4, 5) are "
-                     "registered (conv2d, conv3d)")
-    k = list(w.shape[2:])
-    if "kernel_shape" in c.attrs and _ints(c.attr("kernel_shape")) != k:
-        raise c.fail(f"kernel_shape {c.attr('kernel_shape')} differs from the weight's {k}")
-    op = "conv2d" if x.ndim == 4 else "conv3d"
-    attrs = _window_attrs(c, x, k, conv=True)
-    has_bias = c.has(2)
-    y = c.call(op, x, w, groups=int(c.attr("group", 1)),
-               spatial_sharding=c.imp.spatial_sharding, part="conv" if has_bias else "", **attrs)
-    if not has_bias:
-        return [y]
-    b = c.call("reshape", c.tensor(2), shape=[1, -1] + [1] * (x.ndim - 2), part="bias")
-    return [c.call("add", y, b)]
-
-
-def _pool(c: Ctx, kind: str) -> list[Value]:
-    x = c.tensor(0)
-    if x.ndim not in (4, 5):
-        raise c.fail(f"input rank {x.ndim}: only 2-D and 3-D pools are registered")
-    if len(c.node.output) > 1 and c.node.output[1]:
-        raise c.fail("MaxPool's Indices output is not mapped")
-    if int(c.attr("storage_order", 0)) != 0:
-        raise c.fail("storage_order=1 (column-major indices) is not mapped")
-    k = _ints(c.attr("kernel_shape"))
-    attrs = _window_attrs(c, x, k, conv=False)
-    return [c.call("pool2d" if x.ndim == 4 else "pool3d", x, kernel_size=k, pooling_type=kind,
-                   ceil_mode=bool(c.attr("ceil_mode", 0)),
-                   exclusive=not bool(c.attr("count_include_pad", 0)), **attrs)]
-
-
-@onnx_op("MaxPool")
-def _maxpool(c: Ctx) -> list[Value]:
-    return _pool(c, "max")
-
-
-@onnx_op("AveragePool")
-def _avgpool(c: Ctx) -> list[Value]:
-    return _pool(c, "avg")
-
-
-def _global(c: Ctx, kind: str) -> list[Value]:
-    x = c.tensor(0)
-    if x.ndim not in (4, 5):
-        raise c.fail(f"input rank {x.ndim}: only 2-D and 3-D pools are registered")
-    return [c.call("pool2d" if x.ndim == 4 else "pool3d", x, kernel_size=[1] * (x.ndim - 2),
-                   global_pooling=True, pooling_type=kind)]
-
-
-@onnx_op("GlobalAveragePool")
-def _gap(c: Ctx) -> list[Value]:
-    return _global(c, "avg")
-
-
-@onnx_op("GlobalMaxPool")
-def _gmp(c: Ctx) -> list[Value]:
-    return _global(c, "max")
 
 
 @onnx_op("LRN")
@@ -385,14 +291,14 @@ def _flatten(c: Ctx) -> list[Value]:
 @onnx_op("Transpose")
 def _transpose(c: Ctx) -> list[Value]:
     x = c.tensor(0)
-    perm = _ints(c.attr("perm", list(range(x.ndim))[::-1]))
+    perm = int_list(c.attr("perm", list(range(x.ndim))[::-1]))
     return [c.call("transpose", x, perm=perm)]
 
 
 def _axes(c: Ctx) -> list[int]:
     if c.opset >= 13 and c.node.op_type in ("Unsqueeze", "Squeeze"):
         return c.ints(1, "axes") if c.has(1) else []
-    return _ints(c.attr("axes", []))
+    return int_list(c.attr("axes", []))
 
 
 @onnx_op("Unsqueeze")

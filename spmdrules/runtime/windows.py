@@ -76,6 +76,16 @@ class Window:
         lo, hi = max(lo, 0), min(hi, n)
         return (lo, hi) if hi > lo else (0, 0)
 
+    def readers(self, inputs: Span, m: int) -> Span:
+        """Windows in ``[0, m)`` whose span (padding included) meets input positions ``[a, b)``,
+        empty as (0, 0): what a transposed window op's output block ``[a, b)`` is summed from."""
+        a, b = inputs
+        if b <= a:
+            return (0, 0)
+        lo = max((a + self.padding - self.extent) // self.stride + 1, 0)
+        hi = min(-(-(b + self.padding) // self.stride), m)
+        return (lo, hi) if hi > lo else (0, 0)
+
     def divisor_counts(self, outputs: Span, n: int, include_pad: bool) -> Array:
         """For average pooling: how many window entries count, per output in ``outputs``."""
         j = np.arange(*outputs)

@@ -81,6 +81,31 @@ def test_cnn_textbook_counts_halos_gathers_and_the_pooled_sum() -> None:
     assert (pooled.bytes, pooled.collectives) == (2 * 6 * 4 * 4, 1)  # all-reduce of [2, 6]
 
 
+def test_transposed_conv_textbook_halo_is_what_ours_sends() -> None:
+    """A transposed conv whose output is stride x its input: kernel = stride needs no halo;
+    kernel 3, stride 2, padding 1 sums one input row of the next block into a block's last
+    output row: one row of [1 (batch/dp), 3, W=8] fp32 per dp group, as ours sends it."""
+    from cnn_models import SPATIAL_PLAN
+
+    nn = torch.nn
+    x = torch.zeros(2, 3, 8, 8)
+    up = pq.textbook_cnn(nn.ConvTranspose2d(3, 4, 2, 2), x)
+    assert (up.bytes, up.collectives) == (0, 0)
+    wide = nn.ConvTranspose2d(3, 4, 3, 2, 1, output_padding=1)
+    book = pq.textbook_cnn(wide, x)
+    assert (book.bytes, book.collectives) == (1 * (1 * 3 * 8 * 4) * 2, 1)
+    assert pq.ours_cnn(wide, x, SPATIAL_PLAN) == book
+
+
+def test_unet_row_is_measured_and_at_the_textbook() -> None:
+    """The U-Net (ConvTranspose imported, halos on the transposed convs) moves no more than its
+    textbook: a halo per 3x3 conv, nothing at the up-convolutions (kernel = stride)."""
+    row = pq.cnn_row("unet", 2)
+    assert row.ours.reason == "" and row.ours.bytes is not None
+    ratio = row.ratio(row.textbook)
+    assert ratio is not None and ratio <= 1.05, (row.ours, row.textbook)
+
+
 def test_a_failing_row_is_reported_not_raised() -> None:
     def boom() -> Any:
         raise RuntimeError("no such kernel\nsecond line")

@@ -72,10 +72,35 @@ def _halo_predictions(prog: Program) -> dict[str, int]:
     return {i.edge: i.predicted_bytes for i in prog.instructions if isinstance(i, HaloStep)}
 
 
-@pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("mesh", [MESH_1D, MESH_2D], ids=["1d", "2d"])
-def test_halos_run_equal_to_serial_forward_and_reverse(seed: int, mesh: sr.ProcessMesh) -> None:
-    g = _graph(seed, mesh)
+def _transpose_graph(seed: int, mesh: sr.ProcessMesh) -> Graph:
+    """conv2d_transpose (spatial: random kernel, stride, paddings, dilation, output_padding) ->
+    tanh -> conv2d (spatial), on uneven spatial blocks (every layout annotated; tanh is smooth,
+    so the numerical gradients see no kink)."""
+    rng = np.random.default_rng(seed)
+    spec = (None, None, "h", "w") if mesh.ndim == 2 else (None, None, "h", None)
+    a = _windows(rng)
+    # a pad within the window's reach, an output_padding below the stride (the output then
+    # convolves back to the input)
+    a["p"] = [min(p, (k - 1) * d // 2) for p, k, d in zip(a["p"], [k for k in a["k"] for _ in (0, 1)],
+                                                        [d for d in a["d"] for _ in (0, 1)],
+                                                        strict=True)]
+    opad = [int(rng.integers(0, s)) for s in a["s"]]
+    with Graph(f"halo_t{seed}") as g:
+        x = g.input("x", [2, 3, 13, 11], "float64")
+        f1 = g.param("f1", [3, 4, *a["k"]], "float64")
+        f2 = g.param("f2", [2, 4, 3, 2], "float64")
+        y = ops.conv2d_transpose(x, f1, strides=a["s"], paddings=a["p"], dilations=a["d"],
+                                 output_padding=opad, spatial_sharding=True, name="up")
+        r = ops.tanh(y, name="tanh")
+        c = ops.conv2d(r, f2, paddings=[1, 0], spatial_sharding=True, name="conv")
+    for t in (x, y, r, c):
+        shard(t, mesh, spec)
+    return g
+
+
+def _check_simulated(g: Graph) -> None:
+    """Forward equal to serial, gradients to numerical ones, halo bytes to the predictions
+    (forward and adjoint)."""
     prog, gp, feeds, seeds = _programs(g)
     halos = [i for i in prog.instructions if isinstance(i, HaloStep)]
     assert halos, "a spatially sharded windowed op lowers to a HaloExchange"
@@ -89,6 +114,59 @@ def test_halos_run_equal_to_serial_forward_and_reverse(seed: int, mesh: sr.Proce
     assert max(c.error for c in checks) <= 1e-7
     assert sim.traffic.halo == _halo_predictions(gp)
     assert any(k.startswith("grad[halo") for k in sim.traffic.halo)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("mesh", [MESH_1D, MESH_2D], ids=["1d", "2d"])
+def test_halos_run_equal_to_serial_forward_and_reverse(seed: int, mesh: sr.ProcessMesh) -> None:
+    _check_simulated(_graph(seed, mesh))
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("mesh", [MESH_1D, MESH_2D], ids=["1d", "2d"])
+def test_transposed_conv_halos_run_equal_to_serial_forward_and_reverse(
+        seed: int, mesh: sr.ProcessMesh) -> None:
+    """conv2d_transpose keeps its spatial split: each output block is the sum of the windows
+    that reach into it, read from a slab of the input; the adjoint adds the slab's cotangent
+    back into the neighbours' blocks (issue 24)."""
+    g = _transpose_graph(seed, mesh)
+    c = complete(g)
+    assert c.attr("x").dims_mapping == c.attr("up").dims_mapping
+    assert not [e for e in c.reshards if e.tensor == "x"], "the split input is gathered"
+    _check_simulated(g)
+
+
+def test_transposed_conv_halo_is_what_its_windows_need() -> None:
+    """kernel = stride, no padding (a U-Net's up-convolution): every output block is made of the
+    rank's own input rows, no halo. Kernel 3, stride 2, padding 1 (output twice as long): block
+    0's last output row sums input row 4, its right neighbour's first; block 1 needs nothing."""
+    def halos(k: int, p: int, opad: int) -> list[tuple[int, int]]:
+        with Graph("up") as g:
+            x = g.input("x", [1, 2, 8, 3], "float64")
+            f = g.param("f", [2, 2, k, 1], "float64")
+            ops.conv2d_transpose(x, f, strides=[2, 1], paddings=[p, 0],
+                                 output_padding=[opad, 0], spatial_sharding=True, name="up")
+        shard(x, sr.ProcessMesh([0, 1], dim_names=["h"]), (None, None, "h", None))
+        c = complete(g)
+        assert c.attr("up").dims_mapping == (-1, -1, 0, -1)
+        prog = lower(c)
+        steps = [i for i in prog.instructions if isinstance(i, HaloStep)]
+        if not steps:
+            return []
+        (step,) = steps
+        own, slab = prog.buffers[step.src], prog.buffers[step.dst]
+        return [(own.box(c)[2][0] - slab.box(c)[2][0], slab.box(c)[2][1] - own.box(c)[2][1])
+                for c in [(0,), (1,)]]
+
+    assert halos(2, 0, 0) == []
+    assert halos(3, 1, 1) == [(0, 1), (0, 0)]
+    rule = sr.get_rule("conv2d_transpose")
+    x = sr.TensorSpec([1, 1, 3, 1], sr.DistAttr(MESH_1D, [-1, -1, 0, -1]))
+    f = sr.TensorSpec([1, 1, 5, 1], sr.DistAttr(MESH_1D, [-1, -1, -1, -1]))
+    # output rows 0..2 sum the windows of input rows 0..2: block 0 would read past block 1
+    with pytest.raises(sr.SpmdError, match="neighbouring block"):
+        rule.infer_forward(x, f, spatial_sharding=True)
+    assert rule.infer_forward(x, f).outputs[0].dims_mapping == (-1, -1, -1, -1)
 
 
 def test_one_sided_halos_for_pooling() -> None:
@@ -112,9 +190,12 @@ def test_one_sided_halos_for_pooling() -> None:
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize(("seed", "mesh"), [(1, MESH_2D), (4, MESH_1D)], ids=["2d", "1d"])
-def test_halos_on_mpi_equal_serial_forward_and_reverse(seed: int, mesh: sr.ProcessMesh) -> None:
-    g = _graph(seed, mesh)
+@pytest.mark.parametrize(("build", "seed", "mesh"), [
+    (_graph, 1, MESH_2D), (_graph, 4, MESH_1D), (_transpose_graph, 3, MESH_2D)],
+    ids=["2d", "1d", "transposed-2d"])
+def test_halos_on_mpi_equal_serial_forward_and_reverse(
+        build: Any, seed: int, mesh: sr.ProcessMesh) -> None:
+    g = build(seed, mesh)
     prog, gp, feeds, seeds = _programs(g)
     run = run_mpi(gp, feeds, nprocs=len(mesh.process_ids),
                   fetch=[*prog.tensors, *gp.grads.values()], timeout=180)

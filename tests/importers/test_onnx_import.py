@@ -67,6 +67,24 @@ CASES: dict[str, tuple[list[Any], dict[str, Any], list[str], dict[str, np.ndarra
         {"x": _r(2, 3, 7, 8)}, ["y"], {"w": _r(4, 3, 3, 2)}, 13),
     "conv3d": ([N("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1, 1, 1])],
                {"x": _r(1, 2, 4, 5, 3)}, ["y"], {"w": _r(3, 2, 3, 3, 3)}, 13),
+    # onnx 1.23's reference ConvTranspose with group > 1 slices the weight by output channels
+    # and fails: test_conv_transpose_groups_equal_torch checks groups against torch instead
+    "convtranspose-bias-kernel-eq-stride": (
+        [N("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 2], kernel_shape=[2, 2])],
+        {"x": _r(2, 4, 5, 6)}, ["y"], {"w": _r(4, 3, 2, 2), "b": _r(3)}, 13),
+    "convtranspose-pads-dilated-output-padding": (
+        [N("ConvTranspose", ["x", "w"], ["y"], strides=[2, 1], pads=[1, 0, 0, 1],
+           dilations=[1, 2], output_padding=[1, 0])],
+        {"x": _r(1, 2, 5, 4)}, ["y"], {"w": _r(2, 3, 3, 3)}, 13),
+    "convtranspose-output-shape-same-upper": (
+        [N("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], auto_pad="SAME_UPPER",
+           output_shape=[9, 8])], {"x": _r(1, 2, 5, 4)}, ["y"], {"w": _r(2, 3, 3, 3)}, 13),
+    "convtranspose-same-lower": (
+        [N("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], auto_pad="SAME_LOWER")],
+        {"x": _r(1, 2, 5, 4)}, ["y"], {"w": _r(2, 3, 3, 3)}, 13),
+    "convtranspose-valid": (
+        [N("ConvTranspose", ["x", "w"], ["y"], strides=[3, 1], auto_pad="VALID")],
+        {"x": _r(1, 2, 5, 4)}, ["y"], {"w": _r(2, 3, 3, 3)}, 13),
     "maxpool-asym-ceil": (
         [N("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[0, 0, 1, 1], strides=[2, 2],
            ceil_mode=1)], {"x": _r(1, 3, 8, 9)}, ["y"], {}, 13),
@@ -134,6 +152,44 @@ def test_mapped_ops_equal_onnx_reference(case: str) -> None:
     nodes, feeds, outs, inits, opset = CASES[case]
     model = _model(nodes, {k: v.shape for k, v in feeds.items()}, outs, inits, opset)
     _check(model, feeds)
+
+
+def test_conv_transpose_groups_equal_torch() -> None:
+    """ConvTranspose with group = 2, strides, asymmetric pads and output_padding: torch's
+    conv_transpose2d (no pads, cropped: torch pads both sides alike)."""
+    torch = pytest.importorskip("torch", reason="needs the torch extra")
+    x, w, b = _r(2, 4, 5, 3), _r(4, 3, 3, 2), _r(6)
+    m = _model([N("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 3], group=2,
+                  pads=[1, 0, 0, 1], output_padding=[1, 2])], {"x": x.shape}, ["y"],
+               {"w": w, "b": b})
+    im = onnx_import.import_model(m)
+    got = run_serial(im.graph, {**im.values, "x": x})[im.outputs[0]]
+    want = torch.nn.functional.conv_transpose2d(
+        torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), stride=(2, 3),
+        output_padding=(1, 2), groups=2).numpy()[:, :, 1:, :-1]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_transpose_keeps_the_spatial_split_and_refuses_what_it_cannot_map() -> None:
+    """With the spatial opt-in, a ConvTranspose's H/W split passes to its output (a halo where
+    the windows overlap; none at kernel = stride). A 3-D one, and an output_shape longer than
+    the transpose gives, are refused naming the node."""
+    m = _model([N("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], name="up")],
+               {"x": (2, 4, 8, 8)}, ["y"], {"w": _r(4, 3, 2, 2)})
+    im = onnx_import.import_model(m, spatial_sharding=True)
+    mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["h", "w"])
+    sr.shard(im.graph.tensor("x"), mesh, [-1, -1, "h", "w"])
+    c = complete(im.graph)
+    assert c.attr("y").dims_mapping == (-1, -1, 0, 1)
+    assert not c.reshards
+    m = _model([N("ConvTranspose", ["x", "w"], ["y"], name="up3")], {"x": (1, 2, 3, 3, 3)},
+               ["y"], {"w": _r(2, 2, 2, 2, 2)})
+    with pytest.raises(errors.UnmappedOpError, match=r"node 'up3': op ConvTranspose .* rank 5"):
+        onnx_import.load(m)
+    m = _model([N("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], output_shape=[12, 12],
+                  name="long")], {"x": (1, 2, 5, 5)}, ["y"], {"w": _r(2, 2, 2, 2)})
+    with pytest.raises(errors.UnmappedOpError, match=r"node 'long'.*output_padding"):
+        onnx_import.load(m)
 
 
 def test_softmax_before_opset_13_flattens_at_axis() -> None:

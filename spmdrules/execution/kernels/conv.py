@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spmdrules.core.blocks import ShardMismatch
-from spmdrules.engine.windows import Geometry, channels_last
+from spmdrules.engine.windows import Geometry, channels_last, needed_span
 from spmdrules.execution import local
 from spmdrules.execution.halo import slab_spans
 from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
@@ -61,26 +61,24 @@ def plan(ctx: LocalContext) -> ConvPlan:
     c_dim = nsp + 1 if last else 1
     x_ranges = [local.block_range(ctx, xs, x_attr, d) for d in sp_dims]
     halo = slab_spans(ctx)
-    if op == "conv2d_transpose":
-        conv_in = tuple(range(n) for n in in_sp)
-        conv_out: tuple[range, ...] = tuple(x_ranges)
-        if any(len(r) != n for r, n in zip(x_ranges, out_sp, strict=True)):
-            raise ShardMismatch(f"{ctx.op}: the spatial dims of 'input' must be whole")
+    transposed = op == "conv2d_transpose"
+    # the op's own output block (a gradient op computes the whole output)
+    if out_attr is not None:
+        o_ranges = tuple(local.block_range(ctx, out_shape, out_attr, d) for d in sp_dims)
     else:
-        if out_attr is not None:
-            o_ranges = [local.block_range(ctx, out_shape, out_attr, d) for d in sp_dims]
-        else:
-            o_ranges = [range(n) for n in out_sp]
-        conv_out = tuple(o_ranges)
-        conv_in = halo if halo else tuple(x_ranges)
-        for w, o, i, n in zip(geometry.windows, conv_out, conv_in, in_sp, strict=True):
-            lo, hi = w.input_span((o.start, o.stop), n)
-            if hi > lo and (lo < i.start or hi > i.stop):
-                raise ShardMismatch(
-                    f"{ctx.op}: the output block's windows read input {lo}..{hi - 1} but the "
-                    f"rank holds {i.start}..{i.stop - 1}; exchange a halo (spatial_sharding) or "
-                    "replicate the spatial dims"
-                )
+        o_ranges = tuple(range(n) for n in (in_sp if transposed else out_sp))
+    held = halo if halo else tuple(x_ranges)
+    # the windows run over the convolution's input: a transpose's output, a conv's input
+    conv_in, conv_out = (o_ranges, held) if transposed else (held, o_ranges)
+    for w, o, i, n in zip(geometry.windows, o_ranges, held,
+                          out_sp if transposed else in_sp, strict=True):
+        lo, hi = needed_span(w, n, o, transposed=transposed)
+        if hi > lo and (lo < i.start or hi > i.stop):
+            raise ShardMismatch(
+                f"{ctx.op}: the output block's windows read input {lo}..{hi - 1} but the "
+                f"rank holds {i.start}..{i.stop - 1}; exchange a halo (spatial_sharding) or "
+                "replicate the spatial dims"
+            )
     geo = LocalWindows(geometry.windows, _spans(conv_in), _spans(conv_out), geometry.in_lengths)
     if op == "conv2d_transpose":
         out_ch = local.block_range(ctx, fs, f_attr, 1)
