@@ -16,6 +16,7 @@ from spmdrules.graph.annotation import Annotation
 from spmdrules.graph.errors import ArityError
 from spmdrules.graph.opschema import OpSchema
 from spmdrules.graph.shapes.shape_rule import DTYPE_BYTES, TensorMeta
+from spmdrules.graph.storage import Interleaved
 
 Role = Literal["input", "param", "value"]
 
@@ -51,7 +52,7 @@ class Tensor:
 
     __slots__ = (
         "_annotation", "_attr", "_consumers", "_dtype", "_shape", "graph", "index", "name",
-        "order", "producer", "role",
+        "order", "producer", "role", "storage",
     )
 
     name: str
@@ -64,6 +65,9 @@ class Tensor:
     order: int
     _attr: DistAttr | None
     _annotation: Annotation | None
+    #: how a source's values are stored when not in the user's order (a plan's chunk-aware
+    #: style interleaves a fused weight): ``spmdrules.graph.storage``
+    storage: Interleaved | None
     #: the ops that read this tensor, each once, in the order they were added
     _consumers: list[Op]
 
@@ -80,6 +84,7 @@ class Tensor:
         self.order = -1  # position in Graph.tensors, set with the topological order
         self._attr = None
         self._annotation = None
+        self.storage = None
         self._consumers = []
 
     @property
@@ -126,6 +131,14 @@ class Tensor:
     def dtype(self, dtype: str) -> None:
         self.graph._changed()  # as for a shape: completion's index holds the dtypes
         self._dtype = dtype
+
+    def stored_order(self, value: Any) -> Any:
+        """The user's ``value`` of this tensor as the graph stores it (``storage``)."""
+        return value if self.storage is None else self.storage.stored(value)
+
+    def user_order(self, value: Any) -> Any:
+        """A value of this tensor, or of its gradient, in the user's order (``storage``)."""
+        return value if self.storage is None else self.storage.user(value)
 
     @property
     def ndim(self) -> int:
