@@ -31,7 +31,7 @@ from spmdrules.graph.annotation import Annotation
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Op, Tensor
 from spmdrules.graph.storage import Interleaved
-from spmdrules.plan.chunks import ChunkRewrite, plan_rewrite
+from spmdrules.plan.chunks import MATMULS, TRANSPOSES, ChunkRewrite, plan_rewrite
 from spmdrules.plan.errors import (
     PlanConflictError,
     PlanError,
@@ -53,9 +53,6 @@ from spmdrules.plan.styles import (
     describe,
 )
 
-#: ops that only permute a weight's dims on its way to the matmul that uses it
-_TRANSPOSES = frozenset({"transpose", "transpose2"})
-_MATMULS = frozenset({"matmul", "matmul_v2", "bmm"})
 _EMBEDDINGS = frozenset({"embedding", "lookup_table_v2"})
 
 
@@ -336,8 +333,8 @@ def _uses(t: Tensor, perm: tuple[int, ...]) -> Iterable[tuple[Op, tuple[int, ...
     """(op, perm, tensor read) for each matmul or embedding reached from ``t`` through
     transposes; ``perm[i]`` is the weight's dim at dim i of the tensor the op reads."""
     for op in t.consumers:
-        if op.type in _TRANSPOSES:
+        if op.type in TRANSPOSES:
             p = op.attr("perm")
             yield from _uses(op.outputs[0], tuple(perm[j] for j in p))
-        elif op.type in _MATMULS or op.type in _EMBEDDINGS:
+        elif op.type in MATMULS or op.type in _EMBEDDINGS:
             yield op, perm, t

@@ -32,8 +32,9 @@ from spmdrules.graph.nodes import Op, Tensor
 from spmdrules.graph.storage import Interleaved, StorageError
 from spmdrules.plan.errors import PlanTargetError
 
-_TRANSPOSES = frozenset({"transpose", "transpose2"})
-_MATMULS = frozenset({"matmul", "matmul_v2"})
+#: ops that only permute a weight's dims on its way to the matmul that uses it
+TRANSPOSES = frozenset({"transpose", "transpose2"})
+MATMULS = frozenset({"matmul", "matmul_v2", "bmm"})
 
 
 @dataclass(frozen=True)
@@ -127,9 +128,9 @@ def _matmul_outputs(weight: Tensor, source: str) -> Iterator[Tensor]:
     """The results of the matmuls reading ``weight`` (through transposes); any other reader is
     an error, since it would read the interleaved values."""
     for op in weight.consumers:
-        if op.type in _TRANSPOSES:
+        if op.type in TRANSPOSES:
             yield from _matmul_outputs(op.outputs[0], source)
-        elif op.type in _MATMULS and op.inputs.index(weight) == 1:
+        elif op.type in MATMULS and op.inputs.index(weight) == 1:
             yield op.outputs[0]
         else:
             raise PlanTargetError(

@@ -121,6 +121,7 @@ def test_attention_keeps_batch_on_dp_and_heads_on_mp_and_reshards_only_all_reduc
             assert r.attr(t).dims_mapping == (0, 1, -1, -1), (op.name, t.name)
     steps = [s for p in r.plans() for s in p.steps if s.kind not in ("slice", "zero_partial")]
     assert steps and {(s.kind, s.where) for s in steps} == {("all_reduce", "mp")}
+    assert len(steps) == 1 + 2 * 2  # the textbook: the embedding's sum, o_proj and down_proj's
     params = {t.name for t in g.params}
     assert not [e.tensor for e in r.reshards if e.tensor in params]  # no weight is gathered
 

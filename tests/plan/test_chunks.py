@@ -143,6 +143,10 @@ def test_chunks_that_do_not_fit_the_output_or_its_cuts_are_refused() -> None:
     _bad(8, "cannot each be cut in 2")   # 8 chunks of 3 on 2 processes
     _bad(3, r"split op 'cut' reads the fused output 'qkv.unview' \[4, 6, 24\], but not as a cut")
     _bad((1, 1, 1, 1), "not as a cut into its chunks")
+    g = fused()
+    with pytest.raises(plan.PlanTargetError, match="no mesh dim is named 'tp'"):
+        plan.apply(g, MESH, {"qkv": plan.ColwiseParallel(dim="tp", chunks=(2, 1, 1))})
+    assert g == fused()
 
 
 def test_a_reader_of_the_interleaved_values_that_is_not_a_cut_is_refused() -> None:
@@ -214,3 +218,20 @@ def test_a_model_file_with_a_storage_that_cannot_be_is_refused(
     t["storage"] = storage
     with pytest.raises(ExchangeError, match=match):
         loads(json.dumps(doc))
+
+
+def test_remove_op_leaves_its_results_declared_for_a_replacing_op() -> None:
+    with Graph("g") as g:
+        y = ops.relu(g.input("x", [4]), name="r")
+        z = ops.exp(y, name="e")
+    g.remove_op("r")
+    assert y.producer is None and z.producer is not None and g.consumers(y)[0].name == "e"
+    with pytest.raises(sr.graph.errors.ProducerError, match="'r' was declared"):
+        g.validate()
+    ops.abs(g.tensor("x"), name="a")  # another producer, under the old name
+    g.add_op("sigmoid", ["x"], name="s", results=["r"])
+    assert g.validate().tensor("r").producer is g.op("s")
+    with Graph("other") as h:
+        ops.relu(h.input("x", [4]), name="r")
+    with pytest.raises(sr.graph.errors.UnknownNodeError, match="not an op of graph 'g'"):
+        g.remove_op(h.op("r"))
