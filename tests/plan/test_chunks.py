@@ -16,6 +16,7 @@ import spmdrules as sr
 from spmdrules import plan
 from spmdrules.completion import complete
 from spmdrules.execution.adjoint import gradient_program
+from spmdrules.execution.executor import run_serial
 from spmdrules.execution.lowering import lower
 from spmdrules.execution.simulated import run_simulated
 from spmdrules.graph import ops
@@ -99,6 +100,7 @@ def test_each_chunk_keeps_its_split_and_the_result_is_the_users(cut: str) -> Non
     out_plain, grads_plain = forward_and_gradients(plain, values)
     out, grads = forward_and_gradients(chunked, values)
     np.testing.assert_allclose(out, out_plain, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(out, run_serial(plain, values)["out"], rtol=1e-12, atol=1e-12)
     assert grads.keys() == grads_plain.keys()
     for name, want in grads_plain.items():
         np.testing.assert_allclose(grads[name], want, rtol=1e-12, atol=1e-12, err_msg=name)
