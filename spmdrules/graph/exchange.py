@@ -20,8 +20,10 @@ Layout (version 1)::
 ``dims`` lists the mesh dims that split each tensor dim (major first; ``[]`` replicated; in an
 annotation ``null`` is an open dim with no preference); ``partial`` maps a mesh dim (as a string)
 to its reduce type. An operand is a tensor name, a list of names (a list parameter) or null (an
-absent optional). A source stored interleaved by a chunk-aware plan (``Tensor.storage``) has
-``"storage": {"dim": 0, "sizes": [256, 128, 128], "ways": 2}``: its values are fed so.
+absent optional). A tensor a chunk-aware plan holds interleaved (``Tensor.storage``: a fused
+weight, its bias and the values computed from them before the cuts) has
+``"storage": {"dim": 0, "sizes": [256, 128, 128], "ways": 2}``: the executors convert it from
+and to the user's order.
 """
 
 from __future__ import annotations
@@ -110,7 +112,7 @@ class AttrModel:
 
 @dataclass(frozen=True, slots=True, config=_RECORD)
 class StorageModel:
-    """A source stored interleaved by chunks (``spmdrules.graph.storage.Interleaved``)."""
+    """A tensor held interleaved by chunks (``spmdrules.graph.storage.Interleaved``)."""
 
     dim: Annotated[int, Field(strict=True, ge=0, le=64)]
     sizes: list[Annotated[int, Field(strict=True, ge=1, le=MAX_DIM)]]
@@ -345,9 +347,9 @@ def _build(m: ModelFile, source: str) -> Graph:
 
 def _storage(where: str, t: Tensor, m: StorageModel) -> Interleaved:
     lay = Interleaved(m.dim, tuple(m.sizes), m.ways)
-    if t.role == "value" or m.dim >= t.ndim or t.shape[m.dim] != lay.extent:
+    if m.dim >= t.ndim or t.shape[m.dim] != lay.extent:
         raise ExchangeError(f"{where}.storage: {lay} does not fit the {t.role} {list(t.shape)}; "
-                            "only a source is stored interleaved, along a dim its chunks fill")
+                            "a tensor is stored interleaved along a dim its chunks fill")
     return lay
 
 

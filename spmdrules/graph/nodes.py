@@ -65,8 +65,10 @@ class Tensor:
     order: int
     _attr: DistAttr | None
     _annotation: Annotation | None
-    #: how a source's values are stored when not in the user's order (a plan's chunk-aware
-    #: style interleaves a fused weight): ``spmdrules.graph.storage``
+    #: the order the graph holds this tensor's values in when it is not the user's (a
+    #: chunk-aware plan interleaves a fused weight, its bias and what is computed from them
+    #: before the cuts): ``spmdrules.graph.storage``. Internal, like a split: the executors
+    #: take and give values in the user's order
     storage: Interleaved | None
     #: the ops that read this tensor, each once, in the order they were added
     _consumers: list[Op]
@@ -131,14 +133,6 @@ class Tensor:
     def dtype(self, dtype: str) -> None:
         self.graph._changed()  # as for a shape: completion's index holds the dtypes
         self._dtype = dtype
-
-    def stored_order(self, value: Any) -> Any:
-        """The user's ``value`` of this tensor as the graph stores it (``storage``)."""
-        return value if self.storage is None else self.storage.stored(value)
-
-    def user_order(self, value: Any) -> Any:
-        """A value of this tensor, or of its gradient, in the user's order (``storage``)."""
-        return value if self.storage is None else self.storage.user(value)
 
     @property
     def ndim(self) -> int:

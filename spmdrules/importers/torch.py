@@ -67,13 +67,11 @@ class Imported:
     outputs: list[str] = field(default_factory=list)
 
     def feeds(self, *args: Any) -> dict[str, Array]:
-        """Every source's value: the module's own (as the graph stores it: a plan may store a
-        fused weight interleaved, ``Tensor.storage``), and ``args`` for the user inputs."""
+        """Every source's value: the module's own, and ``args`` for the user inputs."""
         if len(args) != len(self.inputs):
             raise ImporterError(f"feeds: {len(args)} arguments for the {len(self.inputs)} inputs "
                                 f"{self.inputs}; give one per input")
-        g = self.graph
-        out = {n: g.tensor(n).stored_order(v) if n in g else v for n, v in self.values.items()}
+        out = dict(self.values)
         for name, v in zip(self.inputs, args, strict=True):
             out[name] = _numpy(v)
         return out

@@ -12,8 +12,9 @@ rewritten to take, from each process's block, that chunk's part:
 
 Every step keeps the split (the outer factor of each reshape carries it), so completion plans no
 communication there, and the chunks come out exactly as the user's model makes them. The
-weight's and the bias's values cross the boundary through ``Interleaved.stored`` / ``user``
-(``Imported.feeds`` does it for imported models).
+order is internal, like a split: ``Tensor.storage`` records it on the weight, the bias and the
+values computed from them before the cuts, and every executor converts where values enter and
+leave (``Program.storage``), so users feed, fetch and get gradients in their own order.
 
 The output may reach its cuts through the bias add and reshapes that keep the feature dim last
 (GPT-2's ``addmm`` and views); a cut is a ``split`` of the feature dim into exactly the chunks,
@@ -24,6 +25,7 @@ whole entry fits.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -47,12 +49,18 @@ class ChunkRewrite:
     bias_storage: Interleaved | None
     #: the ops that cut the interleaved output into its chunks
     cuts: tuple[Op, ...]
+    #: the values computed from the weight before the cuts (the matmul's output, the bias
+    #: add, reshapes), interleaved along their last dim
+    values: tuple[Tensor, ...]
 
     def apply(self) -> None:
-        """Store the parameters interleaved and rewrite every cut (see the module docs)."""
+        """Store the parameters interleaved, record that the values before the cuts are, and
+        rewrite every cut (see the module docs)."""
         self.weight.storage = self.weight_storage
         if self.bias is not None:
             self.bias.storage = self.bias_storage
+        for t in self.values:
+            t.storage = dataclasses.replace(self.weight_storage, dim=t.ndim - 1)
         lay = self.weight_storage
         for cut in self.cuts:
             _rewrite(cut, lay)
@@ -95,9 +103,11 @@ def plan_rewrite(weight: Tensor, bias: Tensor | None, out_dim: int, chunks: obje
     outputs = list(_matmul_outputs(weight, source))
     cuts: list[Op] = []
     seen_bias: set[str] = set()
+    values: dict[str, Tensor] = {}
     todo = outputs
     while todo:
         t = todo.pop()
+        values[t.name] = t
         for op in t.consumers:
             nxt = _follow(op, t, bias, sizes, source)
             if nxt is None:
@@ -117,7 +127,8 @@ def plan_rewrite(weight: Tensor, bias: Tensor | None, out_dim: int, chunks: obje
     graph = weight.graph
     assert isinstance(graph, Graph)
     _check_names(graph, cuts)
-    return ChunkRewrite(weight, bias, lay, bias_lay, tuple(sorted(set(cuts), key=_name)))
+    return ChunkRewrite(weight, bias, lay, bias_lay, tuple(sorted(set(cuts), key=_name)),
+                        tuple(values.values()))
 
 
 def _name(op: Op) -> str:

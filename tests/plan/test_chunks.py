@@ -6,21 +6,25 @@ graph computes, forward and gradients, on the user's values."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from sharded_runs import serial_cotangents
 
 import spmdrules as sr
 from spmdrules import plan
+from spmdrules.cli import main
 from spmdrules.completion import complete
 from spmdrules.execution.adjoint import gradient_program
-from spmdrules.execution.executor import run_serial
+from spmdrules.execution.executor import ExecutionError, run_serial
 from spmdrules.execution.lowering import lower
+from spmdrules.execution.mpi import run_mpi
 from spmdrules.execution.simulated import run_simulated
 from spmdrules.graph import ops
-from spmdrules.graph.exchange import ExchangeError, dumps, loads
+from spmdrules.graph.exchange import ExchangeError, dump, dumps, load, loads
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.storage import Interleaved, StorageError
 
@@ -63,16 +67,15 @@ def user_values(g: Graph) -> dict[str, Any]:
 
 def forward_and_gradients(g: Graph, values: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """``out`` and every source's gradient, run on the simulated 2x2 mesh, fed the user's
-    values (as the graph stores them) and the gradients read back in the user's order."""
+    values as they are: the executors take and give the user's order."""
     prog = lower(complete(g))
-    feeds = {n: g.tensor(n).stored_order(v) for n, v in values.items()}
-    fwd = run_simulated(prog, feeds)
+    fwd = run_simulated(prog, values)
     assert fwd.traffic.mismatches(prog) == []  # bytes moved equal the plans'
     gp = gradient_program(prog, ["out"])
     seed = np.random.default_rng(1).standard_normal(g.tensor("out").shape)
-    rev = run_simulated(gp, {**feeds, gp.seeds["out"]: seed})
+    rev = run_simulated(gp, {**values, gp.seeds["out"]: seed})
     assert rev.traffic.mismatches(gp) == []
-    return fwd.fetch("out"), {t: g.tensor(t).user_order(rev.fetch(b)) for t, b in gp.grads.items()}
+    return fwd.fetch("out"), {t: rev.fetch(b) for t, b in gp.grads.items()}
 
 
 @pytest.mark.parametrize("cut", ["split", "slices"])
@@ -211,7 +214,7 @@ def test_the_interleaved_storage_goes_through_the_model_file() -> None:
     ("qkv.bias", {"dim": 1, "sizes": [12, 6, 6], "ways": 2}, "does not fit the param"),
     ("qkv.bias", {"dim": 0, "sizes": [12, 6, 6], "ways": 0}, "greater than or equal to 1"),
     ("qkv.bias", {"dim": 0, "sizes": [12, 6, 6], "ways": 2, "x": 1}, "Extra inputs"),
-    ("qkv.mm", {"dim": 1, "sizes": [12, 6, 6], "ways": 2}, "only a source is stored"),
+    ("qkv.mm", {"dim": 2, "sizes": [12, 6, 6], "ways": 2}, "does not fit the value"),
 ])
 def test_a_model_file_with_a_storage_that_cannot_be_is_refused(
         tensor: str, storage: dict[str, Any], match: str) -> None:
@@ -237,3 +240,90 @@ def test_remove_op_leaves_its_results_declared_for_a_replacing_op() -> None:
         ops.relu(h.input("x", [4]), name="r")
     with pytest.raises(sr.graph.errors.UnknownNodeError, match="not an op of graph 'g'"):
         g.remove_op(h.op("r"))
+
+
+# ---- the stored order is internal: every executor takes and gives the user's order ---------
+#: the reverse run seeds the output and a value held interleaved (the fused output) ...
+SEEDED = ("out", "qkv.unview")
+#: ... and asks every source's gradient and that of a value held interleaved
+WRT = ("x", "qkv.weight", "qkv.bias", "o.weight", "kv.weight", "qkv.mm")
+
+
+def planned(source: str, tmp_path: Path) -> Graph:
+    """The user's graph with the chunk-aware plan: as built with the Python API, saved after
+    the plan and loaded again, or completed from that file by the CLI."""
+    g = fused()
+    plan.apply(g, MESH, PLAN)
+    if source == "python":
+        return g
+    saved, completed = tmp_path / "planned.json", tmp_path / "completed.json"
+    dump(g, saved)
+    if source == "model file":
+        return load(saved)
+    assert main(["complete", str(saved), "-o", str(completed)]) == 0
+    return load(completed)
+
+
+def reference() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The user's values and seeds; every tensor and cotangent of the unplanned graph, run
+    serially."""
+    user = fused()
+    values = user_values(user)
+    rng = np.random.default_rng(3)
+    seeds = {t: rng.standard_normal(user.tensor(t).shape) for t in SEEDED}
+    return values, seeds, run_serial(user, values), serial_cotangents(user, values, seeds)
+
+
+def reverse_run(g: Graph) -> tuple[Any, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The planned graph's gradient program, its feeds (the user's values and seeds, as they
+    are) and the serial reference."""
+    assert g.tensor("qkv.weight").storage is not None  # the plan stores it interleaved
+    assert g.tensor("qkv.mm").storage is not None
+    values, seeds, want, cts = reference()
+    gp = gradient_program(lower(complete(g)), list(SEEDED), list(WRT))
+    assert {"qkv.weight", "qkv.bias", "qkv.mm"} <= gp.storage.keys()
+    return gp, {**values, **{gp.seeds[t]: v for t, v in seeds.items()}}, want, cts
+
+
+def assert_users_order(got: Mapping[str, Any], grads: Mapping[str, Any],
+                       want: Mapping[str, Any], cts: Mapping[str, Any]) -> None:
+    """Every tensor of the user's graph and every gradient asked equal the unplanned graph's."""
+    for name, w in want.items():
+        np.testing.assert_allclose(got[name], w, rtol=1e-12, atol=1e-12, err_msg=name)
+    assert set(grads) == set(WRT)
+    for name, g in grads.items():
+        np.testing.assert_allclose(g, cts[name], rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("source", ["python", "model file", "cli"])
+def test_the_simulated_and_serial_executors_take_and_give_the_users_order(
+        source: str, tmp_path: Path) -> None:
+    g = planned(source, tmp_path)
+    gp, feeds, want, cts = reverse_run(g)
+    res = run_simulated(gp, feeds)
+    assert res.traffic.mismatches(gp) == []
+    assert_users_order(res.fetch_all(list(want)), {t: res.fetch(b) for t, b in gp.grads.items()},
+                       want, cts)
+    serial = run_serial(g, {n: feeds[n] for n in want if g.tensor(n).is_source})
+    for name, w in want.items():
+        np.testing.assert_allclose(serial[name], w, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("source", ["python", "model file"])
+def test_on_4_mpi_ranks_the_executor_takes_and_gives_the_users_order(
+        source: str, tmp_path: Path) -> None:
+    gp, feeds, want, cts = reverse_run(planned(source, tmp_path))
+    run = run_mpi(gp, feeds, nprocs=4, fetch=[*want, *gp.grads.values()], timeout=240)
+    assert run.traffic.mismatches(gp) == []  # bytes sent equal the plans', forward and reverse
+    assert_users_order(run.values, {t: run.values[b] for t, b in gp.grads.items()}, want, cts)
+
+
+def test_a_feed_of_the_wrong_shape_for_a_stored_tensor_is_refused_by_name() -> None:
+    g = fused()
+    plan.apply(g, MESH, PLAN)
+    values = {**user_values(g), "qkv.weight": np.zeros((8, 24))}  # [in, out], not [out, in]
+    with pytest.raises(ExecutionError, match=r"'qkv.weight' has shape \[8, 24\]"):
+        run_serial(g, values)
+    with pytest.raises(ExecutionError, match=r"'qkv.weight' has shape \[8, 24\]"):
+        run_simulated(lower(complete(g)), values)
