@@ -206,7 +206,6 @@ class _Reverse:
                 live.update(n for n in dsts if self._float(n))
         return live
 
-
     def _float(self, name: str) -> bool:
         return self.buffers[name].dtype not in INTEGRAL_DTYPES
 
