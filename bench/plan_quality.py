@@ -71,11 +71,14 @@ Columns:
   style (below), the model fed its dp shard of the batch (batch/dp rows: dp is free in the
   forward), the collectives recorded under ``CommDebugMode`` with their local tensor and group
   size, converted to our convention, times the 4 processes (every process runs the same
-  collectives on blocks of the same size). The translation: ColwiseParallel -> ColwiseParallel
-  (on a module whose output is cut into chunks by position, GPT-2's ``c_attn``, Phi-3's
-  ``qkv_proj`` and ``gate_up_proj``: ``output_layouts=Replicate()`` kept as a DTensor, the
-  output gathered once, as a DTensor user writes it: left split, each slice of it would be
-  gathered on its own), RowwiseParallel -> RowwiseParallel, VocabParallel -> RowwiseParallel with a
+  collectives on blocks of the same size). The translation: ColwiseParallel -> ColwiseParallel;
+  ColwiseParallel(chunks=...) (GPT-2's ``c_attn``, Phi-3's ``qkv_proj`` and ``gate_up_proj``,
+  whose output the model cuts into chunks by position; the modules ``DECODERS`` lists) ->
+  ColwiseParallel with ``output_layouts=Replicate()`` kept as a DTensor: DTensor has no
+  chunk-aware style (its ColwiseParallel splits the fused output contiguously, and every slice
+  of it would be gathered on its own), so its best is the output gathered once, as a DTensor
+  user writes it. Ours stores such a weight interleaved and keeps each chunk split
+  (``spmdrules.plan.chunks``). RowwiseParallel -> RowwiseParallel, VocabParallel -> RowwiseParallel with a
   replicated input on an embedding, ColwiseParallel on an LM head, a Spec of mesh-dim names on a
   parameter -> ``distribute_tensor`` with that Shard on mp, DataParallel -> the batch's dp shard.
   Plain tensors meeting DTensors count as replicated (``implicit_replication``). GPT-2's Conv1D

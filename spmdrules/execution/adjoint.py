@@ -60,6 +60,7 @@ from spmdrules.execution.program import (
     SlabLayout,
     Slot,
     counterpart_transfer,
+    same_storage,
 )
 from spmdrules.execution.vjp.cross_entropy import one_hot
 from spmdrules.execution.vocab_parallel_reverse import multi_label_reverse
@@ -182,6 +183,8 @@ class _Reverse:
         self.edges = list(program.edges)
         self.plans = {e.label: e for e in program.edges}
         self.feeds = list(program.feeds)
+        #: a cotangent is held in its buffer's order (``Program.storage``)
+        self.storage = dict(program.storage)
         self.parts: dict[str, list[str]] = {}
         self.final: dict[str, str | None] = {}
         self.live = self._depends_on(wrt)
@@ -211,6 +214,7 @@ class _Reverse:
         parts = self.parts.setdefault(buf, [])
         name = f"{GRAD}{buf}#{len(parts)}"
         parts.append(name)
+        same_storage(self.storage, name, buf)
         lay = self.buffers[buf]
         # a halo-extended slab's cotangent has the slab's boxes
         self.buffers[name] = (dataclasses.replace(lay, attr=dual_attr(lay.attr))
@@ -229,6 +233,7 @@ class _Reverse:
         elif parts:
             name = f"{GRAD}{buf}#sum"
             self.buffers[name] = self.buffers[parts[0]]
+            same_storage(self.storage, name, buf)
             self.code.append(LocalStep(name, self.buffers[buf].mesh, _Sum(), tuple(parts),
                                        (name,)))
         self.final[buf] = name
@@ -254,6 +259,7 @@ class _Reverse:
         lay = self.buffers[t]
         name = f"{SEED}{t}"
         self.buffers[name] = Layout(lay.shape, lay.dtype, dual_attr(lay.attr))
+        same_storage(self.storage, name, t)
         self.feeds.append(name)
         avg = [lay.mesh.shape[m] for m, rt in lay.attr.partial_items if rt == "avg"]
         if avg:
@@ -408,6 +414,7 @@ class _Reverse:
             )
         g = self.cot(t)
         out = f"{GRAD}{t}"
+        same_storage(self.storage, out, t)
         if g is None:  # nothing seeded depends on t: zeros, already in the final layout
             dual = dual_attr(lay.attr)
             final = DistAttr._make(lay.mesh, dual.multi_dims_mapping, ()) if reduce else dual
@@ -432,7 +439,9 @@ def gradient_program(program: Program, outputs: Sequence[str], wrt: Sequence[str
     ``wrt`` are the tensors to differentiate with respect to (default: every float source
     tensor); the result's ``grads`` maps each to the buffer holding its gradient, which
     :meth:`SimResult.fetch <spmdrules.execution.simulated.SimResult.fetch>` or
-    :meth:`MPIExecutor.fetch <spmdrules.execution.mpi.MPIExecutor.fetch>` brings back whole.
+    :meth:`MPIExecutor.fetch <spmdrules.execution.mpi.MPIExecutor.fetch>` brings back whole,
+    in the user's order: a seed or gradient of a tensor held in another order (a chunk-aware
+    plan's interleaved weight) carries that tensor's ``storage``.
     With ``reduce_grads`` every gradient ends in its tensor's layout (all-reduced over the mesh
     dims where the tensor is replicated); without, it stays a pending sum there.
     """
@@ -459,7 +468,7 @@ def gradient_program(program: Program, outputs: Sequence[str], wrt: Sequence[str
     rev.run()
     grads = {t: rev.gradient(t, reduce_grads) for t in wrt}
     return Program(f"{program.name} (gradient)", rev.buffers, rev.code, tuple(rev.feeds),
-                   program.tensors, rev.edges, dict(program.calls), seeds, grads)
+                   program.tensors, rev.edges, dict(program.calls), seeds, grads, rev.storage)
 
 
 __all__ = ["GRAD", "SEED", "GradientError", "dual_attr", "gradient_program"]

@@ -146,6 +146,14 @@ def check_feeds(program: Program, feeds: Mapping[str, Array]) -> None:
                                  f"says {list(want)}")
 
 
+def stored_feeds(program: Program, feeds: Mapping[str, Any]) -> dict[str, Array]:
+    """The feeds, checked, as the program holds them. Users feed their own order; a source the
+    graph stores in another (``Program.storage``: a chunk-aware plan's interleaved weight) is
+    converted here, where it enters, and every executor scatters what this returns."""
+    check_feeds(program, feeds)
+    return {n: program.stored(n, np.asarray(feeds[n])) for n in program.feeds}
+
+
 # ---- kernels ----------------------------------------------------------------------------------
 def call_kernel(call: KernelCall, coord: Coord, blocks: Sequence[Block],
                 layouts: Mapping[str, Layout]) -> dict[str, Array]:
@@ -274,15 +282,27 @@ def serial_vjp(op: Op, values: Mapping[str, Array], cotangents: Mapping[str, Arr
 
 
 def run_serial(graph: Graph, feeds: Mapping[str, Array]) -> dict[str, Array]:
-    """Every tensor of ``graph`` computed serially with numpy (each op's kernel, unsharded)."""
+    """Every tensor of ``graph`` computed serially with numpy (each op's kernel, unsharded).
+    Fed and returned in the user's order: a tensor the graph stores in another
+    (``Tensor.storage``) is converted where it enters and where it comes back."""
     values: dict[str, Array] = {}
+    stored = {t.name: t.storage for t in graph.tensors if t.storage is not None}
     for t in graph.tensors:
         if t.producer is None:
             if t.name not in feeds:
                 raise ExecutionError(f"no value fed for source tensor {t.name!r}")
-            values[t.name] = np.asarray(feeds[t.name])
+            v = np.asarray(feeds[t.name])
+            lay = stored.get(t.name)
+            if lay is not None:
+                if v.shape != t.shape:
+                    raise ExecutionError(f"the value fed for {t.name!r} has shape "
+                                         f"{list(v.shape)}; the graph says {list(t.shape)}")
+                v = lay.stored(v)
+            values[t.name] = v
     for op in graph.ops:
         values.update(serial_op(op, values))
+    for name, lay in stored.items():
+        values[name] = lay.user(values[name])
     return values
 
 
@@ -318,4 +338,5 @@ __all__ = [
     "serial_context",
     "serial_op",
     "serial_vjp",
+    "stored_feeds",
 ]

@@ -52,9 +52,11 @@ from spmdrules.execution.program import (
     SlabLayout,
     Slot,
     mesh_coords,
+    same_storage,
 )
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Op, Tensor
+from spmdrules.graph.storage import Interleaved
 
 
 # ---- lowering ---------------------------------------------------------------------------------
@@ -81,6 +83,10 @@ class _Lowering:
         }
         #: the buffer each operand reshard wrote, by its edge's (tensor, op, slot)
         self.resharded: dict[tuple[str, str, int], str] = {}
+        #: buffers held in another order than the user's: the tensors' (``Tensor.storage``),
+        #: and every buffer holding one of them in another layout
+        self.storage: dict[str, Interleaved] = {
+            t.name: t.storage for t in self.g.tensors if t.storage is not None}
 
     def layout(self, t: Tensor, attr: DistAttr | None = None) -> Layout:
         return Layout(t.shape, t.dtype, self.r.attr(t) if attr is None else attr)
@@ -95,6 +101,7 @@ class _Lowering:
         for k, step in enumerate(plan.steps):
             nxt = dst if k == len(plan.steps) - 1 else f"{dst}#{k}"
             self.buffers[nxt] = Layout(e.shape, e.dtype, step.dst)
+            same_storage(self.storage, nxt, src)
             self.code.append(Collective(step.kind, step.mesh_dim, cur, nxt, label,
                                         step.total_bytes, _step_reduce_type(step)))
             cur = nxt
@@ -114,6 +121,7 @@ class _Lowering:
                 name += f"#{e.slot}"
             self.resharded[key] = name
             self.buffers[name] = Layout(t.shape, t.dtype, e.dst)
+            same_storage(self.storage, name, t.name)
             self.reshard(e, t.name, name)
         return name, self.buffers[name]
 
@@ -123,6 +131,7 @@ class _Lowering:
             return t.name, self.buffers[t.name], None
         name = f"{t.name}<-{op.name}"
         self.buffers[name] = Layout(t.shape, t.dtype, e.src)
+        same_storage(self.storage, name, t.name)
         return name, self.buffers[name], e
 
     def run(self) -> Program:
@@ -134,7 +143,8 @@ class _Lowering:
             self.lower_op(op)
         feeds = tuple(t.name for t in self.g.tensors if t.producer is None)
         return Program(self.g.name, self.buffers, self.code, feeds,
-                       tuple(t.name for t in self.g.tensors), self.edges, self.calls)
+                       tuple(t.name for t in self.g.tensors), self.edges, self.calls,
+                       storage=self.storage)
 
     def lower_op(self, op: Op) -> None:
         ins: list[Slot] = []
@@ -396,6 +406,7 @@ def _lower_halo(lw: _Lowering, call: KernelCall) -> bool:
     dst = f"{src}#halo@{call.op}"
     slab = SlabLayout(lay.shape, lay.dtype, lay.attr, tuple(boxes))
     lw.buffers[dst] = slab
+    same_storage(lw.storage, dst, src)
     x_attr = lay.attr
     sp = set(halo.spatial_dims(lay.shape, call.attrs))
     mesh_dims = tuple(sorted({m for d in sp for m in x_attr.multi_dims_mapping[d]}))

@@ -42,6 +42,7 @@ from spmdrules.execution.executor import (
     call_kernel,
     gather_global,
     local_part,
+    stored_feeds,
 )
 from spmdrules.execution.launch import mpiexec_path
 from spmdrules.execution.local import Block, list_kernels
@@ -182,6 +183,7 @@ class MPIExecutor:
              ) -> tuple[dict[str, Array], RankReport]:
         prog = self.program
         at("feeds: cutting this rank's blocks")
+        feeds = stored_feeds(prog, feeds)
         rng = np.random.default_rng(rng_seed)  # same on every rank: partial feeds agree
         blocks: dict[str, Array] = {}
         for name in prog.feeds:
@@ -381,7 +383,8 @@ class MPIExecutor:
     # ---- results -----------------------------------------------------------------------------
     def fetch(self, blocks: Mapping[str, Array], names: Sequence[str], root: int = 0
               ) -> dict[str, Array] | None:
-        """Gather the global values of ``names`` on ``root`` (None on the other ranks)."""
+        """Gather the global values of ``names`` on ``root`` (None on the other ranks), in the
+        user's order (``Program.storage``)."""
         mine = {n: blocks[n] for n in names if n in blocks}
         every = self.comm.gather(mine, root=root)
         if self.rank != root:
@@ -390,7 +393,7 @@ class MPIExecutor:
         for n in names:
             lay = self.program.buffers[n]
             by_pid = {p: every[p][n] for p in lay.mesh.process_ids}
-            out[n] = gather_global(lay, by_pid)
+            out[n] = self.program.user(n, gather_global(lay, by_pid))
         return out
 
     def reduce_reports(self, report: RankReport, root: int = 0) -> RankReport | None:

@@ -19,6 +19,7 @@ from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.execution.local import LocalContext
 from spmdrules.graph.shapes.shape_rule import DTYPE_BYTES
+from spmdrules.graph.storage import Interleaved
 from spmdrules.runtime.decomposition import Box, box_shape, box_volume
 
 Array = NDArray[Any]
@@ -139,6 +140,13 @@ def groups(mesh: ProcessMesh, mesh_dim: int) -> list[tuple[int, ...]]:
     ids = np.asarray(mesh.process_ids).reshape(mesh.shape)
     moved = np.moveaxis(ids, mesh_dim, -1).reshape(-1, mesh.shape[mesh_dim])
     return [tuple(int(p) for p in row) for row in moved]
+
+
+def same_storage(storage: dict[str, Interleaved], buf: str, like: str) -> None:
+    """Record that buffer ``buf`` holds buffer ``like``'s value (or its cotangent) in the
+    order ``like`` is held in (``Program.storage``)."""
+    if like in storage:
+        storage[buf] = storage[like]
 
 
 # ---- instructions -----------------------------------------------------------------------------
@@ -282,6 +290,20 @@ class Program:
     #: seeded tensor, and the buffer holding the gradient of each requested tensor
     seeds: dict[str, str] = field(default_factory=dict)
     grads: dict[str, str] = field(default_factory=dict)
+    #: the buffers whose value the graph holds in another order than the user's (a
+    #: chunk-aware plan's interleaved weight, what is computed from it before the cuts, their
+    #: reshards and cotangents, ``Tensor.storage``): fed and fetched in the user's order
+    storage: dict[str, Interleaved] = field(default_factory=dict)
+
+    def stored(self, name: str, value: Array) -> Array:
+        """The user's ``value`` of buffer ``name`` as the program holds it."""
+        lay = self.storage.get(name)
+        return value if lay is None else np.asarray(lay.stored(value))
+
+    def user(self, name: str, value: Array) -> Array:
+        """The value of buffer ``name`` as the program holds it, in the user's order."""
+        lay = self.storage.get(name)
+        return value if lay is None else np.asarray(lay.user(value))
 
     @property
     def predicted_bytes(self) -> int:

@@ -32,9 +32,9 @@ from spmdrules.execution.executor import (
     ExecutionError,
     Traffic,
     call_kernel,
-    check_feeds,
     gather_global,
     local_part,
+    stored_feeds,
 )
 from spmdrules.execution.local import Block
 from spmdrules.execution.program import (
@@ -68,10 +68,12 @@ class SimResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
     def fetch(self, name: str) -> Array:
-        """The global value of buffer (or tensor) ``name``, gathered and reduced."""
+        """The global value of buffer (or tensor) ``name``, gathered and reduced, in the user's
+        order (``Program.storage``)."""
         if name not in self.blocks:
             raise ExecutionError(f"no buffer {name!r} in program {self.program.name!r}")
-        return gather_global(self.program.buffers[name], self.blocks[name])
+        return self.program.user(name, gather_global(self.program.buffers[name],
+                                                     self.blocks[name]))
 
     def fetch_all(self, names: Sequence[str] | None = None) -> dict[str, Array]:
         return {n: self.fetch(n) for n in (names if names is not None else self.program.tensors)}
@@ -196,7 +198,7 @@ class SimulatedMesh:
         import time
 
         prog = self.program
-        check_feeds(prog, feeds)
+        feeds = stored_feeds(prog, feeds)
         rng = rng if rng is not None else np.random.default_rng(0)
         blocks: dict[str, Blocks] = {}
         for name in prog.feeds:

@@ -20,7 +20,10 @@ Layout (version 1)::
 ``dims`` lists the mesh dims that split each tensor dim (major first; ``[]`` replicated; in an
 annotation ``null`` is an open dim with no preference); ``partial`` maps a mesh dim (as a string)
 to its reduce type. An operand is a tensor name, a list of names (a list parameter) or null (an
-absent optional).
+absent optional). A tensor a chunk-aware plan holds interleaved (``Tensor.storage``: a fused
+weight, its bias and the values computed from them before the cuts) has
+``"storage": {"dim": 0, "sizes": [256, 128, 128], "ways": 2}``: the executors convert it from
+and to the user's order.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from spmdrules.graph.annotation import OPEN
 from spmdrules.graph.binding import check_declared, check_dtype
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Tensor
+from spmdrules.graph.storage import Interleaved
 
 FORMAT: Final = "spmdrules.model/1"
 #: the largest file ``load`` reads (a 960-layer GPT is about 15 MB)
@@ -107,6 +111,15 @@ class AttrModel:
 
 
 @dataclass(frozen=True, slots=True, config=_RECORD)
+class StorageModel:
+    """A tensor held interleaved by chunks (``spmdrules.graph.storage.Interleaved``)."""
+
+    dim: Annotated[int, Field(strict=True, ge=0, le=64)]
+    sizes: list[Annotated[int, Field(strict=True, ge=1, le=MAX_DIM)]]
+    ways: Annotated[int, Field(strict=True, ge=1, le=MAX_PROCESSES)]
+
+
+@dataclass(frozen=True, slots=True, config=_RECORD)
 class TensorModel:
     name: Name
     shape: list[Annotated[int, Field(strict=True, ge=0, le=MAX_DIM)]]
@@ -114,6 +127,7 @@ class TensorModel:
     role: Literal["input", "param", "value"]
     annotation: AnnotationModel | None = None
     attr: AttrModel | None = None
+    storage: StorageModel | None = None
 
 
 @dataclass(frozen=True, slots=True, config=_RECORD)
@@ -174,8 +188,11 @@ def to_model(graph: Graph) -> ModelFile:
             attr = AttrModel(mesh=_mesh_id(meshes, t.attr.mesh),
                              dims=[list(d) for d in t.attr.multi_dims_mapping],
                              partial=_partial(t.attr.partial_items))
+        lay = t.storage
+        stored = None if lay is None else StorageModel(dim=lay.dim, sizes=list(lay.sizes),
+                                                       ways=lay.ways)
         tensors.append(TensorModel(name=t.name, shape=list(t.shape), dtype=t.dtype, role=t.role,
-                                   annotation=ann, attr=attr))
+                                   annotation=ann, attr=attr, storage=stored))
 
     def operand(v: Tensor | tuple[Tensor, ...] | None) -> str | list[str] | None:
         if v is None or isinstance(v, Tensor):
@@ -298,10 +315,12 @@ def _build(m: ModelFile, source: str) -> Graph:
         _add_tensors_and_ops(g, m)
         g.validate()
         for i, tm in enumerate(m.tensors):
-            if tm.annotation is None and tm.attr is None:
+            if tm.annotation is None and tm.attr is None and tm.storage is None:
                 continue
             where = f"tensors[{i}] ({tm.name!r})"
             tensor = g.tensor(tm.name)
+            if tm.storage is not None:
+                tensor.storage = _storage(where, tensor, tm.storage)
             if tm.annotation is not None:
                 a = tm.annotation
                 if len(a.closed) != len(a.dims):
@@ -324,6 +343,14 @@ def _build(m: ModelFile, source: str) -> Graph:
         # the builder's typed error (naming the node) stays available as the cause
         raise ExchangeError(f"{source}: {e}") from e
     return g
+
+
+def _storage(where: str, t: Tensor, m: StorageModel) -> Interleaved:
+    lay = Interleaved(m.dim, tuple(m.sizes), m.ways)
+    if m.dim >= t.ndim or t.shape[m.dim] != lay.extent:
+        raise ExchangeError(f"{where}.storage: {lay} does not fit the {t.role} {list(t.shape)}; "
+                            "a tensor is stored interleaved along a dim its chunks fill")
+    return lay
 
 
 def _add_tensors_and_ops(g: Graph, m: ModelFile) -> None:

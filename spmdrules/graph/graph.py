@@ -4,39 +4,37 @@ The nodes, ``Tensor`` and ``Op``, are in ``spmdrules.graph.nodes``.
 
 Design. Ops and tensors are slotted objects that link each other: ``Op.operands`` and
 ``Op.results`` keep the rule's argument order, ``Tensor.producer`` is the op that makes a tensor
-and each tensor keeps the ops that read it. Tensors are nodes of their own (not edge labels)
-because a tensor has one producer but many consumers, graph inputs and parameters have no
-producer at all, and the completion pass keeps one attribute per tensor, not per use. A 200k-op
-model costs about 100 MB this way; ``Graph.nx``, the bipartite networkx DiGraph (an edge
-tensor -> op for each operand, op -> tensor for each result), is built from the links when asked
-for, and networkx runs the graph algorithms: the topological sort and the search for a cycle.
-Attributes set for every tensor at once (``set_attrs``, which completion uses, and
-``reset_attrs``) stay in one list on the graph until a single tensor's attribute is set or the
-graph changes: writing into each scattered Tensor object costs a cache miss per tensor on large
-models. ``Tensor.attr`` reads either the same way.
+and each tensor keeps the ops that read it. Tensors are nodes of their own (not edge labels):
+a tensor has one producer but many consumers, sources have none, and completion keeps one
+attribute per tensor, not per use. A 200k-op model costs about 100 MB this way; ``Graph.nx``,
+the bipartite networkx DiGraph (tensor -> op per operand, op -> tensor per result), is built
+when asked for, and networkx runs the topological sort and the search for a cycle. Attributes
+set for every tensor at once (``set_attrs``, ``reset_attrs``) stay in one list on the graph
+until one tensor's attribute is set or the graph changes: a write into each scattered Tensor
+costs a cache miss per tensor on large models.
 
 Order. ``Graph.topological_order()`` puts each op after the producers of its operands and as
 late as it can come (right before its first reader, so a model's layers stay contiguous), ties
 broken by natural name order with the name itself last: a total order, so it depends on the
-graph's content only, never on insertion order (``spmdrules.graph.order``). When the ops sorted
-by that key are already in topological order, that sorted order is the result, and no graph is
-built; otherwise networkx sorts. The order is cached, and each op's position is stored in
-``Op.order``. Consumers are sorted by ``Op.order``.
+graph's content only, never on insertion order (``spmdrules.graph.order``; networkx sorts only
+when the ops sorted by that key are not already in topological order). The order is cached,
+each op's position kept in ``Op.order``; consumers are sorted by it.
 
-The graph also keeps its annotated tensors (``Tensor.annotation`` registers them) and a count of
-declared tensors no op produces yet, so neither completion nor ``validate`` visits every tensor.
+The graph keeps its annotated tensors and a count of declared tensors no op produces yet, so
+neither completion nor ``validate`` visits every tensor.
 
-Validation. ``add_op`` checks the op type, arity, attributes and shapes
-(``spmdrules.graph.binding``, with the shape rules of ``spmdrules.graph.shapes``) before it
-touches the graph, so a failed call leaves the graph unchanged.
-Cycles can only arise when an op adopts a declared tensor that is already consumed; they are found
-by networkx on ``validate()``, which also runs when a ``with Graph():`` block ends.
+Validation. ``add_op`` checks the op type, arity, attributes and shapes (``binding``, with the
+shape rules of ``shapes``) before it touches the graph, so a failed call changes nothing. Cycles
+can only arise when an op adopts a declared tensor that is already consumed (``remove_op`` makes
+such tensors of a rewritten op's results); ``validate()`` finds them, and runs when a
+``with Graph():`` block ends.
 """
 
 from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 import networkx as nx
@@ -69,6 +67,7 @@ from spmdrules.graph.opschema import op_schema
 from spmdrules.graph.order import bipartite_view, cycle_error, lexicographic_order, natural_key
 from spmdrules.graph.shapes.shape_rule import TensorMeta
 
+_op_order = _tensor_order = attrgetter("order")
 _CURRENT: contextvars.ContextVar[tuple[Graph, ...]] = contextvars.ContextVar(
     "spmdrules_graph_stack", default=()
 )
@@ -151,10 +150,8 @@ class Graph:
         return self._new_tensor(name, shape, dtype, "param")
 
     def declare(self, name: str, shape: Sequence[int], dtype: str = "float32") -> Tensor:
-        """A tensor that an op added later will produce (``add_op(..., results=[name])``).
-
-        Loaders and out-of-order builders declare every tensor first, then add ops in any order.
-        """
+        """A tensor that an op added later will produce (``add_op(..., results=[name])``):
+        loaders and out-of-order builders declare every tensor, then add ops in any order."""
         return self._new_tensor(name, shape, dtype, "value")
 
     def _new_tensor(self, name: str, shape: Sequence[int], dtype: str, role: Role) -> Tensor:
@@ -170,7 +167,6 @@ class Graph:
         if role == "value":
             self._unproduced += 1
         return t
-
 
     def tensor(self, name: str) -> Tensor:
         t = self._tensors.get(name)
@@ -258,6 +254,20 @@ class Graph:
             op.results = tuple(structured)
         self._ops[name] = op
         return op
+
+    def remove_op(self, op: Op | str) -> None:
+        """Take ``op`` out for a rewrite: its results stay, with their readers, as declared
+        tensors that the replacing ops produce (``add_op(..., results=[name])``)."""
+        o = self.op(op) if isinstance(op, str) else op
+        if self._ops.get(o.name) is not o:
+            raise UnknownNodeError(f"op {o.name!r} is not an op of graph {self.name!r}")
+        self._changed()
+        for t in set(flat_slots(o.operands, Tensor)):  # an op reading t twice is listed once
+            t._consumers.remove(o)
+        for t in o.outputs:
+            t.producer, t.index = None, -1
+            self._unproduced += 1
+        del self._ops[o.name]
 
     def _auto_name(self, op_type: str) -> str:
         while True:
@@ -403,11 +413,9 @@ class Graph:
         return order
 
     def validate(self, *, full: bool = False) -> Graph:
-        """Check the whole graph: every non-source tensor has a producer, and there is no cycle.
-
-        With ``full`` it also re-runs shape inference on every op and compares it with the
-        tensors' shapes (for graphs whose tensors were changed after the ops were added).
-        """
+        """Check that every non-source tensor has a producer and that there is no cycle; with
+        ``full``, also re-run shape inference on every op against its tensors' shapes (for
+        graphs whose tensors were changed after their ops were added)."""
         if self._unproduced:
             for t in self._tensors.values():
                 if t.producer is None and t.role == "value":
@@ -437,7 +445,8 @@ class Graph:
             return None if t.annotation is None else t.annotation.key()
 
         tensors = tuple(sorted(
-            (t.name, t.shape, t.dtype, t.role, t.attr, ann(t)) for t in self._tensors.values()
+            (t.name, t.shape, t.dtype, t.role, t.attr, ann(t), t.storage)
+            for t in self._tensors.values()
         ))
 
         def names(v: Tensor | tuple[Tensor, ...] | None) -> Any:
@@ -477,14 +486,6 @@ class Graph:
             outs = ", ".join(f"{t.name}{list(t.shape)}" for t in op.outputs)
             lines.append(f"  {outs} = {op.type}({', '.join(t.name for t in op.inputs)})")
         return "\n".join(lines)
-
-
-def _op_order(op: Op) -> int:
-    return op.order
-
-
-def _tensor_order(t: Tensor) -> int:
-    return t.order
 
 
 def current_graph(node: str) -> Graph:

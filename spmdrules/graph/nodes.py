@@ -16,6 +16,7 @@ from spmdrules.graph.annotation import Annotation
 from spmdrules.graph.errors import ArityError
 from spmdrules.graph.opschema import OpSchema
 from spmdrules.graph.shapes.shape_rule import DTYPE_BYTES, TensorMeta
+from spmdrules.graph.storage import Interleaved
 
 Role = Literal["input", "param", "value"]
 
@@ -51,7 +52,7 @@ class Tensor:
 
     __slots__ = (
         "_annotation", "_attr", "_consumers", "_dtype", "_shape", "graph", "index", "name",
-        "order", "producer", "role",
+        "order", "producer", "role", "storage",
     )
 
     name: str
@@ -64,6 +65,11 @@ class Tensor:
     order: int
     _attr: DistAttr | None
     _annotation: Annotation | None
+    #: the order the graph holds this tensor's values in when it is not the user's (a
+    #: chunk-aware plan interleaves a fused weight, its bias and what is computed from them
+    #: before the cuts): ``spmdrules.graph.storage``. Internal, like a split: the executors
+    #: take and give values in the user's order
+    storage: Interleaved | None
     #: the ops that read this tensor, each once, in the order they were added
     _consumers: list[Op]
 
@@ -80,6 +86,7 @@ class Tensor:
         self.order = -1  # position in Graph.tensors, set with the topological order
         self._attr = None
         self._annotation = None
+        self.storage = None
         self._consumers = []
 
     @property

@@ -24,12 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from spmdrules.core.attr import DistAttr
-from spmdrules.core.errors import did_you_mean
+from spmdrules.core.errors import SpmdError, did_you_mean
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.graph.annotate import shard
 from spmdrules.graph.annotation import Annotation
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Op, Tensor
+from spmdrules.graph.storage import Interleaved
+from spmdrules.plan.chunks import MATMULS, TRANSPOSES, ChunkRewrite, plan_rewrite
 from spmdrules.plan.errors import (
     PlanConflictError,
     PlanError,
@@ -51,9 +53,6 @@ from spmdrules.plan.styles import (
     describe,
 )
 
-#: ops that only permute a weight's dims on its way to the matmul that uses it
-_TRANSPOSES = frozenset({"transpose", "transpose2"})
-_MATMULS = frozenset({"matmul", "matmul_v2", "bmm"})
 _EMBEDDINGS = frozenset({"embedding", "lookup_table_v2"})
 
 
@@ -133,11 +132,12 @@ def _apply(graph: Graph, mesh: ProcessMesh, plan: Mapping[str, Any], priority: i
     """Annotate the tensors each entry reaches, recording in ``before`` what each held first."""
     asked: dict[str, tuple[Annotation, str]] = {}
     done: dict[str, tuple[str, ...]] = {}
+    rewrites: dict[str, tuple[Interleaved | None, str, ChunkRewrite | None]] = {}
     for pattern, value in plan.items():
         style = _style_of(pattern, value)
         source = describe(pattern, style)
         hit = []
-        for t, spec in _entry(graph, mesh, pattern, style, modules, tensors, names):
+        for t, spec in _entry(graph, mesh, pattern, style, modules, tensors, names, rewrites):
             before.setdefault(t.name, (t.annotation, t.attr))
             ann = _annotate(t, mesh, spec, style, priority, source)
             earlier = asked.get(t.name)
@@ -155,6 +155,9 @@ def _apply(graph: Graph, mesh: ProcessMesh, plan: Mapping[str, Any], priority: i
                 f"tensor {name!r} is already annotated {old.spec_str()}"
                 + (f" by {old.source}" if old.source else "")
                 + f", but {ann.source} asks {ann.spec_str()}; drop one of them")
+    for _, _, rewrite in rewrites.values():  # every entry fits: only now does the graph change
+        if rewrite is not None:
+            rewrite.apply()
     return AppliedPlan(done)
 
 
@@ -174,8 +177,11 @@ def _annotate(t: Tensor, mesh: ProcessMesh, spec: Any, style: Style, priority: i
 
 def _entry(graph: Graph, mesh: ProcessMesh, pattern: str, style: Style,
            modules: Mapping[str, list[Tensor]], tensors: Mapping[str, Tensor],
-           names: GraphNames) -> list[tuple[Tensor, Any]]:
-    """(tensor, spec) for every tensor the entry annotates."""
+           names: GraphNames,
+           rewrites: dict[str, tuple[Interleaved | None, str, ChunkRewrite | None]]
+           ) -> list[tuple[Tensor, Any]]:
+    """(tensor, spec) for every tensor the entry annotates; a chunk-aware entry's rewrites,
+    checked, go into ``rewrites`` by weight."""
     source = describe(pattern, style)
     on_tensors = not isinstance(style, WEIGHT_STYLES)
     on_modules = not isinstance(style, Spec | Spatial)
@@ -194,7 +200,37 @@ def _entry(graph: Graph, mesh: ProcessMesh, pattern: str, style: Style,
         out.append((tensors[n], _tensor_spec(tensors[n], mesh, style, source)))
     for m in hit_m:
         out.extend(_module_specs(m, modules[m], style, source))
+        if isinstance(style, ColwiseParallel):
+            _chunked(m, modules[m], style, mesh, source, rewrites)
     return out
+
+
+def _chunked(module: str, params: Sequence[Tensor], style: ColwiseParallel, mesh: ProcessMesh,
+             source: str, rewrites: dict[str, tuple[Interleaved | None, str, ChunkRewrite | None]]
+             ) -> None:
+    """Check a ColwiseParallel module and keep, by weight, the interleaved storage it asks
+    (None without chunks), its entry and its rewrite (``spmdrules.plan.chunks``)."""
+    own = {p.name[len(module) + 1:]: p for p in params}
+    weight = own["weight"]  # _module_specs made sure it is there
+    rewrite, lay = None, None
+    if style.chunks is not None:
+        kind, out_dim, _ = weight_use(weight, source)
+        if kind != "linear":
+            raise PlanTargetError(f"{source}: chunks split a linear's output features; "
+                                  f"{weight.name!r} is an embedding table")
+        try:
+            ways = mesh.dim_size(style.dim)
+        except SpmdError as e:
+            raise PlanTargetError(f"{source}: {e}") from e
+        rewrite = plan_rewrite(weight, own.get("bias"), out_dim, style.chunks, ways, source)
+        lay = weight.storage if rewrite is None else rewrite.weight_storage
+    earlier = rewrites.get(weight.name)
+    if earlier is not None and earlier[0] != lay:
+        raise PlanConflictError(
+            f"module {module!r}: {earlier[1]} and {source} ask different layouts of the output "
+            f"features of {weight.name!r} ({earlier[0]} and {lay}: None is one contiguous "
+            "split); narrow one of the two patterns")
+    rewrites[weight.name] = (lay, source, rewrite)
 
 
 def _dims(nd: int, at: Mapping[int, Any]) -> list[Any]:
@@ -297,8 +333,8 @@ def _uses(t: Tensor, perm: tuple[int, ...]) -> Iterable[tuple[Op, tuple[int, ...
     """(op, perm, tensor read) for each matmul or embedding reached from ``t`` through
     transposes; ``perm[i]`` is the weight's dim at dim i of the tensor the op reads."""
     for op in t.consumers:
-        if op.type in _TRANSPOSES:
+        if op.type in TRANSPOSES:
             p = op.attr("perm")
             yield from _uses(op.outputs[0], tuple(perm[j] for j in p))
-        elif op.type in _MATMULS or op.type in _EMBEDDINGS:
+        elif op.type in MATMULS or op.type in _EMBEDDINGS:
             yield op, perm, t

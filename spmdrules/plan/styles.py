@@ -7,7 +7,14 @@ left to completion, which derives what DTensor's ``input_layouts``/``output_layo
 
 * ``ColwiseParallel``: a linear's output features split on ``dim`` (torch's ``Shard(0)`` of an
   ``nn.Linear`` weight [out, in]; the last dim of a [in, out] weight); its bias split alike. On
-  an embedding, the embedding dim (DTensor's ``Shard(1)``).
+  an embedding, the embedding dim (DTensor's ``Shard(1)``). ``ColwiseParallel(chunks=...)``
+  is for a fused projection whose output the model cuts into chunks by position (GPT-2's
+  ``c_attn``: q | k | v; Phi-3's ``gate_up_proj``: gate | up): ``chunks`` is their number
+  (equal chunks) or their sizes, absolute or relative (``(2, 1, 1)`` for 8 query heads and 4
+  key-value heads). Each chunk is split on ``dim``, not the fused output: the weight and bias
+  are stored interleaved (``spmdrules.graph.storage``, Megatron's interleaved QKV), so process
+  r holds the r-th block of every chunk, and the cuts of the output into its chunks are
+  rewritten to read the process's own blocks (``spmdrules.plan.chunks``).
 * ``RowwiseParallel``: a linear's input features split (the pending sum it leaves is reduced
   where the next op needs it); its bias replicated. On an embedding, the vocabulary dim.
 * ``VocabParallel``: the vocabulary dim of an embedding table or of an LM head (its output
@@ -39,6 +46,15 @@ MeshDim = str | int
 @dataclass(frozen=True)
 class ColwiseParallel:
     dim: MeshDim = "mp"
+    chunks: int | tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.chunks, list):  # a list of sizes, kept hashable
+            object.__setattr__(self, "chunks", tuple(self.chunks))
+
+    def __repr__(self) -> str:
+        more = "" if self.chunks is None else f", chunks={self.chunks!r}"
+        return f"ColwiseParallel(dim={self.dim!r}{more})"
 
 
 @dataclass(frozen=True)

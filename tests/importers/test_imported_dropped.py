@@ -1,7 +1,8 @@
-"""Dropped splits on imported models (issue 24). Hugging Face LLaMA and GPT-2 with their
-Megatron plans on a 2x2 (dp x mp) mesh drop no split at batch 2 (the MPI tests' batch), and at
-batch 3 (which does not split over dp=2) each warns once, where the batch split is dropped.
-ONNX's ResNet50-light, split on H and W, drops them where a strided conv makes 7 x 7."""
+"""Dropped splits on imported models (issue 24). Hugging Face decoders (LLaMA, Mistral, Qwen2,
+GPT-2, Phi-3) with their Megatron plans on a 2x2 (dp x mp) mesh drop no split at batch 2 (the
+MPI tests' batch), and at batch 3 (which does not split over dp=2) each warns once, where the
+batch split is dropped. ONNX's ResNet50-light, split on H and W, drops them where a strided
+conv makes 7 x 7."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from spmdrules import plan
 from spmdrules.completion import Completion, complete
 from spmdrules.graph.graph import Graph
 
-#: where batch 3 drops dp: the token embedding (LLaMA, Mistral, Mixtral, Qwen2), the reshape of
-#: the ids (GPT-2)
-DROPPED_AT = {**dict.fromkeys(("llama", "mistral", "mixtral", "qwen2"),
-                             "model.embed_tokens.embedding"),
+#: where batch 3 drops dp: the token embedding (LLaMA, Mistral, Mixtral, Qwen2, Phi-3), the
+#: reshape of the ids (GPT-2)
+DROPPED_AT = {**dict.fromkeys(("llama", "mistral", "mixtral", "qwen2", "phi3"),
+                              "model.embed_tokens.embedding"),
               "gpt2": "transformer.view"}
 
 

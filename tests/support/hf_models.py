@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded: configs only
@@ -28,58 +29,10 @@ LLAMA_PLAN: dict[str, Any] = {
 GPT2_PLAN: dict[str, Any] = {
     "input_ids": plan.DataParallel(dim="dp"),
     "transformer.wte": plan.VocabParallel(),
-    "*.attn.c_attn": plan.ColwiseParallel(), "*.attn.c_proj": plan.RowwiseParallel(),
+    # q | k | v, each split on mp (Megatron's interleaved QKV), not the fused output
+    "*.attn.c_attn": plan.ColwiseParallel(chunks=3), "*.attn.c_proj": plan.RowwiseParallel(),
     "*.mlp.c_fc": plan.ColwiseParallel(), "*.mlp.c_proj": plan.RowwiseParallel(),
     "lm_head": plan.ColwiseParallel(),
-}
-
-
-def _llama_like(family: str, layers: int, over: dict[str, Any]) -> Any:
-    """A decoder of LLaMA's structure (``family``: Llama, Mistral, Qwen2), eager attention."""
-    import torch
-    import transformers
-
-    torch.manual_seed(0)
-    cfg = getattr(transformers, f"{family}Config")(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        attn_implementation="eager", use_cache=False, bos_token_id=0, eos_token_id=1,
-        **{"tie_word_embeddings": False, **over})
-    return getattr(transformers, f"{family}ForCausalLM")(cfg).eval()
-
-
-def llama(layers: int = 2, **over: Any) -> Any:
-    return _llama_like("Llama", layers, over)
-
-
-def mistral(layers: int = 2, **over: Any) -> Any:
-    return _llama_like("Mistral", layers, over)
-
-
-def qwen2(layers: int = 2, **over: Any) -> Any:
-    """Qwen2: LLaMA's structure with biases on the q, k and v projections."""
-    return _llama_like("Qwen2", layers, over)
-
-
-def gpt2(layers: int = 2, **over: Any) -> Any:
-    """GPT-2 with its LM head untied from the token embedding: torch.export keeps one of two
-    tied parameters (under the LM head's name), so a tied model's embedding plan would name a
-    parameter the program does not read."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=layers, n_head=4, n_positions=16,
-                     attn_implementation="eager", use_cache=False, bos_token_id=0,
-                     eos_token_id=1, tie_word_embeddings=False, **over)
-    return GPT2LMHeadModel(cfg).eval()
-
-
-MODELS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
-    "llama": (llama, LLAMA_PLAN),
-    "mistral": (mistral, LLAMA_PLAN),
-    "qwen2": (qwen2, LLAMA_PLAN),
-    "gpt2": (gpt2, GPT2_PLAN),
 }
 
 
@@ -98,8 +51,11 @@ NEOX_PLAN: dict[str, Any] = {
 PHI3_PLAN: dict[str, Any] = {
     "input_ids": plan.DataParallel(dim="dp"),
     "embed_tokens": plan.VocabParallel(),
-    "*.qkv_proj": plan.ColwiseParallel(), "*.o_proj": plan.RowwiseParallel(),
-    "layers.*.mlp.gate_up_proj": plan.ColwiseParallel(),
+    # q | k | v in the proportions of their heads, gate | up: each chunk split on mp
+    "*.qkv_proj": plan.ColwiseParallel(chunks=(SIZES["heads"], SIZES["kv_heads"],
+                                               SIZES["kv_heads"])),
+    "*.o_proj": plan.RowwiseParallel(),
+    "layers.*.mlp.gate_up_proj": plan.ColwiseParallel(chunks=2),
     "layers.*.mlp.down_proj": plan.RowwiseParallel(),
     "lm_head": plan.ColwiseParallel(),
 }
@@ -130,15 +86,6 @@ QWEN2_MOE_PLAN: dict[str, Any] = {
 MOE_SHARED: dict[str, int] = {"mixtral": 0, "qwen2_moe": 1}
 
 
-def mixtral(layers: int = 2, **over: Any) -> Any:
-    """A small Mixtral (4 experts, top-2) at MODELS' sizes, its experts on ``MOE_EXPERTS``."""
-    return _llama_like("Mixtral", layers, {"num_local_experts": 4, "num_experts_per_tok": 2,
-                                           "experts_implementation": MOE_EXPERTS, **over})
-
-
-MODELS["mixtral"] = (mixtral, MOE_PLAN)
-
-
 def _common(s: dict[str, int]) -> dict[str, Any]:
     """Config fields the LLaMA-like families share: eager attention (the importer maps its
     matmuls and softmax; sdpa is a fused kernel), no cache, no padding row (the registered
@@ -153,7 +100,10 @@ def _common(s: dict[str, int]) -> dict[str, Any]:
 
 def decoder(kind: str, **sizes: int) -> Any:
     """The Hugging Face decoder ``kind`` (a key of DECODERS) at SIZES (``sizes`` overrides),
-    random weights from seed 0, in eval mode."""
+    random weights from seed 0, in eval mode. GPT-2's LM head is untied from the token
+    embedding like the others': torch.export keeps one of two tied parameters (under the LM
+    head's name), so a tied model's embedding plan would name a parameter the program does not
+    read."""
     import torch
     import transformers as tf
 
@@ -199,4 +149,21 @@ DECODERS: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
     "phi3": ("Phi-3", PHI3_PLAN, ("*.qkv_proj", "layers.*.mlp.gate_up_proj")),
     "mixtral": ("Mixtral", MOE_PLAN, ()),
     "qwen2_moe": ("Qwen2-MoE", QWEN2_MOE_PLAN, ()),
+}
+
+
+# ---- the tests' decoders: the same builder at small sizes -------------------------------------
+#: hidden 32, 4 heads (2 KV), FFN 64, vocabulary VOCAB
+SMALL: dict[str, int] = {"hidden": 32, "heads": 4, "kv_heads": 2, "ffn": 64, "vocab": VOCAB}
+
+
+def small(kind: str, layers: int = 2) -> Any:
+    """``decoder(kind)`` at SMALL sizes with ``layers`` layers (Qwen2: LLaMA's structure with
+    biases on the q, k and v projections)."""
+    return decoder(kind, **SMALL, layers=layers)
+
+
+MODELS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
+    kind: (partial(small, kind), DECODERS[kind][1])
+    for kind in ("llama", "mistral", "qwen2", "gpt2", "phi3", "mixtral")
 }

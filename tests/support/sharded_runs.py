@@ -10,7 +10,7 @@ import numpy as np
 
 from spmdrules.completion import complete
 from spmdrules.execution.adjoint import gradient_program
-from spmdrules.execution.executor import max_error, run_serial
+from spmdrules.execution.executor import max_error, run_serial, serial_vjp
 from spmdrules.execution.gradcheck import check_gradients
 from spmdrules.execution.lowering import lower
 from spmdrules.execution.mpi import run_mpi
@@ -21,6 +21,20 @@ from spmdrules.graph.graph import Graph
 
 def program_of(g: Graph) -> Program:
     return lower(complete(g))
+
+
+def serial_cotangents(g: Graph, feeds: Mapping[str, Any], seeds: Mapping[str, Any]
+                      ) -> dict[str, Any]:
+    """The cotangent of every tensor ``<seeds, outputs>`` depends on, by reverse mode on the
+    graph run serially (each op's VJP on whole arrays): the exact reference for a gradient
+    program. For a graph that holds no tensor in another order than its user's."""
+    values = run_serial(g, feeds)
+    cts = {t: np.asarray(s, dtype=np.float64) for t, s in seeds.items()}
+    for op in reversed(g.ops):
+        if any(t.name in cts for t in op.outputs):
+            for name, ct in serial_vjp(op, values, cts).items():
+                cts[name] = cts[name] + ct if name in cts else ct
+    return cts
 
 
 def assert_simulated_equals_serial(
