@@ -19,6 +19,8 @@ pytest.importorskip("transformers", reason="needs transformers (a test dependenc
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import plan_quality as pq  # noqa: E402
 from hf_models import DECODERS, MESH, SIZES, decoder  # noqa: E402
+from quality.ours import ours_cnn  # noqa: E402
+from quality.rows import cnn_row  # noqa: E402
 
 from spmdrules import plan  # noqa: E402
 from spmdrules.completion import complete  # noqa: E402
@@ -94,13 +96,13 @@ def test_transposed_conv_textbook_halo_is_what_ours_sends() -> None:
     wide = nn.ConvTranspose2d(3, 4, 3, 2, 1, output_padding=1)
     book = pq.textbook_cnn(wide, x)
     assert (book.bytes, book.collectives) == (1 * (1 * 3 * 8 * 4) * 2, 1)
-    assert pq.ours_cnn(wide, x, SPATIAL_PLAN) == book
+    assert ours_cnn(wide, x, SPATIAL_PLAN) == book
 
 
 def test_unet_row_is_measured_and_at_the_textbook() -> None:
     """The U-Net (ConvTranspose imported, halos on the transposed convs) moves no more than its
     textbook: a halo per 3x3 conv, nothing at the up-convolutions (kernel = stride)."""
-    row = pq.cnn_row("unet", 2)
+    row = cnn_row("unet", 2)
     assert row.ours.reason == "" and row.ours.bytes is not None
     ratio = row.ratio(row.textbook)
     assert ratio is not None and ratio <= 1.05, (row.ours, row.textbook)
