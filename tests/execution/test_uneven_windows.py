@@ -12,15 +12,18 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sharded_runs import (
+    assert_mpi_equals_serial_forward_and_reverse,
+    assert_simulated_equals_serial,
+    halo_predictions,
+)
 
 import spmdrules as sr
 from spmdrules import ops
 from spmdrules.completion import Completion, complete
 from spmdrules.execution.adjoint import gradient_program
-from spmdrules.execution.executor import max_error, random_feeds, run_serial
-from spmdrules.execution.gradcheck import check_gradients
+from spmdrules.execution.executor import random_feeds
 from spmdrules.execution.lowering import lower
-from spmdrules.execution.mpi import run_mpi
 from spmdrules.execution.program import HaloStep, Program
 from spmdrules.execution.simulated import run_simulated
 from spmdrules.graph.annotate import shard
@@ -114,36 +117,14 @@ def _setup() -> tuple[Graph, Program, Program, dict[str, Any], dict[str, Any]]:
     return r.graph, prog, gp, feeds, seeds
 
 
-def _halos(prog: Program) -> dict[str, int]:
-    return {i.edge: i.predicted_bytes for i in prog.instructions if isinstance(i, HaloStep)}
-
-
 def test_simulated_equals_serial_forward_and_reverse() -> None:
-    g, prog, gp, feeds, seeds = _setup()
-    sim = run_simulated(gp, feeds)
-    serial = run_serial(g, {k: feeds[k] for k in prog.feeds})
-    err, where = max_error({t: sim.fetch(t) for t in prog.tensors}, serial)
-    assert err <= 1e-12, where
-    checks = check_gradients(g, feeds, seeds, {t: sim.fetch(b) for t, b in gp.grads.items()},
-                             directions=1, entries=1)
-    assert max(c.error for c in checks) <= 1e-7
-    assert sim.traffic.mismatches(gp) == []
-    assert sim.traffic.halo == _halos(gp)
+    r, _ = completed()
+    prog = lower(r)
+    feeds = random_feeds(prog, seed=1)
+    assert_simulated_equals_serial(r.graph, feeds, prog=prog, loss=OUT)
+    assert run_simulated(prog, feeds).traffic.halo == halo_predictions(prog)
 
 
 @pytest.mark.timeout(300)
 def test_mpi_equals_serial_forward_and_reverse() -> None:
-    g, prog, gp, feeds, seeds = _setup()
-    run = run_mpi(gp, feeds, nprocs=4, fetch=[*prog.tensors, *gp.grads.values()], timeout=280)
-    serial = run_serial(g, {k: feeds[k] for k in prog.feeds})
-    err, where = max_error({t: run.values[t] for t in prog.tensors}, serial)
-    assert err <= 1e-12, where
-    sim = run_simulated(gp, feeds)
-    for b in gp.grads.values():
-        np.testing.assert_allclose(run.values[b], sim.fetch(b), rtol=1e-12, atol=1e-12)
-    checks = check_gradients(g, feeds, seeds, {t: run.values[b] for t, b in gp.grads.items()},
-                             directions=1, entries=1)
-    assert max(c.error for c in checks) <= 1e-7
-    assert run.traffic.mismatches(gp) == []
-    assert run.traffic.per_edge == sim.traffic.per_edge
-    assert run.traffic.halo == _halos(gp)
+    assert_mpi_equals_serial_forward_and_reverse(*_setup())
