@@ -23,7 +23,7 @@ Paddle 3.3.1's rules differ in six ways that execution proves wrong; each is a n
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -34,7 +34,7 @@ from spmdrules.engine import einsum
 from spmdrules.engine.description import Description
 from spmdrules.engine.registry import A, T, register_rule
 from spmdrules.engine.rulekit import attr, shard_product
-from spmdrules.engine.windows import block_halos, geometry, transpose_lengths
+from spmdrules.engine.windows import block_halos, collapsed, geometry, transpose_lengths
 
 CONV_OPS: Final = ("conv2d", "conv3d", "depthwise_conv2d", "conv2d_transpose")
 GRAD_OPS: Final = ("conv3d_grad", "depthwise_conv2d_grad", "conv2d_transpose_grad")
@@ -161,11 +161,15 @@ def _letters(d: Description) -> tuple[str, str, str]:
 
 
 # ---- the answers ----------------------------------------------------------------------------------
+def _spatial(call: ConvCall) -> list[int]:
+    return list(range(1, call.nsp + 1)) if call.channels_last else list(range(2, call.nsp + 2))
+
+
 def check_halos(call: ConvCall, x: TensorSpec, f: TensorSpec, xm: MultiDims,
                 attrs: dict[str, Any] | None) -> None:
     """Spatial sharding: every block's windows must stay within its neighbouring blocks (for a
     transpose: every output block's windows, which are its input positions)."""
-    sp = list(range(1, call.nsp + 1)) if call.channels_last else list(range(2, call.nsp + 2))
+    sp = _spatial(call)
     if attrs is None or not any(xm[d] for d in sp):
         return
     lengths, kernel = [x.shape[d] for d in sp], f.shape[2:]
@@ -180,6 +184,22 @@ def check_halos(call: ConvCall, x: TensorSpec, f: TensorSpec, xm: MultiDims,
                         shard_product(x.attr.mesh.shape, xm[d]), transposed=transposed)
 
 
+def ended(call: ConvCall, d: Description, t: TensorSpec,
+          lengths: Callable[[list[int]], Sequence[int]] | None) -> frozenset[str]:
+    """The spatial letters whose split ends at this op (``windows.collapsed``): those of ``t``
+    (the input, or the output in reverse) whose output length (``lengths`` of the spatial dims,
+    else ``t``'s own) is shorter than the pieces that split them. The op reads them whole; the
+    other splits stay (the batch's among them)."""
+    sp = _spatial(call)
+    letters = d.inputs[0]
+    assert isinstance(letters, str)
+    m = t.attr.multi_dims_mapping
+    if not call.spatial or not any(m[i] for i in sp) or {letters[i] for i in sp} <= d.whole:
+        return frozenset()
+    outs = [t.shape[i] for i in sp] if lengths is None else lengths(sp)
+    return frozenset(letters[sp[i]] for i in collapsed(t.attr.mesh.shape, m, sp, outs))
+
+
 def forward_answer(op: str, x: TensorSpec, f: TensorSpec, data_format: str, groups: int,
                    spatial: bool, quirks: frozenset[str] = frozenset(),
                    attrs: dict[str, Any] | None = None) -> SpmdInfo:
@@ -187,8 +207,12 @@ def forward_answer(op: str, x: TensorSpec, f: TensorSpec, data_format: str, grou
     _channel_check(call, x, f, quirks)
     d = description(call, quirks)
     xl, fl, ol = _letters(d)
+    whole = d.whole
+    if not quirks and attrs is not None:
+        whole |= ended(call, d, x, lambda sp: geometry(op, [x.shape[i] for i in sp], f.shape[2:],
+                                                       attrs).out_lengths)
     # depthwise: the input channel is never sharded (Paddle blanks it before the merge too)
-    lm = _merge(((xl, x), (fl, f)), d.whole | {"1"}, ("input", "filter"))
+    lm = _merge(((xl, x), (fl, f)), whole | {"1"}, ("input", "filter"))
     xa, fa = _read(x, xl, lm), _read(f, fl, lm)
     partial = _contracted(((xl, xa), (fl, fa)), ol)
     mesh = x.attr.mesh
@@ -208,13 +232,14 @@ def reverse_answer(op: str, x: TensorSpec, f: TensorSpec, out: TensorSpec, data_
         )
     d = description(call, quirks)
     xl, fl, ol = _letters(d)
-    lm = _merge(((ol, out),), d.whole, ("output",))
+    whole = d.whole if quirks else d.whole | ended(call, d, out, None)
+    lm = _merge(((ol, out),), whole, ("output",))
     if call.spatial and not quirks:
         check_halos(call, x, f, einsum.mapping_for(xl, lm), attrs)
     # The inputs read off the output never shard the contracted channels, so the output they
     # produce is complete: its pending sums are resharded away (Paddle keeps them).
     keep = out.attr.partial_items if REVERSE_PARTIAL in quirks else ()
-    o = attr(out, _blank(ol, out.attr.multi_dims_mapping, d.whole), keep)
+    o = attr(out, _blank(ol, out.attr.multi_dims_mapping, whole), keep)
     return SpmdInfo((_read(x, xl, lm), _read(f, fl, lm)), (o,))
 
 

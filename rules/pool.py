@@ -20,7 +20,7 @@ from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine.registry import A, T, register_rule
 from spmdrules.engine.rulekit import attr, shard_product
-from spmdrules.engine.windows import block_halos, geometry
+from spmdrules.engine.windows import block_halos, collapsed, geometry
 
 POOL_OPS: Final = ("pool2d", "pool3d")
 _FORMATS: Final = {2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
@@ -44,10 +44,13 @@ def reduces_whole(attrs: dict[str, Any]) -> bool:
     return bool(attrs["global_pooling"]) or bool(attrs["adaptive"])
 
 
-def _check_windows(op: str, name: str, t: TensorSpec, sp: Sequence[int], m: MultiDims,
-                   attrs: dict[str, Any]) -> None:
+def _windows(op: str, name: str, t: TensorSpec, sp: Sequence[int], m: MultiDims,
+             attrs: dict[str, Any], out_lengths: Sequence[int] | None = None) -> MultiDims:
+    """``m`` as the pool reads it: a spatial split whose output (``out_lengths``, else the
+    windows' over ``t``) is shorter than its pieces ends here, whole (``windows.collapsed``);
+    the others keep theirs, refused where a window would reach past the neighbouring block."""
     if not any(m[d] for d in sp):
-        return
+        return m
     if attrs["pooling_type"] not in ("max", "avg"):
         raise RuleArgumentError(f"{op}: pooling_type {attrs['pooling_type']!r} is not 'max' or "
                                 "'avg'")
@@ -59,10 +62,13 @@ def _check_windows(op: str, name: str, t: TensorSpec, sp: Sequence[int], m: Mult
         raise RuleArgumentError(f"{op}: kernel_size {kernel} needs {len(sp)} entries")
     g = geometry(op, lengths, kernel, attrs, ceil_mode=bool(attrs["ceil_mode"]))
     shape = t.attr.mesh.shape
+    ends = {sp[i] for i in collapsed(shape, m, sp, g.out_lengths if out_lengths is None
+                                     else out_lengths)}
     for i, d in enumerate(sp):
-        if m[d]:
+        if m[d] and d not in ends:
             block_halos(op, name, d, lengths[i], g.out_lengths[i], g.windows[i],
                         shard_product(shape, m[d]))
+    return tuple(() if d in ends else dims for d, dims in enumerate(m))
 
 
 def pool_forward(x: TensorSpec, *values: Any, op: str = "pool2d") -> SpmdInfo:
@@ -74,7 +80,7 @@ def pool_forward(x: TensorSpec, *values: Any, op: str = "pool2d") -> SpmdInfo:
         partial: PartialItems = tuple(sorted((d, rt) for i in sp for d in m[i]))
         out_m = tuple(() if i in sp else dims for i, dims in enumerate(m))
         return SpmdInfo((attr(x, m),), (attr(x, out_m, partial),))
-    _check_windows(op, "x", x, sp, m, attrs)
+    m = _windows(op, "x", x, sp, m, attrs)
     return SpmdInfo((attr(x, m),), (attr(x, m),))
 
 
@@ -88,7 +94,7 @@ def pool_reverse(x: TensorSpec, out: TensorSpec, *values: Any, op: str = "pool2d
         # every output bin reads the whole dim: x's spatial dims whole, out's blocks kept
         xm = tuple(() if i in sp else dims for i, dims in enumerate(m))
         return SpmdInfo((attr(x, xm),), (attr(out, m),))
-    _check_windows(op, "x", x, sp, m, attrs)
+    m = _windows(op, "x", x, sp, m, attrs, [out.shape[d] for d in sp])
     return SpmdInfo((attr(x, m),), (attr(out, m),))
 
 

@@ -21,7 +21,8 @@ Policy (``docs/completion.md``). A tensor takes, in order:
    would need of it (not the demand made to the current layout, which moves with it);
 4. then the producer's offer, then consumers in topological order.
 
-Offers that do not split evenly are refused (divisibility); a demand keeps its even part. When
+An offer loses the splits that do not fit (divisibility: a dim shorter than its pieces would leave
+a process an empty block) and keeps the others; uneven blocks fit. When
 an op's rule refuses its operands together (a conflict), the highest-ranked operand is kept, then
 the cheapest choice, and the others are resharded. When an operand's attribute is not the one
 its consumer needs, or a result's not the one its producer makes, the edge gets a reshard

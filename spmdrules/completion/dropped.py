@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import lru_cache
+from math import prod
 from types import MappingProxyType
 
 from spmdrules.completion.result import (
@@ -80,8 +81,9 @@ def find_dropped(
             if a is not None and a.mesh == mesh:
                 held |= _held(a)
         for m in sorted(dims & held):
-            found = _by_choice(op.name, m, edges, rejected, g.tensor) or _by_conflict(
-                run, op.order, m, edges, rejected, g.tensor)
+            found = (_by_choice(op.name, m, edges, rejected, g.tensor)
+                     or _by_conflict(run, op.order, m, edges, rejected, g.tensor)
+                     or _by_extent(run, op.order, m, edges))
             if found is not None:
                 out.append(found)
     return tuple(sorted(_merged(out), key=lambda d: g.op(d.op).order))
@@ -154,6 +156,27 @@ def _by_conflict(
             return DroppedSplit(e.tensor, op.name, "operand", (e.src.mesh.dim_names[m],),
                                 dim, e.shape,
                                 e.src, e.dst, why)
+    return None
+
+
+def _by_extent(run: RunState, k: int, m: int, edges: list[ReshardEdge]) -> DroppedSplit | None:
+    """The rule needs an operand without ``m`` even alone, where a result of the op is shorter
+    on that dim than the split's pieces (a window op whose output collapses below the mesh): the
+    split no longer fits there, and only it goes (issue 24)."""
+    op = run.ops[k]
+    for e in edges:
+        dim = _split_dims(e.src).get(m)
+        if e.side != "operand" or dim is None or m in _held(e.dst):
+            continue
+        mesh = e.src.mesh
+        n = prod(mesh.shape[x] for x in e.src.multi_dims_mapping[dim])
+        for t in op.outputs:
+            if len(t.shape) == len(e.shape) and t.shape[dim] < n <= e.shape[dim]:
+                return DroppedSplit(
+                    e.tensor, op.name, "operand", (mesh.dim_names[m],), dim, e.shape, e.src,
+                    e.dst, f"extent: its result {t.name!r} {list(t.shape)} has dim {dim} of "
+                    f"length {t.shape[dim]}, shorter than the split's {n} pieces, so the op's "
+                    "rule reads the dim whole")
     return None
 
 

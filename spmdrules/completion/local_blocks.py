@@ -48,11 +48,17 @@ def divisible(attr: DistAttr, shape: tuple[int, ...]) -> bool:
     return all(size % _pieces(attr, d) == 0 for d, size in enumerate(shape))
 
 
-def evenly(attr: DistAttr, shape: tuple[int, ...]) -> DistAttr:
-    """``attr`` without the splits of the dims they do not divide evenly (those dims replicated)."""
-    if divisible(attr, shape):
+def fits(attr: DistAttr, shape: tuple[int, ...]) -> bool:
+    """Whether every process's block is non-empty: each split dim at least as long as its
+    pieces. Uneven blocks fit (7 over 2: 4 and 3); 1 over 2 leaves a process nothing."""
+    return all(size >= _pieces(attr, d) for d, size in enumerate(shape))
+
+
+def fitting(attr: DistAttr, shape: tuple[int, ...]) -> DistAttr:
+    """``attr`` without the splits that leave a process an empty block (those dims replicated)."""
+    if fits(attr, shape):
         return attr
-    mdm = tuple(ms if size % _pieces(attr, d) == 0 else ()
+    mdm = tuple(ms if size >= _pieces(attr, d) else ()
                 for d, (size, ms) in enumerate(zip(shape, attr.multi_dims_mapping, strict=True)))
     return DistAttr._make(attr.mesh, mdm, attr.partial_items)
 

@@ -43,7 +43,8 @@ import networkx as nx
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.completion.local_blocks import blocks as blocks
 from spmdrules.completion.local_blocks import divisible as divisible
-from spmdrules.completion.local_blocks import evenly as evenly
+from spmdrules.completion.local_blocks import fits as fits
+from spmdrules.completion.local_blocks import fitting as fitting
 from spmdrules.completion.local_blocks import (
     held_total,
     nested_is_flat,
@@ -390,13 +391,13 @@ def reshard_time(
     src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtype: str, cost: CostModel
 ) -> float:
     """Seconds of the cheapest plan: what completion compares when it settles a conflict.
-    Infinite when no plan reaches ``dst`` or ``dst`` splits a dim unevenly (what a careless
-    annotation or an uneven co-shard asks for):
-    completion then prefers any choice that plans, and never raises while choosing."""
+    Infinite when no plan reaches ``dst`` or ``dst`` leaves a process an empty block (what a
+    careless annotation asks for): completion then prefers any choice that plans, and never
+    raises while choosing."""
     if src == dst:
         return 0.0
-    if not divisible(dst, shape):
-        return math.inf  # the planner's search would visit every state before it gave up
+    if not fits(dst, shape):
+        return math.inf  # completion never lays a tensor out so
     try:
         return plan_reshard(src, dst, shape, dtype, cost).time
     except ReshardError:

@@ -137,7 +137,9 @@ class DroppedSplit:
     ``side="result"``: ``op``'s rule makes its result ``tensor`` as ``kept`` and completion lays
     it out as ``got`` (why: ``reason``, as ``explain`` words it). ``side="operand"``: ``op``'s
     rule keeps the split given the operand ``tensor`` (laid out as ``kept``) alone, but needs it
-    as ``got`` given its other operands."""
+    as ``got`` given its other operands; or, with a ``reason`` starting ``extent``, needs it as
+    ``got`` even alone because a result of the op is shorter on that dim than the split's pieces
+    (a window op whose output collapses below the mesh)."""
 
     tensor: str
     op: str
@@ -159,6 +161,9 @@ class DroppedSplit:
         where = (f"its rule makes {self.tensor!r} {list(self.shape)} as {self.kept.mapping_str()}"
                  f" and completion lays it out as {self.got.mapping_str()}"
                  if self.side == "result" else
+                 f"its rule needs {self.tensor!r} {list(self.shape)} ({self.kept.mapping_str()}) "
+                 f"as {self.got.mapping_str()}"
+                 if self.reason.startswith("extent") else
                  f"its rule keeps the split given {self.tensor!r} {list(self.shape)} "
                  f"({self.kept.mapping_str()}) alone, and needs it as {self.got.mapping_str()} "
                  "given its other operands")
@@ -171,19 +176,14 @@ class DroppedSplit:
     def fix(self) -> str:
         """What keeps the split."""
         if self.reason.startswith("divisibility"):
-            mesh, mdm = self.kept.mesh, self.kept.multi_dims_mapping
-            pieces = [prod(mesh.shape[m] for m in ms) for ms in mdm]
-            uneven = [d for d, (size, n) in enumerate(zip(self.shape, pieces, strict=True))
-                      if size % n]
-            if self.dim in uneven:
-                n = pieces[self.dim]
-                return (f"Dim {self.dim} is {self.shape[self.dim]}, which {n} pieces do not "
-                        f"split evenly: a size divisible by {n} keeps the split")
-            # the layout is refused whole: an even split goes with the uneven one beside it
-            others = ", ".join(f"dim {d} ({self.shape[d]} over {pieces[d]} pieces)"
-                               for d in uneven)
-            return (f"Dim {self.dim} splits evenly, but the rule's layout is refused whole for "
-                    f"{others}: sizes those pieces divide keep the split")
+            # only a split that leaves a process an empty block is dropped (issue 24)
+            n = prod(self.kept.mesh.shape[m] for m in self.kept.multi_dims_mapping[self.dim])
+            return (f"Dim {self.dim} is {self.shape[self.dim]}, shorter than its {n} pieces: "
+                    f"a size of at least {n} keeps the split")
+        if self.reason.startswith("extent"):
+            n = prod(self.kept.mesh.shape[m] for m in self.kept.multi_dims_mapping[self.dim])
+            return (f"A result at least {n} long on dim {self.dim} (a larger input), or a split "
+                    "over fewer processes, keeps it")
         return (f"Annotating {self.tensor!r} with the split keeps it; explain(result, "
                 f"{self.tensor!r}) shows the offers")
 

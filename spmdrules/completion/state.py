@@ -9,7 +9,7 @@ from typing import Any, Final
 from spmdrules.completion.cost import CostModel
 from spmdrules.completion.memo import cached_spec, canonical_annotation
 from spmdrules.completion.offers import RawOffer
-from spmdrules.completion.planning import divisible
+from spmdrules.completion.planning import fits
 from spmdrules.completion.repeats import find_blocks
 from spmdrules.completion.result import WEAK_RANK, NoAnnotationError, OfferKind
 from spmdrules.core.attr import DistAttr
@@ -89,7 +89,7 @@ class RunState:
         self.st = State(len(tensors), len(ops))
         self.rule_calls = 0
         self.placeholders: dict[tuple[ProcessMesh, tuple[int, ...]], TensorSpec] = {}
-        self.div_cache: dict[tuple[DistAttr, tuple[int, ...]], bool] = {}
+        self.fit_cache: dict[tuple[DistAttr, tuple[int, ...]], bool] = {}
         index = indices(graph)
         self.ins, self.outs, self.consumers = index.ins, index.outs, index.consumers
         self.queued, self.calls, self.shapes = index.queued, index.calls, index.shapes
@@ -206,12 +206,12 @@ class RunState:
         assert a is not None
         return a.mesh, best, best_key[0]
 
-    def is_divisible(self, attr: DistAttr, shape: tuple[int, ...]) -> bool:
+    def is_fitting(self, attr: DistAttr, shape: tuple[int, ...]) -> bool:
         key = (attr, shape)
-        v = self.div_cache.get(key)
+        v = self.fit_cache.get(key)
         if v is None:
-            v = divisible(attr, shape)
-            self.div_cache[key] = v
+            v = fits(attr, shape)
+            self.fit_cache[key] = v
         return v
 
 

@@ -9,7 +9,7 @@ from spmdrules.completion.blocks import Flags, Visit, close, entry_head, matches
 from spmdrules.completion.blocks import replay as replay_block
 from spmdrules.completion.memo import FLAT_CACHE, FLAT_CACHE_MAX, cached_spec
 from spmdrules.completion.offers import RawOffer, put_offer
-from spmdrules.completion.planning import evenly, reshard_time
+from spmdrules.completion.planning import fitting, reshard_time
 from spmdrules.completion.result import WEAK_RANK, UnresolvableConflictError
 from spmdrules.completion.state import (
     DEM,
@@ -217,7 +217,7 @@ class Sweeps(RunState):
         if self.is_shared[i]:
             self.touched_shared = True  # the visit open now cannot be replayed (``blocks``)
         new: DistAttr | None
-        if cur is None and ann is None and n == 1 and self.is_divisible(o[0], self.shapes[i]):
+        if cur is None and ann is None and n == 1 and self.is_fitting(o[0], self.shapes[i]):
             new, rank = o[0], o[1]  # the first offer to an unknown tensor (the common case)
         else:
             new, rank = self.choose(i, st.offers_of(i))
@@ -241,15 +241,18 @@ class Sweeps(RunState):
         valid: list[RawOffer] = []
         for o in offers:
             a = o[0] if ann is None else project(ann, o[0], o[1])
-            if a is None or not (ann is not None or self.is_divisible(a, self.shapes[i])):
-                if a is not None and o[3] == DEM:
-                    # A consumer's demand loses only its uneven splits: whether its rule asks
-                    # for one depends on the tensor's own layout, so refusing the whole demand
-                    # let the tensor's choice remove the offers it chose from (issue 16).
-                    valid.append((evenly(a, self.shapes[i]), o[1], o[2], o[3], o[4]))
+            if a is None or not (ann is not None or self.is_fitting(a, self.shapes[i])):
+                if a is not None:
+                    # An offer loses only the splits that leave a process an empty block. A
+                    # consumer's demand: whether its rule asks for one depends on the tensor's
+                    # own layout, so refusing the whole demand let the tensor's choice remove
+                    # the offers it chose from (issue 16). A producer's or a reverse offer: the
+                    # batch split stays where the spatial dim beside it collapses (issue 24).
+                    valid.append((fitting(a, self.shapes[i]), o[1], o[2], o[3], o[4]))
                 if not any(r[0] == o for r in st.rejected[i] or ()):
-                    st.reject(i, (o, "divisibility", "it does not split the tensor's dims evenly",
-                                  -1) if a is not None else
+                    st.reject(i, (o, "divisibility", "a split dim is shorter than its pieces, "
+                                  "which would leave a process an empty block", -1)
+                              if a is not None else
                               (o, "annotation", "it is on another mesh than the annotation", -1))
                 continue
             valid.append(o if a is o[0] else (a, o[1], o[2], o[3], o[4]))
@@ -280,9 +283,9 @@ class Sweeps(RunState):
                 given = self.demand_given(o[2] + self.base[i], i, base)
                 if given is None:
                     continue
-                # an uneven split the op asks for is one the tensor cannot take: the rest of
-                # the demand still counts
-                given = (evenly(given, self.shapes[i]) if ann is None
+                # a split the op asks for that leaves a process an empty block is one the
+                # tensor cannot take: the rest of the demand still counts
+                given = (fitting(given, self.shapes[i]) if ann is None
                          else project(ann, given, o[1]))
                 if given is not None:
                     asked = True

@@ -160,6 +160,23 @@ def channel_axis(data_format: str, rank: int) -> int:
     return rank - 1 if data_format.upper().endswith("C") and rank > 2 else 1
 
 
+def collapsed(mesh_shape: Sequence[int], mapping: Sequence[Sequence[int]], spatial: Sequence[int],
+              out_lengths: Sequence[int]) -> tuple[int, ...]:
+    """The spatial dims (positions in ``spatial``) whose output is shorter than the pieces that
+    ``mapping`` cuts them in: there the split ends at the window op, which reads that dim whole.
+    Its output would leave a process an empty block (a 2-row input on 2 processes pooled to 1
+    row), and balanced output blocks that short can read past the neighbouring input block (4
+    rows on 4 processes pooled 2/2: output row 1 reads input rows 2 and 3)."""
+    out = []
+    for i, d in enumerate(spatial):
+        pieces = 1
+        for m in mapping[d]:
+            pieces *= int(mesh_shape[m])
+        if pieces > 1 and out_lengths[i] < pieces:
+            out.append(i)
+    return tuple(out)
+
+
 def needed_span(w: Window, n: int, out: range, *, transposed: bool = False) -> tuple[int, int]:
     """Input positions in ``[0, n)`` that outputs ``out`` read (``(0, 0)`` for none).
 

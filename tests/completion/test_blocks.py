@@ -134,14 +134,23 @@ def _stack(layers: int, width: int, build_layer: Callable[[Graph, Tensor, int], 
 
 
 def test_rejections_in_every_layer() -> None:
-    # 6 does not split over mp=4: every layer refuses the split offer, and explains it by name
-    def layer(g: Graph, h: Tensor, i: int) -> Tensor:
-        w = g.param(f"w{i}", [6, 6])
-        shard(w, MESH, (None, "mp"))
-        return ops.relu(ops.matmul(h, w, name=f"mm{i}"), name=f"relu{i}")
+    # each layer's pool shrinks H (2 rows split over dp) to 1 row, which the split no longer
+    # fits: the pool reads H whole, the add before it keeps the split (its reverse offer loses
+    # on cost), and every layer explains it by name (then a tile restores H for the next layer)
+    def build() -> Graph:
+        with Graph("stack") as g:
+            h = g.input("x", [2, 4, 2, 8])
+            for i in range(5):
+                p = g.param(f"p{i}", [2, 4, 2, 8])
+                shard(p, MESH, (None, None, "dp", None))
+                h = ops.add(h, p, name=f"add{i}")
+                h = ops.pool2d(h, kernel_size=[2, 1], strides=[2, 1], name=f"pool{i}")
+                h = ops.tile(h, repeat_times=[1, 1, 2, 1], name=f"tile{i}")
+        return g
 
-    r = same_without_replay(_stack(5, 6, layer, lambda g: None))
-    assert all(r.rejected(f"w{i}") for i in range(4)) and r.blocks_replayed > 0
+    r = same_without_replay(build)
+    assert all(r.rejected(f"add{i}") for i in range(5)) and r.blocks_replayed > 0
+    assert [(d.tensor, d.op) for d in r.dropped] == [(f"add{i}", f"pool{i}") for i in range(5)]
 
 
 def test_conflicts_settled_in_every_layer() -> None:

@@ -277,32 +277,43 @@ def test_open_dims_are_filled_and_closed_dims_kept() -> None:
     assert r.attr("y") == A([0, 1])
 
 
-def test_uneven_offers_are_refused_for_divisibility() -> None:
+def test_uneven_offers_that_fit_are_kept() -> None:
+    # issue 24: 6 over mp=4 is uneven (2, 2, 1, 1) but leaves no process empty: relu runs on
+    # x's blocks and y keeps the split, with no reshard
     with Graph("uneven") as g:
         x = g.input("x", [8, 6])
         ops.relu(x, name="y")
-    shard(x, MESH, (None, "mp"))                      # 6 is not divisible by 4
+    shard(x, MESH, (None, "mp"))
     r = complete(g)
-    # the rule keeps the uneven split (relu runs on x's blocks), but completion lays out the
-    # tensors it chooses evenly: y's uneven result is refused and gathered
-    assert r.attr("y").is_replicated
-    [e] = r.reshards
-    assert (e.tensor, e.side, e.src, e.dst) == ("y", "result", A([-1, 1]), A([-1, -1]))
-    assert [x.reason for x in r.rejected("y")] == ["divisibility"]
+    assert r.attr("y") == A([-1, 1]) and r.reshards == () and r.rejected("y") == ()
 
 
-def test_a_result_whose_only_offer_is_uneven_is_replicated() -> None:
-    # the annotation splits 12 rows over 8 processes; the add passes that split on, and its
-    # result, offered nothing else, refuses it (found by tests/completion/test_blocks.py)
+def test_an_uneven_co_shard_that_fits_is_kept() -> None:
+    # 12 rows over dp x mp = 8 pieces (2, 2, 2, 2, 1, 1, 1, 1): the add keeps the co-shard
     with Graph("uneven2") as g:
         x = g.input("x", [12, 12])
         w = g.param("w", [12, 12])
         ops.add(x, w, name="y")
     shard(w, MESH, (("dp", "mp"), None))
     r = complete(g)
+    assert r.attr("y") == A([[0, 1], -1]) and r.origin("y").kind == "forward"
+    assert ("y", "result") not in [(e.tensor, e.side) for e in r.reshards]
+
+
+def test_a_result_whose_only_offer_does_not_fit_is_replicated() -> None:
+    # the annotation was checked against 16 columns; shrunk to 2, mp's 4 pieces no longer fit
+    # the relu's result (a process would hold nothing): refused, and the result replicated
+    with Graph("shrunk") as g:
+        x = g.input("x", [8, 16])
+        y = ops.relu(x, name="y")
+    shard(x, MESH, (None, "mp"))
+    x.shape, y.shape = (8, 2), (8, 2)
+    r = complete(g)
     assert r.attr("y").is_replicated and r.origin("y").kind == "default"
     assert [x.reason for x in r.rejected("y")] == ["divisibility"]
-    assert ("y", "result") in [(e.tensor, e.side) for e in r.reshards]
+    [d] = r.dropped
+    assert (d.tensor, d.mesh_dims, d.dim) == ("y", ("mp",), 1)
+    assert "Dim 1 is 2, shorter than its 4 pieces" in str(d)
 
 
 def test_a_shape_changed_between_runs_is_seen_by_the_next_run() -> None:
@@ -312,7 +323,7 @@ def test_a_shape_changed_between_runs_is_seen_by_the_next_run() -> None:
         y = ops.relu(x, name="y")
     shard(x, MESH, (None, "mp"))
     assert complete(g).attr("y") == A([-1, 1])
-    x.shape, y.shape = (8, 6), (8, 6)                 # 6 is not divisible by 4
+    x.shape, y.shape = (8, 2), (8, 2)                 # 2 is shorter than mp's 4 pieces
     r = complete(g.reset_attrs())
     assert r.attr("y").is_replicated and [e.tensor for e in r.reshards] == ["y"]
 

@@ -23,7 +23,8 @@ from spmdrules.graph.nodes import Tensor
 
 MESH = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["dp", "mp"])
 SMALL = {"seq": 16, "hidden": 32, "ffn": 64}
-DIVISIBILITY = "divisibility: it does not split the tensor's dims evenly"
+EXTENT = ("extent: its result 'pool' [4, 8, 1, 1] has dim 2 of length 1, shorter than the "
+          "split's 2 pieces, so the op's rule reads the dim whole")
 
 
 def completed(g: Graph) -> tuple[Completion, list[warnings.WarningMessage]]:
@@ -44,47 +45,64 @@ def relu_chain(rows: int) -> tuple[Graph, Tensor, Tensor, Tensor]:
     return g, x, y, z
 
 
-def test_batch_7_on_dp_2_warns_where_the_split_is_dropped() -> None:
+def collapsing(mesh: sr.ProcessMesh = MESH, height: int = 2) -> Graph:
+    """x [4, 8, height, 2], the batch on dp and H on mp, pooled 2x2/2 then a relu: issue 24's
+    CNN whose spatial extent collapses below the mesh (H 2 -> 1 on mp = 2)."""
+    with Graph("collapse") as g:
+        x = g.input("x", [4, 8, height, 2])
+        ops.relu(ops.pool2d(x, kernel_size=[2, 2], strides=[2, 2], name="pool"), name="out")
+    shard(x, mesh, (0, None, 1, None))  # by position: a test renames the mesh dims
+    return g
+
+
+def test_batch_7_on_dp_2_keeps_its_uneven_split() -> None:
+    # issue 24: blocks of 4 and 3 rows leave no process empty, so every layer keeps the split
     r, caught = completed(examples.mlp(MESH, batch=7, **SMALL))
-    # once, at the first matmul: not again at the bias add, gelu or the second matmul, which
-    # only inherit the replicated batch
+    assert r.dropped == () and caught == []
+    assert r.attr("fc1.matmul") == sr.DistAttr(MESH, [0, -1, 1])
+    assert r.attr("fc2.add").multi_dims_mapping[0] == (0,)
+
+
+def test_a_collapsing_extent_warns_where_the_split_is_dropped() -> None:
+    r, caught = completed(collapsing())
+    # once, at the pool, for mp alone: the batch split stays (issue 24), and the relu after it
+    # only inherits H whole
     [w] = caught
     assert w.category is sr.DroppedSplitWarning and issubclass(w.category, UserWarning)
     assert w.filename == __file__  # attributed to complete's caller
     [d] = r.dropped
-    assert d == DroppedSplit("fc1.matmul", "fc1.matmul", "result", ("dp",), 0, (7, 16, 64),
-                             sr.DistAttr(MESH, [0, -1, 1]), sr.DistAttr(MESH, [-1, -1, 1]),
-                             DIVISIBILITY)
+    assert d == DroppedSplit("x", "pool", "operand", ("mp",), 2, (4, 8, 2, 2),
+                             sr.DistAttr(MESH, [0, -1, 1, -1]), sr.DistAttr(MESH, [0, -1, -1, -1]),
+                             EXTENT)
+    assert r.attr("pool") == r.attr("out") == sr.DistAttr(MESH, [0, -1, -1, -1])
     text = str(w.message)
     assert text == str(d)
-    for part in ("'fc1.matmul'", "mesh dim 'dp'", "(tensor dim 0)", "at op 'fc1.matmul'",
-                 f"why: {DIVISIBILITY}", "a size divisible by 2 keeps the split"):
+    for part in ("'x'", "mesh dim 'mp'", "(tensor dim 2)", "at op 'pool'", f"why: {EXTENT}",
+                 "A result at least 2 long on dim 2 (a larger input), or a split over fewer "
+                 "processes, keeps it"):
         assert part in text, part
-    # the reason is explain's, word for word
-    assert f"{DIVISIBILITY}" in explain(r, "fc1.matmul")
-    assert f"dropped split: {d}" in explain(r, "fc1.matmul")
-    assert "dropped split" not in explain(r, "gelu")
+    assert f"dropped split: {d}" in explain(r, "x")
+    assert "dropped split" not in explain(r, "out")
 
 
 def test_the_warning_can_be_made_an_error() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", sr.DroppedSplitWarning)
-        with pytest.raises(sr.DroppedSplitWarning, match=r"'dp' \(tensor dim 0\)"):
-            complete(examples.mlp(MESH, batch=7, **SMALL))
-        complete(examples.mlp(MESH, batch=8, **SMALL))  # nothing dropped: no error
+        with pytest.raises(sr.DroppedSplitWarning, match=r"'mp' \(tensor dim 2\)"):
+            complete(collapsing())
+        complete(collapsing(height=4))  # H 4 -> 2 fits mp: nothing dropped, no error
 
 
 def test_summary_lists_the_dropped_splits() -> None:
-    r, _ = completed(examples.mlp(MESH, batch=7, **SMALL))
+    r, _ = completed(collapsing())
     lines = r.summary().splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("  dropped splits 1 "))
     assert lines[at + 1].split() == ["tensor", "at", "op", "mesh", "dims", "dim", "rule", "makes",
                                      "laid", "out", "why"]
-    assert lines[at + 3].split()[:6] == ["fc1.matmul", "fc1.matmul", "dp", "0", "[0,-1,1]",
-                                         "[-1,-1,1]"]
-    assert lines[at + 3].endswith(DIVISIBILITY)
-    r8, _ = completed(examples.mlp(MESH, batch=8, **SMALL))
-    assert "dropped" not in r8.summary()
+    assert lines[at + 3].split()[:6] == ["x", "pool", "mp", "2", "[0,-1,1,-1]", "[0,-1,-1,-1]"]
+    assert lines[at + 3].endswith(EXTENT)
+    r4, _ = completed(collapsing(height=4))
+    assert "dropped" not in r4.summary()
 
 
 STANDARD_PLANS: dict[str, Callable[[], Graph]] = {
@@ -171,64 +189,58 @@ def test_a_higher_priority_annotation_downstream_is_named_as_the_reason() -> Non
 
 
 def test_a_co_shard_dropped_whole_is_one_split_over_both_mesh_dims() -> None:
-    # 6 rows over a x b = 4 pieces is uneven (6 over 2 alone would not be): one warning, for
-    # the split of dim 0, naming both mesh dims, major first, and the 4 pieces
+    # H 4 over a x b = 4 pieces pooled to 2: one warning, for the split of dim 2, naming both
+    # mesh dims, major first, and the 4 pieces
     mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["a", "b"])
     with Graph("co-shard") as g:
-        x = g.param("x", [6, 3])
-        ops.relu(ops.relu(x, name="y"), name="z")
-    shard(x, mesh, (("a", "b"), None))
+        x = g.input("x", [2, 3, 4, 2])
+        ops.relu(ops.pool2d(x, kernel_size=[2, 1], strides=[2, 1], name="pool"), name="out")
+    shard(x, mesh, (None, None, ("a", "b"), None))
     r, caught = completed(g)
     [d] = r.dropped
-    assert (d.tensor, d.mesh_dims, d.dim) == ("y", ("a", "b"), 0)
+    assert (d.tensor, d.op, d.mesh_dims, d.dim) == ("x", "pool", ("a", "b"), 2)
     [w] = caught
-    assert "over mesh dims 'a', 'b' (tensor dim 0)" in str(w.message)
-    assert "Dim 0 is 6, which 4 pieces do not split evenly" in str(w.message)
+    assert "over mesh dims 'a', 'b' (tensor dim 2)" in str(w.message)
+    assert "shorter than the split's 4 pieces" in str(w.message)
+    assert "A result at least 4 long on dim 2" in str(w.message)
 
 
-def test_an_even_split_refused_with_an_uneven_one_says_which_dim_is_uneven() -> None:
-    # batch 3 on h, width 8 on w: the conv's layout is refused whole, so w goes with h. Each is
-    # its own split; the residual add drops them again, as the skip connection brings x's back
+def test_an_uneven_batch_keeps_its_split_beside_the_spatial_one() -> None:
+    # batch 3 on h (blocks of 2 and 1), width 8 on w: both fit, so the conv keeps both and
+    # nothing is dropped (before issue 24 the uneven batch took the even width split with it)
     mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["h", "w"])
-    r, caught = completed(examples.resnet_block(mesh, layout="both", batch=3))
-    assert [(d.tensor, d.mesh_dims, d.dim) for d in r.dropped] == [
-        ("conv1", ("h",), 0), ("conv1", ("w",), 2), ("residual", ("h",), 0),
-        ("residual", ("w",), 2)]
-    assert len(caught) == 4
-    batch, width = (str(w.message) for w in caught[:2])
-    assert "Dim 0 is 3, which 2 pieces do not split evenly" in batch
-    assert ("Dim 2 splits evenly, but the rule's layout is refused whole for dim 0 (3 over 2 "
-            "pieces)") in width
+    r, caught = completed(examples.resnet_block(mesh, layout="both", batch=3, training=False))
+    assert r.attr("conv1") == sr.DistAttr(mesh, [0, -1, 1, -1])
+    assert r.dropped == () and caught == []
 
 
-def test_an_odd_pooled_extent_drops_the_spatial_splits_at_the_pool() -> None:
-    # issue 24's CNN case: 14 x 14 split on H and W, pooled 3x3/2 to 7 x 7, which 2 pieces do not
-    # split: dropped at the pool, once each, not again at the layers after it
+def test_an_odd_pooled_extent_keeps_the_spatial_splits() -> None:
+    # issue 24's CNN case: 14 x 14 split on H and W, pooled 3x3/2 to 7 x 7: blocks of 4 and 3
+    # rows (and columns), each with the halo its windows read; nothing dropped
     mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["h", "w"])
     r, caught = completed(examples.resnet_block(mesh, layout="spatial", size=14))
-    assert [(d.tensor, d.op, d.mesh_dims, d.dim) for d in r.dropped] == [
-        ("maxpool", "maxpool", ("h",), 2), ("maxpool", "maxpool", ("w",), 3)]
-    assert "Dim 2 is 7, which 2 pieces do not split evenly" in str(caught[0].message)
+    assert r.attr("maxpool") == sr.DistAttr(mesh, [-1, -1, 0, 1])
+    assert r.dropped == () and caught == []
 
 
 def test_a_mesh_dim_name_with_terminal_controls_reaches_the_warning_escaped() -> None:
     # tensor and op names are checked when the graph is built; mesh dim names are not
-    mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["dp\x1b[31m", "mp"])
-    _, caught = completed(examples.mlp(mesh, batch=7, **SMALL))
+    mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["dp", "mp\x1b[31m"])
+    _, caught = completed(collapsing(mesh))
     [w] = caught
-    assert "\x1b" not in str(w.message) and "dp\\x1b[31m" in str(w.message)
+    assert "\x1b" not in str(w.message) and "mp\\x1b[31m" in str(w.message)
 
 
 def test_the_command_line_lists_them_and_prints_no_raw_warning(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    model = tmp_path / "mlp7.json"
-    dump(examples.mlp(MESH, batch=7, **SMALL), model)
+    model = tmp_path / "collapse.json"
+    dump(collapsing(), model)
     with warnings.catch_warnings():
         warnings.simplefilter("error", sr.DroppedSplitWarning)  # the CLI must not raise one
         assert main(["complete", str(model)]) == 0
         out = capsys.readouterr()
-        assert "dropped splits 1 " in out.out and DIVISIBILITY in out.out
+        assert "dropped splits 1 " in out.out and EXTENT in out.out
         assert "DroppedSplitWarning" not in out.err
-        assert main(["explain", str(model), "fc1.matmul"]) == 0
-        assert "dropped split: completion drops the split of 'fc1.matmul'" in (
+        assert main(["explain", str(model), "x"]) == 0
+        assert "dropped split: completion drops the split of 'x'" in (
             capsys.readouterr().out)

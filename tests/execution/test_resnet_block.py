@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sharded_runs import assert_mpi_equals_serial_forward_and_reverse, halo_predictions
 
 import spmdrules as sr
 from spmdrules.completion import complete
@@ -17,8 +18,7 @@ from spmdrules.execution.adjoint import gradient_program
 from spmdrules.execution.executor import max_error, random_feeds, run_serial
 from spmdrules.execution.gradcheck import check_gradients
 from spmdrules.execution.lowering import lower
-from spmdrules.execution.mpi import run_mpi
-from spmdrules.execution.program import HaloStep, Program
+from spmdrules.execution.program import Program
 from spmdrules.execution.simulated import run_simulated
 from spmdrules.graph.examples import RESNET_LAYOUTS, RESNET_OPS, resnet_block
 from spmdrules.graph.graph import Graph
@@ -39,10 +39,6 @@ def _setup(layout: str, training: bool) -> tuple[Graph, Program, Program, dict[s
     seeds = {OUT: np.random.default_rng(2).standard_normal(prog.buffers[OUT].shape)}
     feeds[gp.seeds[OUT]] = seeds[OUT]
     return g, prog, gp, feeds, seeds
-
-
-def _halos(prog: Program) -> dict[str, int]:
-    return {i.edge: i.predicted_bytes for i in prog.instructions if isinstance(i, HaloStep)}
 
 
 def test_the_block_has_its_ops() -> None:
@@ -66,24 +62,12 @@ def test_simulated_equals_serial_forward_and_reverse(layout: str, training: bool
                              directions=1, entries=1)
     assert max(c.error for c in checks) <= 1e-7
     assert sim.traffic.mismatches(gp) == []
-    assert sim.traffic.halo == _halos(gp)
-    assert bool(_halos(prog)) == (layout != "data")
+    assert sim.traffic.halo == halo_predictions(gp)
+    assert bool(halo_predictions(prog)) == (layout != "data")
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("layout", RESNET_LAYOUTS)
 def test_mpi_equals_serial_forward_and_reverse(layout: str) -> None:
     g, prog, gp, feeds, seeds = _setup(layout, training=True)
-    run = run_mpi(gp, feeds, nprocs=4, fetch=[*prog.tensors, *gp.grads.values()], timeout=280)
-    serial = run_serial(g, {k: feeds[k] for k in prog.feeds})
-    err, where = max_error({t: run.values[t] for t in prog.tensors}, serial)
-    assert err <= 1e-12, where
-    sim = run_simulated(gp, feeds)
-    for b in gp.grads.values():
-        np.testing.assert_allclose(run.values[b], sim.fetch(b), rtol=1e-12, atol=1e-12)
-    checks = check_gradients(g, feeds, seeds, {t: run.values[b] for t, b in gp.grads.items()},
-                             directions=1, entries=1)
-    assert max(c.error for c in checks) <= 1e-7
-    assert run.traffic.mismatches(gp) == []
-    assert run.traffic.per_edge == sim.traffic.per_edge
-    assert run.traffic.halo == _halos(gp)
+    assert_mpi_equals_serial_forward_and_reverse(g, prog, gp, feeds, seeds)
