@@ -295,14 +295,29 @@ def test_a_result_whose_only_offer_is_uneven_is_replicated() -> None:
     # the annotation splits 12 rows over 8 processes; the add passes that split on, and its
     # result, offered nothing else, refuses it (found by tests/completion/test_blocks.py)
     with Graph("uneven2") as g:
-        x = g.input("x", [12, 12])
         w = g.param("w", [12, 12])
-        ops.add(x, w, name="y")
+        ops.add(w, w, name="y")
     shard(w, MESH, (("dp", "mp"), None))
     r = complete(g)
     assert r.attr("y").is_replicated and r.origin("y").kind == "default"
     assert [x.reason for x in r.rejected("y")] == ["divisibility"]
     assert ("y", "result") in [(e.tensor, e.side) for e in r.reshards]
+
+
+def test_an_uneven_split_against_a_replicated_operand_is_settled_on_the_even_layout() -> None:
+    # x, which nothing reaches, is replicated; the add's rule passes w's uneven split on to x
+    # and y. Priced, that answer is infinite (no even layout), while the answer given x alone
+    # (w gathered) plans: the add takes it, and y is made replicated, with no reshard of its own
+    with Graph("uneven2") as g:
+        x = g.input("x", [12, 12])
+        w = g.param("w", [12, 12])
+        ops.add(x, w, name="y")
+    shard(w, MESH, (("dp", "mp"), None))
+    r = complete(g)
+    assert r.attr("y").is_replicated and r.origin("y").kind == "forward"
+    [e] = r.reshards
+    assert (e.tensor, e.side, e.dst) == ("w", "operand", A([-1, -1]))
+    assert [(d.tensor, d.side) for d in r.dropped] == [("w", "operand")]
 
 
 def test_a_shape_changed_between_runs_is_seen_by_the_next_run() -> None:
