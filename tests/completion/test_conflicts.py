@@ -121,3 +121,21 @@ def test_an_operand_on_another_mesh_is_priced_on_the_ops_mesh() -> None:
     [transfer] = r.reshards_of("h")
     assert transfer.cross_mesh
     assert np.isfinite(r.time)
+
+
+def test_when_every_answer_splits_unevenly_the_rules_answer_stands() -> None:
+    # x and w annotated with co-shards of 12 over 8 on different dims: every answer, the rule's
+    # and those with x or w free, needs an uneven split (an infinite price), so the tie goes
+    # to the rule's own answer, as before the cost settled conflicts
+    with Graph("uneven3") as g:
+        x, w = g.input("x", [12, 12]), g.param("w", [12, 12])
+        ops.add(x, w, name="y")
+    mesh = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
+    shard(x, mesh, (("dp", "mp"), None))
+    shard(w, mesh, (None, ("mp", "dp")))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sr.DroppedSplitWarning)
+        r = complete(g)
+    assert [(e.tensor, e.side, e.dst.mapping_str()) for e in r.reshards] == [
+        ("w", "operand", "[[0,1],-1]"), ("y", "result", "[-1,-1]")]
+    assert r.bytes_moved == 4_536
