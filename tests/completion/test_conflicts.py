@@ -128,16 +128,24 @@ def test_an_operand_on_another_mesh_is_priced_on_the_ops_mesh() -> None:
     assert np.isfinite(r.time)
 
 
+def _add_of(x_dims: Any, w_dims: Any) -> Graph:
+    """y = x + w, [12, 12] each, on a 2x4 (dp, mp) mesh: x annotated ``x_dims`` (None: not at
+    all), w ``w_dims``."""
+    with Graph("uneven-add") as g:
+        x, w = g.input("x", [12, 12]), g.param("w", [12, 12])
+        ops.add(x, w, name="y")
+    mesh = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
+    if x_dims is not None:
+        shard(x, mesh, x_dims)
+    shard(w, mesh, w_dims)
+    return g
+
+
 def test_when_every_answer_splits_unevenly_the_rules_answer_stands() -> None:
     # x and w annotated with co-shards of 12 over 8 on different dims: every answer, the rule's
     # and those with x or w free, needs an uneven split (an infinite price), so the tie goes
     # to the rule's own answer, as before the cost settled conflicts
-    with Graph("uneven3") as g:
-        x, w = g.input("x", [12, 12]), g.param("w", [12, 12])
-        ops.add(x, w, name="y")
-    mesh = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
-    shard(x, mesh, (("dp", "mp"), None))
-    shard(w, mesh, (None, ("mp", "dp")))
+    g = _add_of((("dp", "mp"), None), (None, ("mp", "dp")))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", sr.DroppedSplitWarning)
         r = complete(g)
@@ -173,12 +181,7 @@ def _concat_moved_to_columns() -> Graph:
 
 
 def _uneven_against_replicated() -> Graph:
-    with Graph("uneven2") as g:
-        x, w = g.input("x", [12, 12]), g.param("w", [12, 12])
-        ops.add(x, w, name="y")
-    mesh = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
-    shard(w, mesh, (("dp", "mp"), None))
-    return g
+    return _add_of(None, (("dp", "mp"), None))
 
 
 #: the other plans the cost changed, by their result: (graph, loss tensor, processes)
