@@ -2,34 +2,30 @@
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from spmdrules.completion.blocks import Flags, Visit, close, entry_head, matches, open_visit
 from spmdrules.completion.blocks import replay as replay_block
-from spmdrules.completion.memo import FLAT_CACHE, FLAT_CACHE_MAX, cached_spec
+from spmdrules.completion.conflicts import Conflicts
 from spmdrules.completion.offers import RawOffer, put_offer
 from spmdrules.completion.planning import fitting, reshard_time
-from spmdrules.completion.result import WEAK_RANK, UnresolvableConflictError
+from spmdrules.completion.result import WEAK_RANK
 from spmdrules.completion.state import (
     DEM,
     FWD,
     MAX_CHANGES,
     RECENT_VISITS,
     REV,
-    RunState,
     offer_key,
     project,
 )
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
-from spmdrules.core.spec import SpmdInfo, TensorSpec
-from spmdrules.graph.nodes import Op, Tensor
-from spmdrules.graph.opschema import OpSchema
+from spmdrules.graph.nodes import Tensor
 
 
-class Sweeps(RunState):
+class Sweeps(Conflicts):
     """Visiting ops: offers from forward, reverse and demand, their choice, and the sweeps."""
 
     # ---- visiting -----------------------------------------------------------------------------
@@ -82,88 +78,16 @@ class Sweeps(RunState):
                          else a.without_partial() for i, a in zip(self.outs[k], placed, strict=True))
             st.needs[k], st.natural[k] = (), outs
             return (), outs
-        self.rule_calls += 1
-        call = self.calls[k]
+        ins = self.ins[k]
+        spec_at, attrs = self.spec_at, st.attr
         try:
-            if call is not None:
-                spec = self.spec_at
-                info = call[0](*[spec(i, mesh) for i in self.ins[k]], *call[1])
-                need, outs = self.flat(k, call[4], info)
-            else:
-                op = self.ops[k]
-                info = op.rule.infer_forward(*op.forward_args(self.spec_fn(mesh)))
-                need, outs = self.flat(k, op.schema, info)
+            need, outs, _ = self.settled(k, mesh, [spec_at(i, mesh) for i in ins],
+                                         [attrs[i] is not None for i in ins])
         except SpmdError as e:
             need, outs = self.settle_conflict(self.ops[k], mesh, e)
         st.needs[k] = need
         st.natural[k] = outs
         return need, outs
-
-    def flat(
-        self, k: int, schema: OpSchema, info: SpmdInfo
-    ) -> tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]]:
-        """``op.flat_info(info)`` for op ``k``, memoised on the answer (see ``FLAT_CACHE``)."""
-        n_in = len(self.ins[k])
-        hit = FLAT_CACHE.get(id(info))
-        if hit is not None and hit[0] is info and hit[1] is schema and hit[2] == n_in:
-            return hit[3], hit[4]
-        ins, outs = self.ops[k].flat_info(info)
-        if len(FLAT_CACHE) >= FLAT_CACHE_MAX:
-            FLAT_CACHE.clear()
-        FLAT_CACHE[id(info)] = (info, schema, n_in, ins, outs)
-        return ins, outs
-
-    def settle_conflict(
-        self, op: Op, mesh: ProcessMesh, error: SpmdError
-    ) -> tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]]:
-        """The rule refused the operands together: keep one known operand (highest rank, then
-        the cheapest total reshard), give the others placeholders, and record the losers."""
-        st = self.st
-        ins = op.inputs
-        known = [(j, t) for j, t in enumerate(ins) if st.attr[t.order] is not None]
-        top = max(st.rank[t.order] for _, t in known)
-        full = self.spec_fn(mesh)
-        best: tuple[float, int, tuple[DistAttr, ...], tuple[DistAttr, ...]] | None = None
-        for pos, (slot, keep) in enumerate(known):
-            if st.rank[keep.order] != top:
-                continue
-            # by operand slot, not by tensor: one tensor in two slots keeps one of them
-            calls = itertools.count()
-
-            def spec(t: Tensor, slot: int = slot, calls: Iterator[int] = calls) -> TensorSpec:
-                return full(t) if next(calls) == slot else self.placeholder(mesh, t.shape)
-
-            self.rule_calls += 1
-            try:
-                need, outs = op.flat_info(op.rule.infer_forward(*op.forward_args(spec)))
-            except SpmdError:
-                continue
-            total = 0.0
-            for t, n in zip(ins, need, strict=True):
-                a = st.attr[t.order]
-                if a is not None:
-                    total += reshard_time(a, n, t.shape, t.dtype, self.cost)
-            if best is None or (total, pos) < (best[0], best[1]):
-                best = (total, pos, need, outs)
-        if best is None:
-            given = ", ".join(f"{t.name}={full(t).attr.mapping_str()}" for _, t in known)
-            raise UnresolvableConflictError(
-                f"op {op.name!r} ({op.type}): its rule refuses the operands' attributes "
-                f"({given}) and every one of them alone: {error}. Change the annotations that "
-                "reach this op"
-            ) from error
-        need = best[2]
-        for t, n in zip(ins, need, strict=True):
-            a = st.attr[t.order]
-            if a is not None and a != n:
-                if self.is_shared[t.order]:
-                    self.touched_shared = True
-                st.reject(t.order, (
-                    (n, WEAK_RANK, op.order - self.base[t.order], DEM, -1), "rule",
-                    f"{op.type} cannot take it together with its other operands ({error}); "
-                    "the op keeps", known[best[1]][0],
-                ))
-        return need, best[3]
 
     def reverse(self, k: int) -> None:
         st = self.st
@@ -280,13 +204,13 @@ class Sweeps(RunState):
                 continue
             asked = False
             for base in (*made, None):
-                given = self.demand_given(o[2] + self.base[i], i, base)
-                if given is None:
+                asked_of = self.given(o[2] + self.base[i], i, base)
+                if asked_of is None:
                     continue
                 # a split the op asks for that leaves a process an empty block is one the
                 # tensor cannot take: the rest of the demand still counts
-                given = (fitting(given, self.shapes[i]) if ann is None
-                         else project(ann, given, o[1]))
+                given: DistAttr | None = (fitting(asked_of[0], self.shapes[i]) if ann is None
+                                          else project(ann, asked_of[0], o[1]))
                 if given is not None:
                     asked = True
                     if given not in options:
@@ -314,7 +238,9 @@ class Sweeps(RunState):
 
         A consumer's demand is its rule's answer with ``t`` as it is now; what the rule asks of
         ``v`` may differ (a concat or an elementwise op merges its operands' splits, ``t``'s
-        own included), so the demand is asked again with ``t`` as ``v``. Consumers needing one
+        own included), so the demand is asked again with ``t`` as ``v``, and what that answer
+        forces on the consumer's other operands counts too (``Conflicts.given``): a layout that
+        costs ``t`` nothing but has a weight gathered is not free. Consumers needing one
         layout share its reshard, so each distinct need is priced once. Pricing ``v`` against
         the demand made to the current attribute is what let two tensors oscillate for ever:
         each choice changed the demands so that the other choice looked cheaper (issue 16)."""
@@ -327,17 +253,21 @@ class Sweeps(RunState):
                 by_op[o[2]] = o
         needs: set[DistAttr] = set()
         base, i = self.base[t.order], t.order
+        given = self.given
         for o in by_op.values():
             need = o[0]
             if o[3] == DEM:
-                need = self.demand_given(o[2] + base, i, v) or need
+                asked = given(o[2] + base, i, v)
+                if asked is not None:
+                    need = asked[0]
+                    total += asked[1]
             needs.add(need)
         ins = self.ins
         for k in self.consumers[i]:  # one-operand consumers content with ``t`` made no offer
             if len(ins[k]) == 1 and k - base not in by_op:
-                asked = self.demand_given(k, i, v)
+                asked = given(k, i, v)
                 if asked is not None:
-                    needs.add(asked)
+                    needs.add(asked[0])
         # consumers needing one layout share one reshard (``Run.reshard_edges``): priced once
         for need in needs:
             total += reshard_time(v, need, t.shape, t.dtype, self.cost)
@@ -351,37 +281,6 @@ class Sweeps(RunState):
         if type(held) is list:
             return any(p[2] == op and p[3] == kind for p in held)
         return bool(held[2] == op and held[3] == kind)
-
-    def demand_given(self, k: int, i: int, v: DistAttr | None) -> DistAttr | None:
-        """What op ``k`` would need of its operand ``i`` were ``i`` laid out as ``v`` (None:
-        not known, what the op needs given its other operands alone), its other operands as
-        they are; None if its rule refuses that or ``v`` is on another mesh."""
-        ins = self.ins[k]
-        mesh, _, _ = self.best_known(ins)
-        if v is not None and v.mesh != mesh:
-            return None
-        mine = (self.placeholder(mesh, self.shapes[i]) if v is None
-                else cached_spec(self.shapes[i], v))
-        self.rule_calls += 1
-        call = self.calls[k]
-        try:
-            if call is not None:  # as ``run_forward`` calls it
-                spec_at = self.spec_at
-                info = call[0](*[mine if j == i else spec_at(j, mesh) for j in ins], *call[1])
-                need, _ = self.flat(k, call[4], info)
-            else:
-                op = self.ops[k]
-                full = self.spec_fn(mesh)
-
-                def spec(t: Tensor) -> TensorSpec:
-                    return mine if t.order == i else full(t)
-
-                need, _ = self.flat(k, op.schema, op.rule.infer_forward(*op.forward_args(spec)))
-        except SpmdError:
-            return None
-        # the tensor's offer from this op is the one for its last slot (see ``forward``)
-        pos = len(ins) - 1 - ins[::-1].index(i)
-        return need[pos]
 
     def changed(self, i: int) -> None:
         """Queue the ops that must look again: consumers forward, the producer in reverse. An op

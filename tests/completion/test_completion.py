@@ -291,9 +291,8 @@ def test_uneven_offers_that_fit_are_kept() -> None:
 def test_an_uneven_co_shard_that_fits_is_kept() -> None:
     # 12 rows over dp x mp = 8 pieces (2, 2, 2, 2, 1, 1, 1, 1): the add keeps the co-shard
     with Graph("uneven2") as g:
-        x = g.input("x", [12, 12])
         w = g.param("w", [12, 12])
-        ops.add(x, w, name="y")
+        ops.add(w, w, name="y")
     shard(w, MESH, (("dp", "mp"), None))
     r = complete(g)
     assert r.attr("y") == A([[0, 1], -1]) and r.origin("y").kind == "forward"
@@ -314,6 +313,22 @@ def test_a_result_whose_only_offer_does_not_fit_is_replicated() -> None:
     [d] = r.dropped
     assert (d.tensor, d.mesh_dims, d.dim) == ("y", ("mp",), 1)
     assert "Dim 1 is 2, shorter than its 4 pieces" in str(d)
+
+
+def test_an_uneven_split_against_a_replicated_operand_is_settled_on_the_even_layout() -> None:
+    # x, which nothing reaches, is replicated; the add's rule passes w's uneven split on to x
+    # and y. Priced, that answer is infinite (no even layout), while the answer given x alone
+    # (w gathered) plans: the add takes it, and y is made replicated, with no reshard of its own
+    with Graph("uneven2") as g:
+        x = g.input("x", [12, 12])
+        w = g.param("w", [12, 12])
+        ops.add(x, w, name="y")
+    shard(w, MESH, (("dp", "mp"), None))
+    r = complete(g)
+    assert r.attr("y").is_replicated and r.origin("y").kind == "forward"
+    [e] = r.reshards
+    assert (e.tensor, e.side, e.dst) == ("w", "operand", A([-1, -1]))
+    assert [(d.tensor, d.side) for d in r.dropped] == [("w", "operand")]
 
 
 def test_a_shape_changed_between_runs_is_seen_by_the_next_run() -> None:

@@ -154,19 +154,35 @@ def test_a_conflict_that_gathers_an_operand_is_reported_with_the_rules_words() -
     assert "its rule keeps the split given 'x' [8, 8] ([0,-1]) alone" in str(w.message)
 
 
-def test_a_concat_of_two_batch_split_operands_drops_the_split() -> None:
-    # Paddle's concat rule replicates when every operand is split on the concat axis, though
-    # with one of them alone it moves the split to another dim: reported once, at the op
+def concat_of_batch_split(cols: int) -> Graph:
+    """relu(concat([a, b], axis=0)), a and b [8, cols] split on rows over dp."""
     with Graph("cat") as g:
-        a, b = g.input("a", [8, 8]), g.input("b", [8, 8])
+        a, b = g.input("a", [8, cols]), g.input("b", [8, cols])
         ops.relu(ops.concat([a, b], axis=0, name="cat"), name="out")
     shard(a, MESH, ("dp", None))
     shard(b, MESH, ("dp", None))
-    r, caught = completed(g)
+    return g
+
+
+def test_a_concat_of_two_batch_split_operands_drops_the_split() -> None:
+    # Paddle's concat rule replicates when every operand is split on the concat axis, though
+    # with one of them alone it moves the split to another dim (3 columns: not evenly, so
+    # completion cannot take that): reported once, at the op
+    r, caught = completed(concat_of_batch_split(3))
     [d] = r.dropped
     assert (d.tensor, d.op, d.side, d.mesh_dims) == ("a", "cat", "operand", ("dp",))
     assert d.reason == "rule: cat's rule needs [-1,-1] given its other operands"
     assert len(caught) == 1
+
+
+def test_a_concat_of_two_batch_split_operands_keeps_the_split_where_it_moves_evenly() -> None:
+    # 8 columns: the answer given one operand alone moves dp to the columns, and the cost
+    # takes it (two all-to-alls, 256 B, against two all-gathers, 1 KB): nothing is dropped
+    r, caught = completed(concat_of_batch_split(8))
+    assert r.dropped == () and caught == []
+    assert r.attr("cat") == sr.DistAttr(MESH, [-1, 0])
+    assert [s.kind for p in r.plans() for s in p.steps] == ["all_to_all", "all_to_all"]
+    assert r.bytes_moved == 512
 
 
 def test_a_result_annotated_without_the_split_is_the_users_choice() -> None:

@@ -51,7 +51,8 @@ def test_nested_is_flat_exactly_when_the_nested_blocks_are_the_flat_ones() -> No
 
 def _matmul_of_conflicting_splits() -> Graph:
     """The smallest form of ``random_dag(1, 40)``: w's columns split on a, v's rows on b, both
-    at priority 2; the matmul's conflict co-shards the contracted 6 over a and b (4 pieces)."""
+    at priority 2; the matmul's rule co-shards the contracted 6 over a and b (4 pieces), and
+    completion takes the even answer given v alone (w's columns on b) instead."""
     mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["a", "b"])
     with Graph("uneven-coshard") as g:
         w, v = g.param("w", [2, 6], "float64"), g.param("v", [6, 2], "float64")
@@ -74,16 +75,29 @@ def _relu_of_an_uneven_co_shard_then_replicated() -> Graph:
     return g
 
 
+def _relu_into_an_uneven_co_shard() -> Graph:
+    """x [2, 6] split on a, its relu annotated co-sharded (a, b) on the 6 columns (blocks 2, 2,
+    1, 1): the relu makes its result as x is, and the result edge must reach the co-shard."""
+    mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["a", "b"])
+    with Graph("uneven-target") as g:
+        x = g.param("x", [2, 6], "float64")
+        y = ops.relu(x, name="y")
+    shard(x, mesh, (None, "a"), priority=2)
+    shard(y, mesh, (None, ("a", "b")), priority=2)
+    return g
+
+
 CASES = {"conflict-co-shard": _matmul_of_conflicting_splits,
-         "uneven-source": _relu_of_an_uneven_co_shard_then_replicated}
+         "uneven-source": _relu_of_an_uneven_co_shard_then_replicated,
+         "uneven-target": _relu_into_an_uneven_co_shard}
 
 
 def test_the_plans_reach_and_leave_the_uneven_co_shards_exactly() -> None:
-    prog = lower(complete(_matmul_of_conflicting_splits()))
-    for e in prog.edges:  # the contracted dim reaches (a, b) flat: gather, one slice over a, b
-        assert e.plan.dst.multi_dims_mapping in (((), (0, 1)), ((0, 1), ()))
-        assert [(s.kind, s.mesh_dims) for s in e.plan.steps][-1] == ("slice", (0, 1))
-        assert e.plan.total_bytes >= e.plan.lower_bound_bytes
+    prog = lower(complete(_relu_into_an_uneven_co_shard()))
+    (e,) = prog.edges  # the columns reach (a, b) flat: gather, one slice over a, b
+    assert e.plan.dst.multi_dims_mapping == ((), (0, 1))
+    assert [(s.kind, s.mesh_dims) for s in e.plan.steps][-1] == ("slice", (0, 1))
+    assert e.plan.total_bytes >= e.plan.lower_bound_bytes
     prog = lower(complete(_relu_of_an_uneven_co_shard_then_replicated()))
     (leave,) = [e for e in prog.edges if e.plan.src.multi_dims_mapping == ((0, 1), ())]
     assert [str(s).split(" ")[0] for s in leave.plan.steps] == ["p2p(all)"]

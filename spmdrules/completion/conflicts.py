@@ -1,0 +1,188 @@
+"""Conflicts settled by the cost: what an op needs of its operands when they disagree.
+
+An op's rule settles operands that disagree by a fixed order (the matmul rule hands a contested
+mesh dim to the batch letters first, the einsum engine to the first letter): that order never
+sees what the answer forces on the operands. Completion prices it. When the rule's answer would
+reshard an operand it was given, the rule is asked again with each known operand's layout left
+free in turn (what the op needs given its *other* operands alone), and the candidate whose
+reshards of all the operands cost least wins; the rule's own answer wins ties. Every candidate
+is a rule's answer: the rules stay as Paddle's, and the cost only picks among them.
+
+When the rule refuses the operands together, ``settle_conflict`` keeps one of them (the
+highest-ranked, then the cheapest) and records why the others lost.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+
+from spmdrules.completion.memo import FLAT_CACHE, FLAT_CACHE_MAX, cached_spec
+from spmdrules.completion.planning import reshard_time
+from spmdrules.completion.result import WEAK_RANK, UnresolvableConflictError
+from spmdrules.completion.state import DEM, RunState
+from spmdrules.core.attr import DistAttr
+from spmdrules.core.errors import SpmdError
+from spmdrules.core.mesh import ProcessMesh
+from spmdrules.core.spec import SpmdInfo, TensorSpec
+from spmdrules.graph.nodes import Op, Tensor
+from spmdrules.graph.opschema import OpSchema
+
+Answer = tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]]
+
+
+class Conflicts(RunState):
+    """Op ``k``'s forward rule called on operand specs, and the choice among its answers."""
+
+    def answer(self, k: int, mesh: ProcessMesh, specs: Sequence[TensorSpec]) -> Answer:
+        """Op ``k``'s forward rule on ``specs`` (one per operand slot): what it needs of its
+        operands and what it makes. Raises the rule's ``SpmdError``."""
+        self.rule_calls += 1
+        call = self.calls[k]
+        if call is not None:
+            return self.flat(k, call[4], call[0](*specs, *call[1]))
+        op = self.ops[k]
+        full = self.spec_fn(mesh)
+        n = len(specs)
+        slots = itertools.count()  # by slot, not by tensor: an op may take one tensor twice
+
+        def spec(t: Tensor) -> TensorSpec:
+            p = next(slots)
+            return specs[p] if p < n else full(t)  # a generic rule's results come after
+
+        return self.flat(k, op.schema, op.rule.infer_forward(*op.forward_args(spec)))
+
+    def flat(self, k: int, schema: OpSchema, info: SpmdInfo) -> Answer:
+        """``op.flat_info(info)`` for op ``k``, memoised on the answer (see ``FLAT_CACHE``)."""
+        n_in = len(self.ins[k])
+        hit = FLAT_CACHE.get(id(info))
+        if hit is not None and hit[0] is info and hit[1] is schema and hit[2] == n_in:
+            return hit[3], hit[4]
+        ins, outs = self.ops[k].flat_info(info)
+        if len(FLAT_CACHE) >= FLAT_CACHE_MAX:
+            FLAT_CACHE.clear()
+        FLAT_CACHE[id(info)] = (info, schema, n_in, ins, outs)
+        return ins, outs
+
+    def settled(
+        self, k: int, mesh: ProcessMesh, specs: list[TensorSpec], known: Sequence[bool]
+    ) -> tuple[tuple[DistAttr, ...], tuple[DistAttr, ...], float]:
+        """What op ``k`` needs of its operands ``specs`` (``known[slot]``: laid out, not a
+        placeholder) and what it makes, and the seconds of the operands' reshards: the rule's
+        answer, or the cheapest answer with one known operand left free (module docs).
+        Raises the rule's ``SpmdError`` if it refuses ``specs``."""
+        need, outs = self.answer(k, mesh, specs)
+        if len(specs) < 2:
+            return need, outs, 0.0
+        forced = False
+        for s, n, kn in zip(specs, need, known, strict=True):
+            a = s.attr
+            if kn and a is not n and a != n:
+                forced = True
+                break
+        if not forced:
+            return need, outs, 0.0
+        best = (self.price(k, specs, known, need, outs), need, outs)
+        for slot, kn in enumerate(known):
+            if not kn or best[0] == 0.0:
+                continue
+            free = specs.copy()
+            free[slot] = self.placeholder(mesh, self.shapes[self.ins[k][slot]])
+            try:
+                n2, o2 = self.answer(k, mesh, free)
+            except SpmdError:
+                continue
+            c = self.price(k, specs, known, n2, o2)
+            if c < best[0]:
+                best = (c, n2, o2)
+        return best[1], best[2], best[0]
+
+    def price(self, k: int, specs: Sequence[TensorSpec], known: Sequence[bool],
+              need: Sequence[DistAttr], outs: Sequence[DistAttr], skip: int = -1) -> float:
+        """Seconds of the reshards an answer forces: from the known operands ``specs`` (but
+        tensor ``skip``) to ``need``, and from ``outs`` to the layouts of the results whose
+        annotation fixes them whole (a layer's output laid out as the user wrote)."""
+        total = 0.0
+        shapes, tensors, cost = self.shapes, self.tensors, self.cost
+        for i, s, kn, n in zip(self.ins[k], specs, known, need, strict=True):
+            if kn and i != skip:
+                total += reshard_time(s.attr, n, shapes[i], tensors[i].dtype, cost)
+        anns = self.ann
+        for i, o in zip(self.outs[k], outs, strict=True):
+            ann = anns[i]
+            if ann is not None and ann.is_fully_closed and ann.attr.mesh == o.mesh:
+                total += reshard_time(o, ann.attr, shapes[i], tensors[i].dtype, cost)
+        return total
+
+    def given(self, k: int, i: int, v: DistAttr | None) -> tuple[DistAttr, float] | None:
+        """What op ``k`` would need of its operand ``i`` were ``i`` laid out as ``v`` (None:
+        not known, what the op needs given its other operands alone), its other operands as
+        they are, and the seconds of the reshards that forces on those others; None if its rule
+        refuses that or ``v`` is on another mesh."""
+        ins = self.ins[k]
+        mesh, _, _ = self.best_known(ins)
+        if v is not None and v.mesh != mesh:
+            return None
+        st, spec_at = self.st, self.spec_at
+        mine = (self.placeholder(mesh, self.shapes[i]) if v is None
+                else cached_spec(self.shapes[i], v))
+        specs = [mine if j == i else spec_at(j, mesh) for j in ins]
+        known = [v is not None if j == i else st.attr[j] is not None for j in ins]
+        try:
+            need, outs, total = self.settled(k, mesh, specs, known)
+        except SpmdError:
+            return None
+        if total:  # what it forces on the rest of the op (the tensor's own are its edges)
+            total = self.price(k, specs, known, need, outs, skip=i)
+        # the tensor's offer from this op is the one for its last slot (see ``Sweeps.forward``)
+        return need[len(ins) - 1 - ins[::-1].index(i)], total
+
+    def settle_conflict(self, op: Op, mesh: ProcessMesh, error: SpmdError) -> Answer:
+        """The rule refused the operands together: keep one known operand (highest rank, then
+        the cheapest total reshard), give the others placeholders, and record the losers."""
+        st = self.st
+        ins = op.inputs
+        known = [(j, t) for j, t in enumerate(ins) if st.attr[t.order] is not None]
+        top = max(st.rank[t.order] for _, t in known)
+        full = self.spec_fn(mesh)
+        best: tuple[float, int, tuple[DistAttr, ...], tuple[DistAttr, ...]] | None = None
+        for pos, (slot, keep) in enumerate(known):
+            if st.rank[keep.order] != top:
+                continue
+            # by operand slot, not by tensor: one tensor in two slots keeps one of them
+            calls = itertools.count()
+
+            def spec(t: Tensor, slot: int = slot, calls: Iterator[int] = calls) -> TensorSpec:
+                return full(t) if next(calls) == slot else self.placeholder(mesh, t.shape)
+
+            self.rule_calls += 1
+            try:
+                need, outs = op.flat_info(op.rule.infer_forward(*op.forward_args(spec)))
+            except SpmdError:
+                continue
+            total = 0.0
+            for t, n in zip(ins, need, strict=True):
+                a = st.attr[t.order]
+                if a is not None:
+                    total += reshard_time(a, n, t.shape, t.dtype, self.cost)
+            if best is None or (total, pos) < (best[0], best[1]):
+                best = (total, pos, need, outs)
+        if best is None:
+            given = ", ".join(f"{t.name}={full(t).attr.mapping_str()}" for _, t in known)
+            raise UnresolvableConflictError(
+                f"op {op.name!r} ({op.type}): its rule refuses the operands' attributes "
+                f"({given}) and every one of them alone: {error}. Change the annotations that "
+                "reach this op"
+            ) from error
+        need = best[2]
+        for t, n in zip(ins, need, strict=True):
+            a = st.attr[t.order]
+            if a is not None and a != n:
+                if self.is_shared[t.order]:
+                    self.touched_shared = True
+                st.reject(t.order, (
+                    (n, WEAK_RANK, op.order - self.base[t.order], DEM, -1), "rule",
+                    f"{op.type} cannot take it together with its other operands ({error}); "
+                    "the op keeps", known[best[1]][0],
+                ))
+        return need, best[3]
