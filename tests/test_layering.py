@@ -19,6 +19,7 @@ op's shape rule, kernel, VJP, case generator and deviations live in modules name
 from __future__ import annotations
 
 import ast
+import functools
 import pkgutil
 import shutil
 from collections.abc import Callable, Iterable, Iterator
@@ -94,24 +95,22 @@ class Tree:
         return name or None
 
 
-def _imported_names(tree: Tree, module: str) -> Iterator[tuple[str, int]]:
-    """(absolute dotted name, line) of everything ``module`` imports."""
-    source = tree.modules[module].read_text()
-    package = module if tree.is_package(module) else module.rpartition(".")[0]
+@functools.cache
+def _import_statements(source: str, package: str) -> tuple[tuple[str, str | None, int], ...]:
+    """(origin, imported name or None, line) of every import in ``source``, relative imports made
+    absolute from ``package``. Cached by source text: parsing is the check's whole cost, and the
+    planted copies repeat the installed package's sources but for one file."""
+    found: list[tuple[str, str | None, int]] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield alias.name, node.lineno
+            found += [(alias.name, None, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 origin = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 origin = node.module or ""
-            for alias in node.names:
-                # `from pkg import name`: the submodule pkg.name if there is one, else pkg
-                sub = f"{origin}.{alias.name}"
-                yield (sub if sub in tree.modules else origin), node.lineno
+            found += [(origin, alias.name, node.lineno) for alias in node.names]
         elif (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -120,7 +119,21 @@ def _imported_names(tree: Tree, module: str) -> Iterator[tuple[str, int]]:
             and isinstance(node.args[0], ast.Constant)
             and isinstance(node.args[0].value, str)
         ):
-            yield node.args[0].value, node.lineno
+            found.append((node.args[0].value, None, node.lineno))
+    return tuple(found)
+
+
+def _imported_names(tree: Tree, module: str) -> Iterator[tuple[str, int]]:
+    """(absolute dotted name, line) of everything ``module`` imports."""
+    source = tree.modules[module].read_text()
+    package = module if tree.is_package(module) else module.rpartition(".")[0]
+    for origin, name, line in _import_statements(source, package):
+        if name is None:
+            yield origin, line
+        else:
+            # `from pkg import name`: the submodule pkg.name if there is one, else pkg
+            sub = f"{origin}.{name}"
+            yield (sub if sub in tree.modules else origin), line
 
 
 def import_graph(tree: Tree) -> nx.DiGraph:
