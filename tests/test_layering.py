@@ -270,6 +270,15 @@ def test_a_planted_cycle_inside_a_layer_is_caught(copy: Tree) -> None:
     assert found == {"import cycle: spmdrules.core.attr <-> spmdrules.core.mesh"}
 
 
+def test_a_planted_copy_is_checked_by_parsing_only_the_planted_file(copy: Tree) -> None:
+    # the planted-violation tests each check a whole copy of the package twice: its sources are
+    # the installed ones but for the planted file, whose parse alone is new
+    violations(copy)
+    misses = _import_statements.cache_info().misses
+    found = _plant(copy, ("spmdrules.engine.registry", "from spmdrules.plan import styles"))
+    assert found and _import_statements.cache_info().misses == misses + 1
+
+
 def test_a_module_outside_the_layers_is_caught(copy: Tree, tmp_path: Path) -> None:
     before = set(violations(copy))
     (tmp_path / "spmdrules" / "helpers.py").write_text("X = 1\n")
