@@ -22,6 +22,8 @@ import ast
 import functools
 import pkgutil
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,6 +199,19 @@ def test_the_rules_know_nothing_of_the_conformance_data() -> None:
     g = import_graph(Tree.installed())
     reached = nx.descendants(g, "spmdrules.rules")
     assert not [m for m in reached if m.startswith("spmdrules.conformance")]
+
+
+@pytest.mark.parametrize("entry", ["spmdrules.execution.rank_script",
+                                   "spmdrules.execution.mpi_worker"])
+def test_an_mpi_rank_loads_no_completion_layer(entry: str, tmp_path: Path) -> None:
+    # every rank of every mpiexec job imports its entry module, and with it the top package: the
+    # top package names completion's warning lazily, so a rank does not pay for that layer
+    code = f"import sys, {entry}; print(sorted(m for m in sys.modules if 'completion' in m))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=tmp_path)
+    assert run.stdout.strip() == "[]", run.stdout
+    assert issubclass(spmdrules.DroppedSplitWarning, UserWarning)
+    assert "DroppedSplitWarning" in dir(spmdrules)
 
 
 # ---- the check itself can fail ------------------------------------------------------------------
