@@ -7,8 +7,8 @@ imports every rule family, so every rule is registered whatever module of spmdru
 """
 
 import importlib
+from typing import TYPE_CHECKING
 
-from spmdrules.completion.result import DroppedSplitWarning
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import (
     CoShardedDimError,
@@ -29,6 +29,9 @@ from spmdrules.graph.annotate import shard
 from spmdrules.graph.annotation import OPEN, Annotation
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Op, Tensor
+
+if TYPE_CHECKING:
+    from spmdrules.completion.result import DroppedSplitWarning
 
 __all__ = [
     "OPEN",
@@ -69,3 +72,17 @@ __version__ = "0.1.0"
 # the repository's ``rules/`` folder, which only the installed package maps to ``spmdrules.rules``:
 # mypy, which reads the source tree, cannot follow a static import of it.
 importlib.import_module("spmdrules.rules")
+
+
+def __getattr__(name: str) -> object:
+    # Completion's warning loads on first use: importing it here would make every process that
+    # imports any spmdrules module, each rank of every MPI job included, load the completion layer.
+    if name == "DroppedSplitWarning":
+        from spmdrules.completion.result import DroppedSplitWarning
+
+        return DroppedSplitWarning
+    raise AttributeError(f"module 'spmdrules' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

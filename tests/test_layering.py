@@ -19,8 +19,11 @@ op's shape rule, kernel, VJP, case generator and deviations live in modules name
 from __future__ import annotations
 
 import ast
+import functools
 import pkgutil
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,24 +97,22 @@ class Tree:
         return name or None
 
 
-def _imported_names(tree: Tree, module: str) -> Iterator[tuple[str, int]]:
-    """(absolute dotted name, line) of everything ``module`` imports."""
-    source = tree.modules[module].read_text()
-    package = module if tree.is_package(module) else module.rpartition(".")[0]
+@functools.cache
+def _import_statements(source: str, package: str) -> tuple[tuple[str, str | None, int], ...]:
+    """(origin, imported name or None, line) of every import in ``source``, relative imports made
+    absolute from ``package``. Cached by source text: parsing is the check's whole cost, and the
+    planted copies repeat the installed package's sources but for one file."""
+    found: list[tuple[str, str | None, int]] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield alias.name, node.lineno
+            found += [(alias.name, None, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 origin = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 origin = node.module or ""
-            for alias in node.names:
-                # `from pkg import name`: the submodule pkg.name if there is one, else pkg
-                sub = f"{origin}.{alias.name}"
-                yield (sub if sub in tree.modules else origin), node.lineno
+            found += [(origin, alias.name, node.lineno) for alias in node.names]
         elif (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -120,7 +121,21 @@ def _imported_names(tree: Tree, module: str) -> Iterator[tuple[str, int]]:
             and isinstance(node.args[0], ast.Constant)
             and isinstance(node.args[0].value, str)
         ):
-            yield node.args[0].value, node.lineno
+            found.append((node.args[0].value, None, node.lineno))
+    return tuple(found)
+
+
+def _imported_names(tree: Tree, module: str) -> Iterator[tuple[str, int]]:
+    """(absolute dotted name, line) of everything ``module`` imports."""
+    source = tree.modules[module].read_text()
+    package = module if tree.is_package(module) else module.rpartition(".")[0]
+    for origin, name, line in _import_statements(source, package):
+        if name is None:
+            yield origin, line
+        else:
+            # `from pkg import name`: the submodule pkg.name if there is one, else pkg
+            sub = f"{origin}.{name}"
+            yield (sub if sub in tree.modules else origin), line
 
 
 def import_graph(tree: Tree) -> nx.DiGraph:
@@ -184,6 +199,19 @@ def test_the_rules_know_nothing_of_the_conformance_data() -> None:
     g = import_graph(Tree.installed())
     reached = nx.descendants(g, "spmdrules.rules")
     assert not [m for m in reached if m.startswith("spmdrules.conformance")]
+
+
+@pytest.mark.parametrize("entry", ["spmdrules.execution.rank_script",
+                                   "spmdrules.execution.mpi_worker"])
+def test_an_mpi_rank_loads_no_completion_layer(entry: str, tmp_path: Path) -> None:
+    # every rank of every mpiexec job imports its entry module, and with it the top package: the
+    # top package names completion's warning lazily, so a rank does not pay for that layer
+    code = f"import sys, {entry}; print(sorted(m for m in sys.modules if 'completion' in m))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=tmp_path)
+    assert run.stdout.strip() == "[]", run.stdout
+    assert issubclass(spmdrules.DroppedSplitWarning, UserWarning)
+    assert "DroppedSplitWarning" in dir(spmdrules)
 
 
 # ---- the check itself can fail ------------------------------------------------------------------
@@ -255,6 +283,15 @@ def test_verify_and_conformance_do_not_import_each_other(copy: Tree) -> None:
 def test_a_planted_cycle_inside_a_layer_is_caught(copy: Tree) -> None:
     found = _plant(copy, ("spmdrules.core.mesh", "from spmdrules.core import attr"))
     assert found == {"import cycle: spmdrules.core.attr <-> spmdrules.core.mesh"}
+
+
+def test_a_planted_copy_is_checked_by_parsing_only_the_planted_file(copy: Tree) -> None:
+    # the planted-violation tests each check a whole copy of the package twice: its sources are
+    # the installed ones but for the planted file, whose parse alone is new
+    violations(copy)
+    misses = _import_statements.cache_info().misses
+    found = _plant(copy, ("spmdrules.engine.registry", "from spmdrules.plan import styles"))
+    assert found and _import_statements.cache_info().misses == misses + 1
 
 
 def test_a_module_outside_the_layers_is_caught(copy: Tree, tmp_path: Path) -> None:
