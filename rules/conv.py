@@ -184,6 +184,15 @@ def check_halos(call: ConvCall, x: TensorSpec, f: TensorSpec, xm: MultiDims,
                         shard_product(x.attr.mesh.shape, xm[d]), transposed=transposed)
 
 
+def out_lengths(op: str, lengths: list[int], kernel: Sequence[int], attrs: dict[str, Any]
+                ) -> Sequence[int]:
+    """The spatial lengths of ``op``'s output for an input of ``lengths``: a transposed conv's
+    output is its windows' input (``transpose_lengths``), never shorter than its own input."""
+    if op == "conv2d_transpose":
+        return transpose_lengths(op, lengths, kernel, attrs).in_lengths
+    return geometry(op, lengths, kernel, attrs).out_lengths
+
+
 def ended(call: ConvCall, d: Description, t: TensorSpec,
           lengths: Callable[[list[int]], Sequence[int]] | None) -> frozenset[str]:
     """The spatial letters whose split ends at this op (``windows.collapsed``): those of ``t``
@@ -209,8 +218,8 @@ def forward_answer(op: str, x: TensorSpec, f: TensorSpec, data_format: str, grou
     xl, fl, ol = _letters(d)
     whole = d.whole
     if not quirks and attrs is not None:
-        whole |= ended(call, d, x, lambda sp: geometry(op, [x.shape[i] for i in sp], f.shape[2:],
-                                                       attrs).out_lengths)
+        whole |= ended(call, d, x, lambda sp: out_lengths(op, [x.shape[i] for i in sp],
+                                                          f.shape[2:], attrs))
     # depthwise: the input channel is never sharded (Paddle blanks it before the merge too)
     lm = _merge(((xl, x), (fl, f)), whole | {"1"}, ("input", "filter"))
     xa, fa = _read(x, xl, lm), _read(f, fl, lm)

@@ -316,12 +316,13 @@ def test_a_result_whose_only_offer_does_not_fit_is_replicated() -> None:
 
 
 def test_an_uneven_split_against_a_replicated_operand_is_settled_on_the_even_layout() -> None:
-    # x, which nothing reaches, is replicated; the add's rule passes w's uneven split on to x
-    # and y. Priced, that answer is infinite (no even layout), while the answer given x alone
-    # (w gathered) plans: the add takes it, and y is made replicated, with no reshard of its own
+    # x, which nothing reaches, is replicated; the add's rule passes w's split on to x and y:
+    # 6 rows over dp x mp's 8 pieces, which leaves two processes an empty block. Priced, that
+    # answer is infinite (no layout that fits), while the answer given x alone (w gathered)
+    # plans: the add takes it, and y is made replicated, with no reshard of its own
     with Graph("uneven2") as g:
-        x = g.input("x", [12, 12])
-        w = g.param("w", [12, 12])
+        x = g.input("x", [6, 12])
+        w = g.param("w", [6, 12])
         ops.add(x, w, name="y")
     shard(w, MESH, (("dp", "mp"), None))
     r = complete(g)

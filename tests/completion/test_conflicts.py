@@ -128,11 +128,11 @@ def test_an_operand_on_another_mesh_is_priced_on_the_ops_mesh() -> None:
     assert np.isfinite(r.time)
 
 
-def _add_of(x_dims: Any, w_dims: Any) -> Graph:
-    """y = x + w, [12, 12] each, on a 2x4 (dp, mp) mesh: x annotated ``x_dims`` (None: not at
+def _add_of(x_dims: Any, w_dims: Any, n: int = 12) -> Graph:
+    """y = x + w, [n, n] each, on a 2x4 (dp, mp) mesh: x annotated ``x_dims`` (None: not at
     all), w ``w_dims``."""
     with Graph("uneven-add") as g:
-        x, w = g.input("x", [12, 12]), g.param("w", [12, 12])
+        x, w = g.input("x", [n, n]), g.param("w", [n, n])
         ops.add(x, w, name="y")
     mesh = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
     if x_dims is not None:
@@ -141,33 +141,34 @@ def _add_of(x_dims: Any, w_dims: Any) -> Graph:
     return g
 
 
-def test_when_every_answer_splits_unevenly_the_rules_answer_stands() -> None:
-    # x and w annotated with co-shards of 12 over 8 on different dims: every answer, the rule's
-    # and those with x or w free, needs an uneven split (an infinite price), so the tie goes
-    # to the rule's own answer, as before the cost settled conflicts
-    g = _add_of((("dp", "mp"), None), (None, ("mp", "dp")))
+def test_when_no_answer_fits_the_rules_answer_stands() -> None:
+    # x and w annotated with co-shards of 6 over 8 on different dims: every answer, the rule's
+    # and those with x or w free, needs a split that leaves a process an empty block (an
+    # infinite price), so the tie goes to the rule's own answer, as before the cost settled
+    # conflicts
+    g = _add_of((("dp", "mp"), None), (None, ("mp", "dp")), n=6)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", sr.DroppedSplitWarning)
         r = complete(g)
     assert [(e.tensor, e.side, e.dst.mapping_str()) for e in r.reshards] == [
         ("w", "operand", "[[0,1],-1]"), ("y", "result", "[-1,-1]")]
-    assert r.bytes_moved == 4_536
+    assert r.bytes_moved == 1_132
 
 
-def test_a_tensors_option_is_priced_with_what_it_forces_on_its_consumers_other_operands() -> None:
-    # resnet_block at batch 3 split on h (uneven) and W on w: the branch is made replicated, the
-    # skip connection x comes split. Priced with x's reshard at the residual add, the branch's
-    # output takes the add's need (W split on w, a free slice) and x keeps its W split: 24,960 B.
-    # Priced by its own edges alone, the branch stayed replicated and x was gathered: 36,864 B
+def test_a_residual_block_at_an_uneven_batch_keeps_the_skip_connections_split() -> None:
+    # resnet_block at batch 3 split on h (blocks of 2 and 1, which fit) and W on w, training:
+    # the first batch norm reads its input whole (its statistics), so conv1's output is gathered
+    # once and the branch runs replicated; the residual add takes the skip connection's layout,
+    # a free slice of the branch, and x is never gathered. Before uneven splits fit, the branch
+    # was priced with x's reshard at the add (24,960 B); before that, x was gathered (36,864 B)
     mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["h", "w"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", sr.DroppedSplitWarning)  # h, uneven: reported
-        r = complete(examples.resnet_block(mesh, layout="both", batch=3))
-    assert r.attr("bn2.out") == r.attr("residual") == sr.DistAttr(mesh, [-1, -1, 1, -1])
-    assert r.origin("bn2.out").kind == "demand"
-    [skip] = r.reshards_of("x")
-    assert (skip.op, skip.dst) == ("residual", sr.DistAttr(mesh, [-1, -1, 1, -1]))
-    assert r.bytes_moved == 24_960
+    r = complete(examples.resnet_block(mesh, layout="both", batch=3))
+    split = sr.DistAttr(mesh, [0, -1, 1, -1])
+    assert r.attr("x") == r.attr("conv1") == r.attr("residual") == split
+    assert r.attr("bn2.out").is_replicated and r.reshards_of("x") == () and r.dropped == ()
+    assert [(e.tensor, e.op) for e in r.reshards] == [
+        ("conv1", "bn1"), ("bn2.out", "residual"), ("flatten", "head.matmul")]
+    assert r.bytes_moved == 18_624
 
 
 def _concat_moved_to_columns() -> Graph:
