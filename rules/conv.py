@@ -34,7 +34,13 @@ from spmdrules.engine import einsum
 from spmdrules.engine.description import Description
 from spmdrules.engine.registry import A, T, register_rule
 from spmdrules.engine.rulekit import attr, shard_product
-from spmdrules.engine.windows import block_halos, collapsed, geometry, transpose_lengths
+from spmdrules.engine.windows import (
+    Geometry,
+    block_halos,
+    collapsed,
+    geometry,
+    transpose_lengths,
+)
 
 CONV_OPS: Final = ("conv2d", "conv3d", "depthwise_conv2d", "conv2d_transpose")
 GRAD_OPS: Final = ("conv3d_grad", "depthwise_conv2d_grad", "conv2d_transpose_grad")
@@ -172,25 +178,24 @@ def check_halos(call: ConvCall, x: TensorSpec, f: TensorSpec, xm: MultiDims,
     sp = _spatial(call)
     if attrs is None or not any(xm[d] for d in sp):
         return
-    lengths, kernel = [x.shape[d] for d in sp], f.shape[2:]
     transposed = call.op == "conv2d_transpose"
-    g = (transpose_lengths(call.op, lengths, kernel, attrs) if transposed
-         else geometry(call.op, lengths, kernel, attrs))
-    # a transpose's output is the windows' input: its lengths are the geometry's in_lengths
-    outs = g.in_lengths if transposed else g.out_lengths
+    g, outs = _windows(call.op, [x.shape[d] for d in sp], f.shape[2:], attrs)
     for i, d in enumerate(sp):
         if xm[d]:
             block_halos(call.op, "input", d, x.shape[d], outs[i], g.windows[i],
                         shard_product(x.attr.mesh.shape, xm[d]), transposed=transposed)
 
 
-def out_lengths(op: str, lengths: list[int], kernel: Sequence[int], attrs: dict[str, Any]
-                ) -> Sequence[int]:
-    """The spatial lengths of ``op``'s output for an input of ``lengths``: a transposed conv's
-    output is its windows' input (``transpose_lengths``), never shorter than its own input."""
+def _windows(op: str, lengths: list[int], kernel: Sequence[int], attrs: dict[str, Any]
+             ) -> tuple[Geometry, Sequence[int]]:
+    """The windows of ``op`` over an input of spatial ``lengths``, and its output's lengths: a
+    transposed conv's output is its windows' input (``transpose_lengths``), never shorter than
+    its own input."""
     if op == "conv2d_transpose":
-        return transpose_lengths(op, lengths, kernel, attrs).in_lengths
-    return geometry(op, lengths, kernel, attrs).out_lengths
+        g = transpose_lengths(op, lengths, kernel, attrs)
+        return g, g.in_lengths
+    g = geometry(op, lengths, kernel, attrs)
+    return g, g.out_lengths
 
 
 def ended(call: ConvCall, d: Description, t: TensorSpec,
@@ -218,8 +223,8 @@ def forward_answer(op: str, x: TensorSpec, f: TensorSpec, data_format: str, grou
     xl, fl, ol = _letters(d)
     whole = d.whole
     if not quirks and attrs is not None:
-        whole |= ended(call, d, x, lambda sp: out_lengths(op, [x.shape[i] for i in sp],
-                                                          f.shape[2:], attrs))
+        whole |= ended(call, d, x, lambda sp: _windows(op, [x.shape[i] for i in sp],
+                                                       f.shape[2:], attrs)[1])
     # depthwise: the input channel is never sharded (Paddle blanks it before the merge too)
     lm = _merge(((xl, x), (fl, f)), whole | {"1"}, ("input", "filter"))
     xa, fa = _read(x, xl, lm), _read(f, fl, lm)
