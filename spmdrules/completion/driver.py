@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.completion.dropped import dropped_lines, find_dropped, warn_dropped
+from spmdrules.completion.masks import only_unmasked, unproven
 from spmdrules.completion.offers import RawOffer
 from spmdrules.completion.planning import Plan, ReshardError, divisible, fmt_bytes
 from spmdrules.completion.result import (
@@ -474,12 +475,12 @@ class Run(Sweeps):
         assert need is not None and nat is not None
         for slot, (i, n) in enumerate(zip(self.ins[k], need, strict=True)):
             a = attrs[i]
-            if a is not n and a != n:
+            if a is not n and a != n and not (a is not None and only_unmasked(a, n)):
                 assert a is not None
                 out.append((i, k, "operand", a, n, slot))
         for slot, (i, n) in enumerate(zip(self.outs[k], nat, strict=True)):
             a = attrs[i]
-            if a is not n and a != n:
+            if a is not n and a != n and not (a is not None and only_unmasked(n, a)):
                 assert a is not None
                 out.append((i, k, "result", n, a, slot))
 
@@ -494,5 +495,15 @@ def complete(graph: Graph, cost: CostModel = DEFAULT_COST_MODEL) -> Completion:
         raise CompletionError(f"complete: expected a Graph, got {type(graph).__name__}")
     graph.validate()
     result = without_gc(lambda: Run(graph, cost).run())
+    plain_ops: frozenset[int] = frozenset()
+    while any(t.attr is not None and t.attr._masks for t in graph.tensors):
+        # masks that completion cannot prove pair up: those ops see plain sums (masks.py)
+        bad = unproven(graph.ops, {t.name: t.attr for t in graph.tensors if t.attr is not None})
+        index = {op.name: k for k, op in enumerate(graph.ops)}
+        more = frozenset(index[n] for n in bad) - plain_ops
+        if not more:
+            break
+        plain_ops |= more
+        result = without_gc(Run(graph, cost, plain_ops).run)
     warn_dropped(result.dropped)  # one ``DroppedSplitWarning`` each; ``summary()`` lists them
     return result

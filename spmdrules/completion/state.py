@@ -81,9 +81,13 @@ class State:
 class RunState:
     """One completion run over a graph: its working state, and the specs the rules are called on."""
 
-    def __init__(self, graph: Graph, cost: CostModel) -> None:
+    def __init__(self, graph: Graph, cost: CostModel,
+                 plain_ops: frozenset[int] = frozenset()) -> None:
         self.g = graph
         self.cost = cost
+        #: ops whose rules see their operands' masked sums as plain sums: completion could not
+        #: prove that the masks they pair come from the same lookup (completion/masks.py)
+        self.plain_ops = plain_ops
         self.ops = ops = graph.ops
         self.tensors = tensors = graph.tensors
         self.st = State(len(tensors), len(ops))
