@@ -68,8 +68,10 @@ def unproven(ops: Sequence[Op], attr_of: dict[str, DistAttr]) -> set[str]:
                 if not masked_in:
                     sig = frozenset({_signature(op, m, attr_of)})
                 else:
-                    found = {sources.get((t.name, m), frozenset()) for t in masked_in}
-                    if len(found) > 1 or any(len(f) != 1 for f in found):
+                    # a mask no op here made (a graph input's, as given) is its tensor's own
+                    found = {sources.get((t.name, m), frozenset({("given", t.name)}))
+                             for t in masked_in}
+                    if len(masked_in) > 1 and (len(found) > 1 or any(len(f) != 1 for f in found)):
                         bad.add(op.name)
                     sig = frozenset().union(*found)
                 sources[(r.name, m)] = sig

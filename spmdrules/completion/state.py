@@ -99,7 +99,10 @@ class RunState:
         self.queued, self.calls, self.shapes = index.queued, index.calls, index.shapes
         self.constants = index.constants
         self.sources, self.base = index.sources, index.base
-        self.block_of, self.blocks = index.block_of, index.blocks if REPLAY_BLOCKS else ()
+        # a replayed block reuses an earlier block's answers, which may pair masks that this run
+        # must see as plain sums: a run with ``plain_ops`` visits every op
+        self.block_of, self.blocks = index.block_of, (index.blocks if REPLAY_BLOCKS and not
+                                                      plain_ops else ())
         self.replays = 0
         # the tensors that blocks share (``blocks``), and whether the block visit open now
         # went past an offer to one of them

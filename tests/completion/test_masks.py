@@ -79,3 +79,14 @@ def test_a_consumer_that_knows_no_masks_reads_the_masked_sum_without_a_reshard()
     assert not r.attr("b").masks
     assert r.reshards == ()
     assert_simulated_equals_serial(g, feeds(g), what="reshape: ")
+
+
+def test_a_model_file_keeps_the_masks_of_a_completed_graph() -> None:
+    from spmdrules.graph.exchange import dumps, loads
+
+    g = experts(same_index=True)
+    complete(g)
+    back = loads(dumps(g))
+    for t in g.tensors:
+        assert back.tensor(t.name).attr == t.attr, t.name
+    assert back.tensor("c").attr.masks == {1: 0}
