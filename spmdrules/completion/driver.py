@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.completion.dropped import dropped_lines, find_dropped, warn_dropped
-from spmdrules.completion.masks import only_unmasked, unproven
+from spmdrules.completion.masks import only_unmasked, proven
 from spmdrules.completion.offers import RawOffer
 from spmdrules.completion.planning import Plan, ReshardError, divisible, fmt_bytes
 from spmdrules.completion.result import (
@@ -494,16 +494,6 @@ def complete(graph: Graph, cost: CostModel = DEFAULT_COST_MODEL) -> Completion:
     if not isinstance(graph, Graph):
         raise CompletionError(f"complete: expected a Graph, got {type(graph).__name__}")
     graph.validate()
-    result = without_gc(lambda: Run(graph, cost).run())
-    plain_ops: frozenset[int] = frozenset()
-    while any(t.attr is not None and t.attr._masks for t in graph.tensors):
-        # masks that completion cannot prove pair up: those ops see plain sums (masks.py)
-        bad = unproven(graph.ops, {t.name: t.attr for t in graph.tensors if t.attr is not None})
-        index = {op.name: k for k, op in enumerate(graph.ops)}
-        more = frozenset(index[n] for n in bad) - plain_ops
-        if not more:
-            break
-        plain_ops |= more
-        result = without_gc(Run(graph, cost, plain_ops).run)
+    result = proven(graph, lambda plain_ops: without_gc(Run(graph, cost, plain_ops).run))
     warn_dropped(result.dropped)  # one ``DroppedSplitWarning`` each; ``summary()`` lists them
     return result

@@ -15,12 +15,15 @@ every row the same owner. ``complete`` then runs again with those ops seeing pla
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.spec import TensorSpec
+from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Op
+
+R = TypeVar("R")
 
 
 def unmasked_needs(given: Sequence[TensorSpec], need: tuple[DistAttr, ...]
@@ -78,4 +81,20 @@ def unproven(ops: Sequence[Op], attr_of: dict[str, DistAttr]) -> set[str]:
     return bad
 
 
-__all__ = ["only_unmasked", "unmasked_needs", "unproven"]
+def proven(graph: Graph, run: Callable[[frozenset[int]], R]) -> R:
+    """``run(plain_ops)`` (a completion of ``graph`` whose ops ``plain_ops`` see plain sums),
+    again with the ops whose pairing of masks :func:`unproven` finds added, until none is."""
+    plain_ops: frozenset[int] = frozenset()
+    result = run(plain_ops)
+    while any(t.attr is not None and t.attr._masks for t in graph.tensors):
+        attr_of = {t.name: t.attr for t in graph.tensors if t.attr is not None}
+        index = {op.name: k for k, op in enumerate(graph.ops)}
+        more = frozenset(index[n] for n in unproven(graph.ops, attr_of)) - plain_ops
+        if not more:
+            break
+        plain_ops |= more
+        result = run(plain_ops)
+    return result
+
+
+__all__ = ["only_unmasked", "proven", "unmasked_needs", "unproven"]
