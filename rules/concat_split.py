@@ -19,6 +19,7 @@ from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine import einsum
+from spmdrules.engine.masks import carry, plain
 from spmdrules.engine.registry import A, T, Vec, register_rule
 from spmdrules.engine.rulekit import attr, normalise_axis
 
@@ -235,6 +236,13 @@ def stack_reverse(x: tuple[TensorSpec, ...], out: TensorSpec, axis: int) -> Spmd
 
 # ---- split / split_with_num / unbind: cut the whole `x` into `outs` ------------------------------
 def _cut_forward(x: TensorSpec, a: int, n: int, keeps_axis: bool, keep_partial: bool) -> SpmdInfo:
+    """The pieces of ``x``. A masked pending sum is cut into masked sums, each slice of a piece
+    a slice of x (``spmdrules.engine.masks``); a plain one is kept only with ``keep_partial``."""
+    if x.attr._masks:
+        info = _cut_forward(plain(x), a, n, keeps_axis, keep_partial)
+        ls = _letters(x.ndim)
+        piece_ls = ls if keeps_axis else ls[:a] + ls[a + 1:]
+        return carry(info, [(x, ls)], [piece_ls] * n)
     mdm = _cut(x.attr.multi_dims_mapping, a, keeps_axis=True)
     part = x.attr.partial_items if keep_partial else ()
     piece = attr(x, mdm if keeps_axis else _cut(mdm, a, keeps_axis=False), part)
@@ -389,13 +397,16 @@ register_rule("stack", forward=stack_forward, reverse=stack_reverse, inputs=[Vec
               doc="Join along a new `axis`: every input axis aligned by cost.")
 register_rule("split", forward=split_forward, reverse=split_reverse, inputs=[T("x")],
               outputs=[Vec("outs")], attrs=[A("sections", "ints", ()), A("axis", "int", 0)],
+              masks=True,
               doc="Cut along `axis` into `sections`: the axis is replicated.")
 register_rule("split_with_num", forward=split_with_num_forward, reverse=split_with_num_reverse,
               inputs=[T("x")], outputs=[Vec("outs")],
               attrs=[A("num", "int", 1), A("axis", "int", 0)],
+              masks=True,
               doc="Cut along `axis` into `num` equal pieces: the axis is replicated.")
 register_rule("unbind", forward=unbind_forward, reverse=unbind_reverse, inputs=[T("x")],
               outputs=[Vec("outs")], attrs=[A("axis", "int", 0)],
+              masks=True,
               doc="Cut along `axis` into its slices, which lose the axis.")
 register_rule("add_n", forward=add_n_forward, inputs=[Vec("inputs")], outputs=[T("out")],
               doc="Sum of same-shape tensors: every axis merges (conflict: error).")

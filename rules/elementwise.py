@@ -16,6 +16,7 @@ from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import RuleArgumentError, ShardingConflictError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine.einsum import BROADCAST, LetterMap
+from spmdrules.engine.masks import any_masked, carry, plain
 from spmdrules.engine.registry import A, AttrParam, Opt, T, register_rule
 from spmdrules.engine.rulekit import attr
 
@@ -39,6 +40,15 @@ BINARY_OPS = (
     "remainder", "subtract", "trunc_divide",
 )
 
+#: unary ops with f(0) = 0 for every value of their attributes: applied to a masked pending sum
+#: (``spmdrules.engine.masks``), each process's zeros stay zeros, so the result is the masked sum
+#: of f of the value (tests/rules/test_masks.py checks f(0) = 0 on each kernel)
+ZERO_PRESERVING: Final = frozenset({
+    "abs", "asin", "asinh", "atan", "atanh", "erf", "expm1", "hardshrink", "hardswish",
+    "leaky_relu", "mish", "relu", "relu6", "sign", "silu", "sin", "sinh", "softshrink",
+    "softsign", "sqrt", "square", "swish", "tan", "tanh", "tanh_shrink", "gelu",
+})
+
 # Letters for broadcast dims; the digit '1' is the shared letter of size-1 dims.
 _LETTERS: Final = "abcdefghijklmnopqrstuvwxyz"
 # A partial operand of a product may stay partial only where the reduction is linear.
@@ -59,6 +69,14 @@ def _unary_mapping(t: TensorSpec) -> MultiDims:
 def unary_forward(x: TensorSpec) -> SpmdInfo:
     a = _attr_for(x, _unary_mapping(x))
     return SpmdInfo([a], [a])
+
+
+def zero_preserving_forward(x: TensorSpec) -> SpmdInfo:
+    """A unary op with f(0) = 0: a masked pending sum stays one (``ZERO_PRESERVING``)."""
+    if not x.attr._masks:
+        return unary_forward(x)
+    ls = _LETTERS[:x.ndim]
+    return carry(unary_forward(plain(x)), [(x, ls)], [ls])
 
 
 def unary_reverse(x: TensorSpec, out: TensorSpec) -> SpmdInfo:
@@ -213,7 +231,17 @@ def binary_reverse(x: TensorSpec, y: TensorSpec, out: TensorSpec) -> SpmdInfo:
 def multiply_forward(x: TensorSpec, y: TensorSpec) -> SpmdInfo:
     """x's pending sum stays pending through the product (y's is resolved first); x without one
     lets y's stay. It is dropped (resolved before the op) when one of its mesh dims also shards the
-    result, or when its reduction is not linear (max, min, ...: max(a, b) * y != max(a*y, b*y))."""
+    result, or when its reduction is not linear (max, min, ...: max(a, b) * y != max(a*y, b*y)).
+    A masked sum times a factor whole on its mesh dim, or times a sum masked by the same letter,
+    is a masked sum (``spmdrules.engine.masks``)."""
+    if any_masked(x, y):
+        xn, yn, on, _ = _notations(x, y)
+        info = _plain_product(plain(x), plain(y))
+        return carry(info, [(x, xn), (y, yn)], [on], product=True)
+    return _plain_product(x, y)
+
+
+def _plain_product(x: TensorSpec, y: TensorSpec) -> SpmdInfo:
     info = binary_forward(x, y)
     kept = x.attr.partial_items or y.attr.partial_items
     if not kept:
@@ -229,6 +257,28 @@ def multiply_forward(x: TensorSpec, y: TensorSpec) -> SpmdInfo:
         [attr(x, xa.multi_dims_mapping, x_part), attr(y, ya.multi_dims_mapping, y_part)],
         [attr(x, oa.multi_dims_mapping, kept)],
     )
+
+
+# ---- add, subtract: operands pending the same sums give the result pending them ------------------
+_SUMS: Final = ("add", "elementwise_add", "subtract")
+
+
+def sum_forward(x: TensorSpec, y: TensorSpec) -> SpmdInfo:
+    """x + y (or x - y) where both pend the same linear reductions on the same mesh dims: each
+    process adds its pieces, which sum to x + y, so the result pends them too (deviation
+    ``add-keeps-shared-partial``; Paddle reduces both first). Otherwise the binary rule."""
+    info = binary_forward(x, y)
+    part = x.attr.partial_items
+    if (not part or part != y.attr.partial_items
+            or any(rt not in _LINEAR_REDUCTIONS for _, rt in part)):
+        return info
+    (xa, ya), (oa,) = info.inputs, info.outputs
+    assert isinstance(xa, DistAttr) and isinstance(ya, DistAttr) and isinstance(oa, DistAttr)
+    used = xa.sharded_mesh_dims | ya.sharded_mesh_dims | oa.sharded_mesh_dims
+    if any(d in used for d, _ in part):
+        return info
+    return SpmdInfo([attr(x, xa.multi_dims_mapping, part), attr(y, ya.multi_dims_mapping, part)],
+                    [attr(x, oa.multi_dims_mapping, part)])
 
 
 # ---- swiglu(x, y?) = silu(x) * y; without y, x's last dim holds both halves [gate | value] -------
@@ -289,7 +339,7 @@ def gelu_grad(x: TensorSpec, out_grad: TensorSpec, approximate: bool) -> SpmdInf
 
 
 def _gelu_forward(x: TensorSpec, approximate: bool) -> SpmdInfo:
-    return unary_forward(x)
+    return zero_preserving_forward(x)
 
 
 def _gelu_reverse(x: TensorSpec, out: TensorSpec, approximate: bool) -> SpmdInfo:
@@ -328,25 +378,27 @@ UNARY_OP_ATTRS: dict[str, tuple[AttrParam, ...]] = {
 }
 
 for _name in UNARY_OPS:
-    register_rule(_name, forward=unary_forward, reverse=unary_reverse, inputs=[T("x")],
-                  outputs=[T("out")], op_attrs=UNARY_OP_ATTRS.get(_name, ()))
+    _zero = _name in ZERO_PRESERVING
+    register_rule(_name, forward=zero_preserving_forward if _zero else unary_forward,
+                  reverse=unary_reverse, inputs=[T("x")], outputs=[T("out")],
+                  op_attrs=UNARY_OP_ATTRS.get(_name, ()), masks=_zero)
 
 register_rule("gelu", forward=_gelu_forward, reverse=_gelu_reverse, inputs=[T("x")],
-              outputs=[T("out")], attrs=[A("approximate", "bool", False)])
+              outputs=[T("out")], attrs=[A("approximate", "bool", False)], masks=True)
 register_rule("gelu_grad", forward=gelu_grad, inputs=[T("x"), T("out_grad")],
               outputs=[T("x_grad")], attrs=[A("approximate", "bool", False)],
               doc="GeluGradInferSpmd: x and out_grad follow out_grad.")
 
 for _name in BINARY_OPS:
-    register_rule(_name, forward=binary_forward, reverse=binary_reverse, inputs=[T("x"), T("y")],
-                  outputs=[T("out")])
+    register_rule(_name, forward=sum_forward if _name in _SUMS else binary_forward,
+                  reverse=binary_reverse, inputs=[T("x"), T("y")], outputs=[T("out")])
 
 register_rule("multiply", forward=multiply_forward, reverse=binary_reverse,
-              inputs=[T("x"), T("y")], outputs=[T("out")])
+              inputs=[T("x"), T("y")], outputs=[T("out")], masks=True)
 register_rule("swiglu", forward=swiglu_forward, reverse=swiglu_reverse,
               inputs=[T("x"), Opt("y")], outputs=[T("out")])
 
 __all__ = [
-    "BINARY_OPS", "UNARY_OPS", "UNARY_OP_ATTRS", "binary_forward", "binary_reverse",
-    "multiply_forward",
+    "BINARY_OPS", "UNARY_OPS", "UNARY_OP_ATTRS", "ZERO_PRESERVING", "binary_forward",
+    "binary_reverse", "multiply_forward",
 ]

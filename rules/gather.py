@@ -1,8 +1,12 @@
 """gather, gather_nd, index_select and take_along_axis, and the gradient rules of the last two:
 values read at positions an index tensor gives.
 
-Described as data: the indexed axes of x are whole (the rule does not split a lookup over rows),
-the index's dims map to the result's dims that replace them, x's other dims keep their shards.
+Described as data: the index's dims map to the result's dims that replace them, x's other dims
+keep their shards. gather and index_select by a 1-D index are *masked lookups* where one mesh dim
+splits x's axis: each process reads the rows it holds and zeros for the others, so the result is
+a pending sum masked by the index's dim (``spmdrules.engine.masks``), as a vocab-parallel
+embedding; Paddle gathers the axis whole instead (deviation ``index-select-masked-lookup``). The
+other indexed axes (gather_nd, take_along_axis, a 0-D index) are whole.
 A gradient scatters the cotangent back into x's rows: where the index (or the cotangent) shards the
 positions, each rank's scatter is a piece of a pending sum. Pending sums of the inputs are
 resharded first. Negative axes are normalised (Paddle crashes on them: list E, quirk 22).
@@ -31,6 +35,8 @@ def describe_gather(x: Shape, index: Shape, *rest: Shape, axis: int) -> Descript
     whole = frozenset(xl[ax])
     if rest:  # (x, index, out_grad) -> x_grad: rows scattered back, pending over the index's shards
         return Description((xl, il, out), (xl,), whole=whole, merge=(0, 1))
+    if il:
+        return Description((xl, il), (out,), mask=il)
     return Description((xl, il), (out,), whole=whole, pending=None)
 
 

@@ -35,6 +35,7 @@ from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import RuleArgumentError, ShardingConflictError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine import einsum
+from spmdrules.engine.masks import any_masked, carry, plain
 from spmdrules.engine.registry import A, T, register_rule
 from spmdrules.engine.rulekit import attr, shard_product
 
@@ -265,6 +266,24 @@ def matmul_forward(x: TensorSpec, y: TensorSpec, trans_x: bool, trans_y: bool,
     return SpmdInfo([attr(x, xm), attr(y, ym)], [DistAttr._make(mesh, om, part)])
 
 
+def _masked_product(x: TensorSpec, y: TensorSpec, trans_x: bool, trans_y: bool, even: bool
+                    ) -> SpmdInfo:
+    """The product of operands that may be masked sums (``spmdrules.engine.masks``): a sum
+    masked by a letter the product keeps (a batch letter, ``m`` or ``n``) times an operand whole
+    on its mesh dim, or times one masked by the same letter, is a masked sum."""
+    if not any_masked(x, y):
+        return matmul_forward(x, y, trans_x, trans_y, even)
+    info = matmul_forward(plain(x), plain(y), trans_x, trans_y, even)
+    xl, yl, ol = notation(x.ndim, y.ndim)
+    stored_x = "".join(_swap_last2(tuple(xl), trans_x)) if x.ndim > 1 else xl
+    stored_y = "".join(_swap_last2(tuple(yl), trans_y)) if y.ndim > 1 else yl
+    return carry(info, [(x, stored_x), (y, stored_y)], [ol], product=True)
+
+
+def _matmul_rule(x: TensorSpec, y: TensorSpec, trans_x: bool, trans_y: bool) -> SpmdInfo:
+    return _masked_product(x, y, trans_x, trans_y, False)
+
+
 def matmul_reverse(
     x: TensorSpec, y: TensorSpec, out: TensorSpec, trans_x: bool, trans_y: bool,
     even: bool = False,
@@ -343,7 +362,7 @@ def _check_bmm(**tensors: TensorSpec) -> None:
 
 def bmm_forward(x: TensorSpec, y: TensorSpec, even: bool = False) -> SpmdInfo:
     _check_bmm(x=x, y=y)
-    return matmul_forward(x, y, False, False, even)
+    return _masked_product(x, y, False, False, even)
 
 
 def bmm_grad(x: TensorSpec, y: TensorSpec, out_grad: TensorSpec, even: bool = False) -> SpmdInfo:
@@ -399,13 +418,13 @@ _MATMUL_ATTRS = [A("trans_x", "bool", False), A("trans_y", "bool", False)]
 
 for _name in MATMUL_OPS:
     register_rule(
-        _name, forward=matmul_forward, reverse=matmul_reverse, inputs=[T("x"), T("y")],
-        outputs=[T("out")], attrs=_MATMUL_ATTRS,
+        _name, forward=_matmul_rule, reverse=matmul_reverse, inputs=[T("x"), T("y")],
+        outputs=[T("out")], attrs=_MATMUL_ATTRS, masks=True,
         doc="MatmulInferSpmd / MatmulInferSpmdReverse: batch letters + 'mk,kn->mn'.",
     )
 
 register_rule(
-    "bmm", forward=bmm_forward, inputs=[T("x"), T("y")], outputs=[T("out")],
+    "bmm", forward=bmm_forward, inputs=[T("x"), T("y")], outputs=[T("out")], masks=True,
     doc="BmmInferSpmd: rank-3 matmul without transposes or broadcasting.",
 )
 register_rule(

@@ -21,6 +21,7 @@ from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine import dim_trans
 from spmdrules.engine.dim_trans import SINGLETON, DimTrans, InputDim, Transformation
+from spmdrules.engine.masks import carry, plain
 from spmdrules.engine.registry import A, T, register_rule
 from spmdrules.engine.rulekit import attr, normalise_axis
 
@@ -39,9 +40,20 @@ class ShapeOp:
 
 def _forward(op: ShapeOp, x: TensorSpec, *attrs: Any) -> SpmdInfo:
     trans, _ = op.forward(x.shape, *attrs)
+    masked = x.attr._masks
+    if masked:
+        x, given = plain(x), x
     a = x.attr
     in_m, out_m = dim_trans.infer(trans, x.shape, a.multi_dims_mapping, a.mesh.shape)
-    return SpmdInfo([attr(x, in_m, a.partial_items)], [attr(x, out_m, a.partial_items)])
+    info = SpmdInfo([attr(x, in_m, a.partial_items)], [attr(x, out_m, a.partial_items)])
+    if not masked:
+        return info
+    # a mask stays on a dim the op moves whole (``spmdrules.engine.masks``); the other output
+    # dims are pieces or merges of input dims, whose slices may gather several owners
+    x_letters = "".join(chr(ord("a") + i) for i in range(x.ndim))
+    out_letters = "".join(x_letters[t.dim] if isinstance(t, InputDim) else chr(ord("A") + j)
+                          for j, t in enumerate(trans))
+    return carry(info, [(given, x_letters)], [out_letters])
 
 
 def _reverse(op: ShapeOp, x: TensorSpec, out: TensorSpec, *attrs: Any) -> SpmdInfo:
@@ -224,6 +236,7 @@ def _register(names: tuple[str, ...], op: ShapeOp, attrs: list[Any], doc: str) -
             outputs=[T("out")],
             attrs=attrs,
             doc=doc,
+            masks=True,
         )
 
 

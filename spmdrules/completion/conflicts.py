@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 
+from spmdrules.completion.masks import unmasked_needs
 from spmdrules.completion.memo import FLAT_CACHE, FLAT_CACHE_MAX, cached_spec
 from spmdrules.completion.planning import reshard_time
 from spmdrules.completion.result import WEAK_RANK, UnresolvableConflictError
@@ -25,6 +26,7 @@ from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import SpmdInfo, TensorSpec
+from spmdrules.engine.masks import plain
 from spmdrules.graph.nodes import Op, Tensor
 from spmdrules.graph.opschema import OpSchema
 
@@ -38,19 +40,24 @@ class Conflicts(RunState):
         """Op ``k``'s forward rule on ``specs`` (one per operand slot): what it needs of its
         operands and what it makes. Raises the rule's ``SpmdError``."""
         self.rule_calls += 1
+        given = specs
+        if self.plain_ops and k in self.plain_ops:
+            specs = [plain(s) for s in specs]
         call = self.calls[k]
         if call is not None:
-            return self.flat(k, call[4], call[0](*specs, *call[1]))
-        op = self.ops[k]
-        full = self.spec_fn(mesh)
-        n = len(specs)
-        slots = itertools.count()  # by slot, not by tensor: an op may take one tensor twice
+            need, outs = self.flat(k, call[4], call[0](*specs, *call[1]))
+        else:
+            op = self.ops[k]
+            full = self.spec_fn(mesh)
+            n = len(specs)
+            slots = itertools.count()  # by slot, not by tensor: an op may take one tensor twice
 
-        def spec(t: Tensor) -> TensorSpec:
-            p = next(slots)
-            return specs[p] if p < n else full(t)  # a generic rule's results come after
+            def spec(t: Tensor) -> TensorSpec:
+                p = next(slots)
+                return specs[p] if p < n else full(t)  # a generic rule's results come after
 
-        return self.flat(k, op.schema, op.rule.infer_forward(*op.forward_args(spec)))
+            need, outs = self.flat(k, op.schema, op.rule.infer_forward(*op.forward_args(spec)))
+        return unmasked_needs(given, need), outs
 
     def flat(self, k: int, schema: OpSchema, info: SpmdInfo) -> Answer:
         """``op.flat_info(info)`` for op ``k``, memoised on the answer (see ``FLAT_CACHE``)."""

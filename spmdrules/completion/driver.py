@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.completion.dropped import dropped_lines, find_dropped, warn_dropped
+from spmdrules.completion.masks import only_unmasked, proven
 from spmdrules.completion.offers import RawOffer
 from spmdrules.completion.planning import Plan, ReshardError, divisible, fmt_bytes
 from spmdrules.completion.result import (
@@ -474,12 +475,12 @@ class Run(Sweeps):
         assert need is not None and nat is not None
         for slot, (i, n) in enumerate(zip(self.ins[k], need, strict=True)):
             a = attrs[i]
-            if a is not n and a != n:
+            if a is not n and a != n and not (a is not None and only_unmasked(a, n)):
                 assert a is not None
                 out.append((i, k, "operand", a, n, slot))
         for slot, (i, n) in enumerate(zip(self.outs[k], nat, strict=True)):
             a = attrs[i]
-            if a is not n and a != n:
+            if a is not n and a != n and not (a is not None and only_unmasked(n, a)):
                 assert a is not None
                 out.append((i, k, "result", n, a, slot))
 
@@ -493,6 +494,6 @@ def complete(graph: Graph, cost: CostModel = DEFAULT_COST_MODEL) -> Completion:
     if not isinstance(graph, Graph):
         raise CompletionError(f"complete: expected a Graph, got {type(graph).__name__}")
     graph.validate()
-    result = without_gc(lambda: Run(graph, cost).run())
+    result = proven(graph, lambda plain_ops: without_gc(Run(graph, cost, plain_ops).run))
     warn_dropped(result.dropped)  # one ``DroppedSplitWarning`` each; ``summary()`` lists them
     return result

@@ -31,6 +31,7 @@ plan must move, counted per process from the blocks it needs and does not hold.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -337,6 +338,8 @@ def plan_reshard(
     (['all_reduce'], 196608, 131072)
     """
     shape = tuple(shape)
+    if src._masks or dst._masks:
+        return _masked_plan(src, dst, shape, dtype, cost)
     for a, what in ((src, "source"), (dst, "destination")):
         if a.ndim != len(shape):
             raise ReshardError(
@@ -385,6 +388,23 @@ def plan_reshard(
         bytes_per_process=sum(s.bytes_per_process for s in steps_t),
         lower_bound_bytes=lb,
     )
+
+
+def _masked_plan(src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtype: str,
+                 cost: CostModel) -> Plan:
+    """A reshard of a masked pending sum (``spmdrules.engine.masks``): its data is the plain
+    sum's, so the plain sums' plan moves it, and dropping a mask is free. A mask is made only by
+    the op that computes the sum: no reshard can make one, nor move one to another dim."""
+    extra = set(dst._masks) - set(src._masks)
+    if extra:
+        m, d = min(extra)
+        raise ReshardError(
+            f"plan_reshard: {dst.mapping_str()} asks for a pending sum on mesh dim {m} masked by "
+            f"tensor dim {d}, which {src.mapping_str()} is not; only the op that computes a "
+            "masked sum (a lookup) makes one: ask for the plain sum instead"
+        )
+    plan = plan_reshard(src.without_masks(), dst.without_masks(), shape, dtype, cost)
+    return dataclasses.replace(plan, src=src, dst=dst)
 
 
 def reshard_time(

@@ -81,9 +81,13 @@ class State:
 class RunState:
     """One completion run over a graph: its working state, and the specs the rules are called on."""
 
-    def __init__(self, graph: Graph, cost: CostModel) -> None:
+    def __init__(self, graph: Graph, cost: CostModel,
+                 plain_ops: frozenset[int] = frozenset()) -> None:
         self.g = graph
         self.cost = cost
+        #: ops whose rules see their operands' masked sums as plain sums: completion could not
+        #: prove that the masks they pair come from the same lookup (completion/masks.py)
+        self.plain_ops = plain_ops
         self.ops = ops = graph.ops
         self.tensors = tensors = graph.tensors
         self.st = State(len(tensors), len(ops))
@@ -95,7 +99,10 @@ class RunState:
         self.queued, self.calls, self.shapes = index.queued, index.calls, index.shapes
         self.constants = index.constants
         self.sources, self.base = index.sources, index.base
-        self.block_of, self.blocks = index.block_of, index.blocks if REPLAY_BLOCKS else ()
+        # a replayed block reuses an earlier block's answers, which may pair masks that this run
+        # must see as plain sums: a run with ``plain_ops`` visits every op
+        self.block_of, self.blocks = index.block_of, (index.blocks if REPLAY_BLOCKS and not
+                                                      plain_ops else ())
         self.replays = 0
         # the tensors that blocks share (``blocks``), and whether the block visit open now
         # went past an offer to one of them

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from spmdrules.completion.blocks import Flags, Visit, close, entry_head, matches, open_visit
 from spmdrules.completion.blocks import replay as replay_block
 from spmdrules.completion.conflicts import Conflicts
+from spmdrules.completion.masks import only_unmasked
 from spmdrules.completion.offers import RawOffer, put_offer
 from spmdrules.completion.planning import fitting, reshard_time
 from spmdrules.completion.result import WEAK_RANK
@@ -125,7 +126,11 @@ class Sweeps(Conflicts):
             return  # the reverse rule refuses: the forward answer stands and the edge reshards
         rank = (drank >> 1) << 1
         offer, base = self.offer, self.base
+        attrs = self.st.attr
         for i, a in zip(self.ins[k], need, strict=True):
+            cur = attrs[i]
+            if cur is not None and cur._masks and only_unmasked(cur, a):
+                a = cur  # the masked sum serves as it is (completion/masks.py)
             offer(i, (a, rank, k - base[i], REV, driver))
 
     # ---- choosing -----------------------------------------------------------------------------

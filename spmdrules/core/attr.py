@@ -16,6 +16,9 @@ from spmdrules.core.placements import REDUCE_TYPES, Partial, Placement, Replicat
 
 MultiDims = tuple[tuple[int, ...], ...]
 PartialItems = tuple[tuple[int, str], ...]
+#: (mesh dim, tensor dim) pairs: the pending sum on the mesh dim is *masked* by the tensor dim
+#: (module docs of spmdrules.engine.masks)
+MaskItems = tuple[tuple[int, int], ...]
 
 
 def _mesh_dim(mesh: ProcessMesh, d: Any, where: str) -> int:
@@ -86,11 +89,12 @@ class DistAttr:
     (Shard(0), Partial())
     """
 
-    __slots__ = ("_hash", "_mdm", "_partial", "mesh")
+    __slots__ = ("_hash", "_masks", "_mdm", "_partial", "mesh")
 
     mesh: ProcessMesh
     _mdm: MultiDims
     _partial: PartialItems
+    _masks: MaskItems
     _hash: int
 
     def __init__(
@@ -100,6 +104,7 @@ class DistAttr:
         partial: Mapping[Any, str] | Iterable[int] | None = None,
         *,
         multi_dims_mapping: Sequence[Sequence[int | str]] | None = None,
+        masks: Mapping[Any, int] | None = None,
     ) -> None:
         where = "DistAttr"
         if not isinstance(mesh, ProcessMesh):
@@ -141,21 +146,25 @@ class DistAttr:
                     f"{where}: mesh dim {d} is partial but also shards tensor dim {seen[d]}; a mesh "
                     "dim is either a shard, a replica or a pending reduction. Drop one of them"
                 )
-        self._init(mesh, tuple(mdm), part)
+        self._init(mesh, tuple(mdm), part, _normalise_masks(mesh, masks, part, len(mdm), where))
 
-    def _init(self, mesh: ProcessMesh, mdm: MultiDims, part: PartialItems) -> None:
+    def _init(self, mesh: ProcessMesh, mdm: MultiDims, part: PartialItems,
+              masks: MaskItems = ()) -> None:
         _set(self, "mesh", mesh)
         _set(self, "_mdm", mdm)
         _set(self, "_partial", part)
+        _set(self, "_masks", masks)
         _set(self, "_hash", -1)
 
     @classmethod
-    def _make(cls, mesh: ProcessMesh, mdm: MultiDims, part: PartialItems = ()) -> DistAttr:
+    def _make(cls, mesh: ProcessMesh, mdm: MultiDims, part: PartialItems = (),
+              masks: MaskItems = ()) -> DistAttr:
         """Build without validation: for rules, whose results are valid by construction."""
         self = object.__new__(cls)
         _set(self, "mesh", mesh)
         _set(self, "_mdm", mdm)
         _set(self, "_partial", part)
+        _set(self, "_masks", masks)
         # Rules build many attributes that are never hashed: hash lazily.
         _set(self, "_hash", -1)
         return self
@@ -237,6 +246,22 @@ class DistAttr:
     def partial_dims(self) -> frozenset[int]:
         return frozenset(d for d, _ in self._partial)
 
+    @property
+    def masks(self) -> dict[int, int]:
+        """{mesh dim: tensor dim} of the masked pending sums: along that mesh dim, each index of
+        that tensor dim is held by one process, and every other holds zeros there."""
+        return dict(self._masks)
+
+    @property
+    def mask_items(self) -> MaskItems:
+        return self._masks
+
+    def without_masks(self) -> DistAttr:
+        """The same layout as a plain pending sum (what every rule that knows no masks sees)."""
+        if not self._masks:
+            return self
+        return DistAttr._make(self.mesh, self._mdm, self._partial)
+
     def is_partial(self, mesh_dim: int | None = None) -> bool:
         if mesh_dim is None:
             return bool(self._partial)
@@ -276,7 +301,8 @@ class DistAttr:
         multi_dims_mapping: Sequence[Sequence[int]] | None = None,
         keep_partial: bool = True,
     ) -> DistAttr:
-        """A validated copy with a new mapping and/or partial status."""
+        """A validated copy with a new mapping and/or partial status (and no masks: a mask
+        depends on the dims, which the copy may move)."""
         if dims_mapping is None and multi_dims_mapping is None:
             multi_dims_mapping = self._mdm
         if partial is None and keep_partial:
@@ -297,18 +323,19 @@ class DistAttr:
         return (
             self._mdm == other._mdm
             and self._partial == other._partial
+            and self._masks == other._masks
             and (self.mesh is other.mesh or self.mesh == other.mesh)
         )
 
     def __hash__(self) -> int:
         h = self._hash
         if h == -1:
-            h = hash((self.mesh, self._mdm, self._partial))
+            h = hash((self.mesh, self._mdm, self._partial, self._masks))
             _set(self, "_hash", h)
         return h
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (self.mesh, self._mdm, self._partial))
+        return (_rebuild, (self.mesh, self._mdm, self._partial, self._masks))
 
     def mapping_str(self) -> str:
         """Compact text: ``[0,-1]`` or ``[[0,1],-1]`` for co-shard, then ``P{1:sum}``."""
@@ -322,7 +349,10 @@ class DistAttr:
                 parts.append("[" + ",".join(map(str, dims)) + "]")
         text = "[" + ",".join(parts) + "]"
         if self._partial:
-            text += " P{" + ",".join(f"{d}:{rt}" for d, rt in self._partial) + "}"
+            masks = dict(self._masks)
+            text += " P{" + ",".join(
+                f"{d}:{rt}" + (f" masked by dim {masks[d]}" if d in masks else "")
+                for d, rt in self._partial) + "}"
         return text
 
     def __repr__(self) -> str:
@@ -331,8 +361,34 @@ class DistAttr:
         else:
             m = f"dims_mapping={list(self.dims_mapping)}"
         p = f", partial={self.partial}" if self._partial else ""
+        if self._masks:
+            p += f", masks={self.masks}"
         return f"DistAttr({m}{p}, mesh={self.mesh!r})"
 
 
-def _rebuild(mesh: ProcessMesh, mdm: MultiDims, part: PartialItems) -> DistAttr:
-    return DistAttr._make(mesh, mdm, part)
+def _normalise_masks(mesh: ProcessMesh, masks: Mapping[Any, int] | None, part: PartialItems,
+                     ndim: int, where: str) -> MaskItems:
+    if not masks:
+        return ()
+    sums = {d for d, rt in part if rt == "sum"}
+    out: dict[int, int] = {}
+    for d, tdim in masks.items():
+        md = _mesh_dim(mesh, d, where)
+        if md not in sums:
+            raise InvalidDistAttrError(
+                f"{where}: mesh dim {md} is masked but not a pending sum; a mask says which "
+                f"process holds each slice of a pending sum: add partial={{{md}: 'sum'}} or drop "
+                "the mask"
+            )
+        if isinstance(tdim, bool) or not isinstance(tdim, int) or not 0 <= tdim < ndim:
+            raise InvalidDistAttrError(
+                f"{where}: the mask on mesh dim {md} names tensor dim {tdim!r}; give a dim in "
+                f"0..{ndim - 1}"
+            )
+        out[md] = tdim
+    return tuple(sorted(out.items()))
+
+
+def _rebuild(mesh: ProcessMesh, mdm: MultiDims, part: PartialItems,
+             masks: MaskItems = ()) -> DistAttr:
+    return DistAttr._make(mesh, mdm, part, masks)

@@ -124,10 +124,39 @@ def _reduce(pieces: Sequence[Array], reduce_type: str) -> Array:
     return np.asarray(out)
 
 
+def mask_owners(extent: int, parts: int) -> Array:
+    """The process (along a masked mesh dim of ``parts`` processes) that holds each of the
+    ``extent`` slices of a masked pending sum when ``scatter`` makes one: a fixed draw per
+    (extent, parts), so that two masked operands of one op pair up as one lookup's would."""
+    return np.random.default_rng((extent, parts)).integers(0, parts, size=extent)
+
+
+def _split_masked(x: Array, parts: int, dim: int) -> list[Array]:
+    """``parts`` arrays, each zero but on the slices along ``dim`` that ``mask_owners`` gives
+    it, where it holds ``x``: a pending sum masked by ``dim``."""
+    owner = mask_owners(x.shape[dim], parts).reshape(
+        (1,) * dim + (x.shape[dim],) + (1,) * (x.ndim - dim - 1))
+    return [np.where(owner == i, x, np.zeros_like(x)) for i in range(parts)]
+
+
+def _check_masked(pieces: Sequence[Array], dim: int, where: str) -> None:
+    """Every slice along ``dim`` is nonzero in one piece at most (the mask's claim)."""
+    others = tuple(a for a in range(pieces[0].ndim) if a != dim)
+    held = np.stack([np.asarray(p != 0).any(axis=others) for p in pieces])
+    shared = np.flatnonzero(held.sum(axis=0) > 1)
+    if shared.size:
+        raise ShardMismatch(
+            f"gather: {where} claims a pending sum masked by tensor dim {dim}, but slice "
+            f"{int(shared[0])} of that dim is nonzero on {int(held[:, shared[0]].sum())} "
+            "processes; a masked sum holds each slice on one process"
+        )
+
+
 def scatter(
     x: Array | float | int | bool, attr: DistAttr, rng: np.random.Generator | None = None
 ) -> dict[Coord, Array]:
-    """Each mesh coordinate's local block of ``x`` under ``attr`` (partials split into pieces)."""
+    """Each mesh coordinate's local block of ``x`` under ``attr`` (partials split into pieces;
+    a masked one by ``mask_owners``)."""
     x = np.asarray(x)
     if x.ndim != attr.ndim:
         raise ShardMismatch(
@@ -137,10 +166,13 @@ def scatter(
     partial = attr.partial_items
     # One global piece per combination of partial coordinates, split outer mesh dim first.
     pieces: dict[Coord, Array] = {(): x}
+    masks = dict(attr.mask_items)
     for md, rt in partial:
         nxt: dict[Coord, Array] = {}
+        n = attr.mesh.shape[md]
         for key, val in pieces.items():
-            for i, p in enumerate(_split(val, attr.mesh.shape[md], rt, rng)):
+            split = _split_masked(val, n, masks[md]) if md in masks else _split(val, n, rt, rng)
+            for i, p in enumerate(split):
                 nxt[(*key, i)] = p
         pieces = nxt
     out: dict[Coord, Array] = {}
@@ -182,11 +214,15 @@ def gather(blocks: Mapping[Coord, Array], shape: Sequence[int], attr: DistAttr) 
         g[sl] = b
         f[sl] = True
     # Reduce the last-split partial mesh dim first, mirroring scatter.
+    masks = dict(attr.mask_items)
     for level in range(len(partial) - 1, -1, -1):
-        rt = partial[level][1]
+        md, rt = partial[level]
         grouped: dict[Coord, list[Array]] = {}
         for key in sorted(globals_):
             grouped.setdefault(key[:level], []).append(globals_[key])
+        if md in masks:
+            for v in grouped.values():
+                _check_masked(v, masks[md], attr.mapping_str())
         globals_ = {k: _reduce(v, rt) for k, v in grouped.items()}
     return globals_[()]
 
@@ -208,6 +244,7 @@ __all__ = [
     "block_slices",
     "coords",
     "gather",
+    "mask_owners",
     "run_local",
     "scatter",
     "shard_index",

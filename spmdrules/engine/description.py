@@ -11,6 +11,8 @@ letter (the Einsum notation, one string per tensor) and states the op's policy i
   exactly as in :mod:`spmdrules.engine.einsum`;
 * ``merge``: which inputs' mappings decide the letters, in the order they are merged (default
   all, in argument order; an index operand whose layout the op ignores is left out);
+* ``mask``: an output letter that masks those pending sums (a lookup: each row is read by the
+  one process that holds it, the others read zeros), where one mesh dim splits the letter;
 * ``linear``: inputs the op is linear in, whose pending sums pass to the outputs unchanged;
 * ``divisible``: replicate a letter whose size its mesh dims do not divide;
 * ``claimed``: letters that merge (claim mesh dims, conflict) but are whole in every answer;
@@ -68,6 +70,9 @@ class Description:
     outputs: tuple[Letters, ...]
     whole: frozenset[str] = frozenset()
     pending: str | None = "sum"
+    #: the output letter whose index says which process holds each slice of a pending sum that
+    #: one mesh dim's split of a letter gives (``spmdrules.engine.masks``); None: plain sums
+    mask: str | None = None
     on_axis_conflict: AxisConflict = "error"
     priority: str | None = None
     merge: tuple[int, ...] | None = None
@@ -251,17 +256,20 @@ def _rebuild(
     return out
 
 
-def _out_attrs(desc: Description, mesh: ProcessMesh, lm: LetterMap, partial: PartialItems
-               ) -> list[Any]:
-    """The outputs' attributes read off the merged letters (a list output: a tuple of them)."""
+def _out_attrs(desc: Description, mesh: ProcessMesh, lm: LetterMap, partial: PartialItems,
+               masked: tuple[int, ...] = ()) -> list[Any]:
+    """The outputs' attributes read off the merged letters (a list output: a tuple of them);
+    ``masked``: the mesh dims of ``partial`` that ``desc.mask`` masks."""
     get = lm.get
     out: list[Any] = []
     for ls in desc.outputs:
         if ls is None:
             out.append(None)
         elif isinstance(ls, str):
+            masks = (tuple((d, ls.index(desc.mask)) for d in masked)
+                     if masked and desc.mask and desc.mask in ls else ())
             out.append(DistAttr._make(mesh, tuple(get(ch, ()) if ch != "1" else () for ch in ls),
-                                      partial))
+                                      partial, masks))
         else:
             out.append(tuple(DistAttr._make(mesh, einsum.mapping_for(s, lm), partial) for s in ls))
     return out
@@ -274,6 +282,7 @@ def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
         raise RuleArgumentError("the op needs at least one tensor argument")
     lm = _letter_map(desc, flat, desc.merge)
     partial: dict[int, str] = {}
+    masked: tuple[int, ...] = ()
     if lm:
         kept = "".join(_each(ls) for ls in desc.outputs)
         contracted = [ch for ch, dims in lm.items() if dims and ch not in kept and ch != "1"]
@@ -283,6 +292,10 @@ def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
             for ch in contracted:
                 for d in lm[ch]:
                     partial[d] = desc.pending  # type: ignore[assignment]
+            if desc.mask is not None and desc.pending == "sum":
+                # a letter split over several mesh dims leaves plain sums: a slice is then
+                # zero along each of them but on one process of the group, not on one process
+                masked = tuple(sorted(lm[ch][0] for ch in contracted if len(lm[ch]) == 1))
     linear_partial: dict[int, PartialItems] = {}
     if desc.linear:
         used = {d for dims in lm.values() for d in dims}
@@ -297,7 +310,7 @@ def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
     rep = desc.replicated_dims
     ins = _rebuild(desc.inputs, args,
                    lambda i, ls, t: _attr(t, ls, lm, linear_partial.get(i, ()), i, rep))
-    return SpmdInfo(ins, _out_attrs(desc, flat[0][2].attr.mesh, lm, out_partial))
+    return SpmdInfo(ins, _out_attrs(desc, flat[0][2].attr.mesh, lm, out_partial, masked))
 
 
 def infer_reverse(desc: Description, args: Sequence[Arg], outputs: Sequence[Arg]) -> SpmdInfo:
@@ -369,6 +382,7 @@ def register_described(
     op_attrs: Sequence[AttrParam] = (),
     key: Callable[[tuple[ShapeArg, ...]], Hashable] | None = None,
     check: Callable[..., None] | None = None,
+    masks: bool = False,
 ) -> Rule:
     """Register ``name`` with forward (and reverse) inference derived from ``describe``.
 
@@ -441,4 +455,5 @@ def register_described(
     return register_rule(
         name, forward=forward, reverse=backward if reverse else None, inputs=inputs,
         outputs=outputs, attrs=attrs, aliases=aliases, family=family, doc=doc, op_attrs=op_attrs,
+        masks=masks,
     )

@@ -33,6 +33,8 @@ class Description(Protocol):
     @property
     def pending(self) -> str | None: ...
     @property
+    def mask(self) -> str | None: ...
+    @property
     def priority(self) -> str | None: ...
     @property
     def merge(self) -> tuple[int, ...] | None: ...
@@ -147,7 +149,8 @@ class Plan:
 def compile_plan(desc: Description) -> Plan:
     single = all(ls is None or isinstance(ls, str) for ls in (*desc.inputs, *desc.outputs))
     fast = (single and not desc.linear and not desc.divisible and not desc.grouped
-            and desc.reverse_merge is None and not desc.replicated_dims and not desc.claimed)
+            and desc.reverse_merge is None and not desc.replicated_dims and not desc.claimed
+            and desc.mask is None)
     kept = frozenset("".join(ls for ls in desc.outputs if isinstance(ls, str)))
 
     def merged(letters: Sequence[str | None], order: Sequence[int]) -> Merged:

@@ -74,6 +74,42 @@ def _check_tensor(op: str, p: TensorParam, v: Any) -> Any:
     raise RuleArgumentError(f"{op}: tensor argument {p.name!r} must be {what}, got {v!r}")
 
 
+def _unmasked(args: Sequence[Any]) -> tuple[Any, ...] | None:
+    """``args`` with every tensor's masks dropped (``spmdrules.engine.masks``), or None when no
+    tensor has one: a rule that does not declare masks sees a masked sum as the plain pending
+    sum it also is, and can then never pass a mask to a result whose dims it moved."""
+    found = False
+    for a in args:
+        if type(a) is TensorSpec:
+            if a.attr._masks:
+                found = True
+                break
+        elif type(a) in (tuple, list) and any(
+                type(t) is TensorSpec and t.attr._masks for t in a):
+            found = True
+            break
+    if not found:
+        return None
+
+    def plain(a: Any) -> Any:
+        if type(a) is TensorSpec:
+            return TensorSpec._make(a.shape, a.attr.without_masks()) if a.attr._masks else a
+        if type(a) in (tuple, list):
+            return type(a)(plain(t) for t in a)
+        return a
+
+    return tuple(plain(a) for a in args)
+
+
+def _plain_call(args: tuple[Any, ...], kwargs: dict[str, Any]
+                ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if (plain := _unmasked(args)) is not None:
+        args = plain
+    if kwargs and (named := _unmasked(tuple(kwargs.values()))) is not None:
+        kwargs = dict(zip(kwargs, named, strict=True))
+    return args, kwargs
+
+
 class _Binding:
     """One calling convention: tensor params then attrs; binds, checks and memoises."""
 
@@ -261,7 +297,8 @@ class Rule:
     """A registered SPMD rule: ``infer_forward`` and, where the op has one, ``infer_reverse``."""
 
     __slots__ = (
-        "_fwd", "_rev", "aliases", "attrs", "doc", "family", "inputs", "name", "op_attrs", "outputs",
+        "_fwd", "_rev", "aliases", "attrs", "doc", "family", "inputs", "masks", "name", "op_attrs",
+        "outputs",
     )
 
     def __init__(
@@ -278,8 +315,12 @@ class Rule:
         family: str = "",
         doc: str = "",
         op_attrs: Sequence[AttrParam] = (),
+        masks: bool = False,
     ) -> None:
         self.name = name
+        #: the forward rule takes masked pending sums and says which results stay masked
+        #: (``spmdrules.engine.masks``); any other rule sees them as plain pending sums
+        self.masks = masks
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
         self.attrs = tuple(attrs)
@@ -309,6 +350,8 @@ class Rule:
     def infer_forward(self, *args: Any, **kwargs: Any) -> SpmdInfo:
         """Infer the outputs' attributes (and corrected inputs) from the inputs'."""
         b = self._fwd
+        if not self.masks:
+            args, kwargs = _plain_call(args, kwargs)
         if not kwargs and len(args) == b.n_full:
             keyed = b.keyable(args) if b.may_list else args  # lists as tuples, to be memoised
             if keyed is None:
@@ -328,6 +371,8 @@ class Rule:
                 f"{self.name}: has no reverse rule (Paddle registers none); infer it forward "
                 "from its inputs instead"
             )
+        # a mask comes only from the op that computes the sum: reverse inference asks for none
+        args, kwargs = _plain_call(args, kwargs)
         if not kwargs and len(args) == b.n_full:
             keyed = b.keyable(args) if b.may_list else args
             if keyed is None:
@@ -382,9 +427,12 @@ def register_rule(
     family: str | None = None,
     doc: str = "",
     op_attrs: Sequence[AttrParam] = (),
+    masks: bool = False,
 ) -> Rule:
     """Register a rule under ``name`` and each alias. Names must be new.
 
+    ``masks``: the forward rule takes masked pending sums (``spmdrules.engine.masks``); other
+    rules see them unmasked.
     ``op_attrs`` are the op's attributes beyond the rule's (Paddle's op definition has them, its
     SPMD rule does not): a graph op carries them for shape inference and the kernel.
     ``family`` defaults to the name of the calling module (``spmdrules.rules.softmax`` gives
@@ -404,6 +452,7 @@ def register_rule(
         family=family,
         doc=doc,
         op_attrs=op_attrs,
+        masks=masks,
     )
     for n in (name, *aliases):
         if n in _RULES:

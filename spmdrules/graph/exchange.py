@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -56,6 +56,8 @@ from spmdrules.graph.binding import check_declared, check_dtype
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Tensor
 from spmdrules.graph.storage import Interleaved
+
+V = TypeVar("V")
 
 FORMAT: Final = "spmdrules.model/1"
 #: the largest file ``load`` reads (a 960-layer GPT is about 15 MB)
@@ -108,6 +110,9 @@ class AttrModel:
     mesh: Name
     dims: list[Dims]
     partial: dict[str, ReduceType] = Field(default_factory=dict)
+    #: mesh dim (as a string) -> the tensor dim that masks its pending sum (DistAttr.masks)
+    masks: dict[str, Annotated[int, Field(strict=True, ge=0, le=64)]] = Field(
+        default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, config=_RECORD)
@@ -187,7 +192,8 @@ def to_model(graph: Graph) -> ModelFile:
         if t.attr is not None:
             attr = AttrModel(mesh=_mesh_id(meshes, t.attr.mesh),
                              dims=[list(d) for d in t.attr.multi_dims_mapping],
-                             partial=_partial(t.attr.partial_items))
+                             partial=_partial(t.attr.partial_items),
+                             masks={str(m): d for m, d in t.attr.mask_items})
         lay = t.storage
         stored = None if lay is None else StorageModel(dim=lay.dim, sizes=list(lay.sizes),
                                                        ways=lay.ways)
@@ -301,14 +307,17 @@ def _build(m: ModelFile, source: str) -> Graph:
                                 f"({sorted(meshes)})")
         return meshes[mid]
 
-    def partial(where: str, p: Mapping[str, str]) -> dict[int, str]:
+    def by_mesh_dim(where: str, p: Mapping[str, V]) -> dict[int, V]:
         out = {}
-        for k, rt in p.items():
+        for k, v in p.items():
             if not (k.isascii() and k.isdigit()):  # not "¹" nor "١"
-                raise ExchangeError(f"{source}: {where}.partial: key {k!r} is not a mesh dim "
+                raise ExchangeError(f"{source}: {where}: key {k!r} is not a mesh dim "
                                     "index; write it as a decimal string such as \"1\"")
-            out[int(k)] = rt
+            out[int(k)] = v
         return out
+
+    def partial(where: str, p: Mapping[str, str]) -> dict[int, str]:
+        return by_mesh_dim(f"{where}.partial", p)
 
     g = Graph(m.name)
     try:
@@ -332,7 +341,8 @@ def _build(m: ModelFile, source: str) -> Graph:
             if tm.attr is not None:
                 at = tm.attr
                 attr = DistAttr(mesh(where, at.mesh), multi_dims_mapping=at.dims,
-                                partial=partial(where, at.partial))
+                                partial=partial(where, at.partial),
+                                masks=by_mesh_dim(f"{where}.masks", at.masks))
                 if attr.ndim != tensor.ndim:
                     raise ExchangeError(f"{source}: {where}.attr: {attr.ndim} dims for a tensor "
                                         f"of rank {tensor.ndim}")

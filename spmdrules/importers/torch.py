@@ -113,7 +113,10 @@ def export(module: Any, example_args: Sequence[Any],
 #: a 3-D ``linear`` as ``[batch * seq, hidden]`` for ``mm``; a reshard cannot keep a split of a
 #: merged dim on any factor but the outermost, so those views cost a gather of dp- or
 #: mp-split activations where the whole op keeps both splits.
-KEPT_WHOLE: tuple[str, ...] = ("matmul.default", "linear.default")
+#: ``silu`` stays whole where core ATen writes ``x * sigmoid(x)``: silu(0) = 0, so a masked
+#: pending sum (an expert's lookup, spmdrules.engine.masks) stays one through it, where sigmoid
+#: (0.5 at 0) would need the sum reduced first.
+KEPT_WHOLE: tuple[str, ...] = ("matmul.default", "linear.default", "silu.default")
 
 
 def decompose_program(ep: Any) -> Any:

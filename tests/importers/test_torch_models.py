@@ -1,11 +1,12 @@
-"""Hugging Face LLaMA, GPT-2 and Mixtral (small configs, random weights, no download): exported
-with torch.export, imported, planned Megatron-style on a 2x2 (dp x mp) mesh (Mixtral's experts
-split on mp by expert), completed, lowered and run forward and in reverse on 4 MPI ranks; LLaMA,
+"""Hugging Face LLaMA, GPT-2, Mixtral and Qwen2-MoE (small configs, random weights, no download):
+exported with torch.export, imported, planned Megatron-style on a 2x2 (dp x mp) mesh (the MoE
+experts split on mp by expert), completed, lowered and run forward and in reverse on 4 MPI ranks; LLaMA,
 Mistral and Qwen2 keep attention's batch and heads split. The logits equal torch's forward and
 the gradients equal torch autograd's on the same weights, within float32 tolerance."""
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs the torch extra (make test installs it)")
 pytest.importorskip("transformers", reason="needs transformers (a test dependency)")
 
-from hf_models import MESH, MODELS, VOCAB  # noqa: E402
+from hf_models import DECODERS, MESH, MODELS, VOCAB, small  # noqa: E402
 
 from spmdrules import plan  # noqa: E402
 from spmdrules.completion import complete  # noqa: E402
@@ -32,10 +33,12 @@ from spmdrules.importers import torch as torch_import  # noqa: E402
 # weights and biases interleaved, but the executor takes torch's values and gives their
 # gradients back in torch's order
 @pytest.mark.parametrize(("model", "batch"), [("llama", 2), ("gpt2", 2), ("phi3", 2),
-                                              ("mixtral", 2), ("llama", 3), ("gpt2", 3)])
+                                              ("mixtral", 2), ("qwen2_moe", 2), ("llama", 3),
+                                              ("gpt2", 3)])
 def test_megatron_plan_on_4_mpi_ranks_equals_torch_forward_and_autograd(model: str,
                                                                          batch: int) -> None:
-    build, megatron = MODELS[model]
+    # Qwen2-MoE: the experts' masked lookups and a shared expert (spmdrules.engine.masks)
+    build, megatron = MODELS.get(model) or (functools.partial(small, model), DECODERS[model][1])
     module = build()
     ids = torch.randint(0, VOCAB, (batch, 8), generator=torch.Generator().manual_seed(1))
     imported = torch_import.export(module, (ids,))

@@ -84,12 +84,17 @@ def test_moe_decoder_imports_equals_torch_and_completes_with_the_expert_parallel
     assert len(experts) == 2 * 2  # gate_up_proj and down_proj in each layer
     for name in experts:  # split by expert on mp, as the plan says
         assert r.attr(g.tensor(name)).dims_mapping == (1, -1, -1), name
-    # No weight but the experts' is gathered: batched_mm reads a token copy's expert weights with
-    # index_select, whose rule needs the indexed (expert) axis whole (bench/plan_quality.py).
-    # Every other reshard is an all-reduce on mp (the embedding's, o_proj's, Qwen2-MoE's shared
-    # expert's) or a free slice.
-    params = {t.name for t in g.params}
-    assert {e.tensor for e in r.reshards if e.tensor in params} <= experts
-    moved = {(s.kind, s.where) for e in r.reshards if e.tensor not in experts
-             for s in e.plan().steps if s.kind not in ("slice", "zero_partial")}
-    assert moved == {("all_reduce", "mp")}
+    # Expert parallelism: batched_mm reads each token copy's expert weights with index_select, a
+    # masked lookup from the expert-split tables (spmdrules.engine.masks): each process computes
+    # its experts' copies and zeros for the others, through silu and the weighting, so no weight
+    # is gathered and the combine is one all-reduce on mp, which Qwen2-MoE's shared expert joins
+    # (add-keeps-shared-partial). Every reshard is an all-reduce on mp (the embedding's, each
+    # layer's attention and combine) or a free slice: the local-dispatch textbook.
+    assert not {e.tensor for e in r.reshards} & {t.name for t in g.params}
+    looked_up = [op.outputs[0] for op in g.ops if op.type == "index_select"]
+    assert len(looked_up) == 2 * 2
+    assert all(r.attr(t).masks == {1: 0} for t in looked_up)
+    moved = [(s.kind, s.where) for e in r.reshards for s in e.plan().steps
+             if s.kind not in ("slice", "zero_partial")]
+    assert set(moved) == {("all_reduce", "mp")}
+    assert len(moved) == 1 + 2 * 2

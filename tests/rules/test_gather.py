@@ -144,3 +144,26 @@ def test_deviation_take_along_axis_negative_axis() -> None:
     info = sr.get_rule("take_along_axis").infer_forward(spec([4, 64], [-1, -1]),
                                                         spec([7, 64], [-1, 0]), -2)
     assert dms(info) == [[-1, 0], [-1, 0], [-1, 0]]
+
+
+@pytest.mark.parametrize(("op", "count"), [("gather", 73), ("index_select", 62)])
+def test_proof_index_select_masked_lookup_on_every_filed_case(op: str, count: int) -> None:
+    # index-select-masked-lookup (a parallelism deviation): where Paddle gathers x's indexed
+    # axis whole, ours keeps its split and the result is the pending sum of each rank's rows,
+    # which computes the op (the harness checks a claimed mask too: one owner per slice)
+    from proofs import filed_cases, recorded_answer
+
+    filed = list(filed_cases(op, "index-select-masked-lookup"))
+    assert len(filed) == count
+    masked = 0
+    for c, got in filed:
+        m = c["mesh"]
+        mesh = sr.ProcessMesh.from_shape(m["shape"], m["process_ids"])
+        x, i = ([sr.TensorSpec(e["shape"], sr.DistAttr.replicated(mesh, len(e["shape"])))
+                 for e in c["inputs"]])
+        doms = ("real", f"index:{x.shape[int(c['attrs'].get('axis', 0))]}")
+        ours, paddle = got.outputs[0], recorded_answer(c).outputs[0]
+        assert isinstance(ours, sr.DistAttr) and ours.partial_items and not paddle.partial_items
+        masked += bool(ours.mask_items)
+        assert execute(op, [x, i], got, c["attrs"], doms) == "ok", c["case_id"]
+    assert masked  # the mesh dims that split the axis alone give masked sums

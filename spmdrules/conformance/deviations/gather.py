@@ -101,3 +101,33 @@ register_deviation(
     "dims.",
     _grad_misses_partial,
 )
+
+
+def _masked_lookup(case: dict[str, Any], got: Any) -> bool:
+    """Forward, x's axis split (by one mesh dim or several): Paddle gathers the axis whole; ours
+    keeps it split and makes the result a pending sum over those mesh dims."""
+    exp = case["expected"]
+    if case["direction"] != "forward" or "error" in exp or isinstance(got, BaseException):
+        return False
+    x = case["inputs"][0]
+    ndim = len(x["shape"])
+    if not ndim or len(case["inputs"][1]["shape"]) != 1:
+        return False
+    axis = case["attrs"].get("axis", 0)
+    axis = axis + ndim if axis < 0 else axis
+    given = x.get("dims_mapping", [])[axis]
+    if given == -1 or _maps(exp["inputs"])[0][axis] != -1:
+        return False
+    ours_x, ours_out = got.inputs[0], got.outputs[0]
+    kept = ours_x.multi_dims_mapping[axis]
+    return bool(kept) and set(kept) <= ours_out.partial_dims
+
+
+register_deviation(
+    "index-select-masked-lookup", {"gather", "index_select"},
+    "Paddle gathers x's indexed axis whole before gather or index_select by a 1-D index; ours "
+    "keeps its split and looks up masked, as a vocab-parallel embedding: each rank reads the rows "
+    "it holds and zeros for the others, so the result is a pending sum over the axis' mesh dims "
+    "(masked by the index's dim where one mesh dim splits the axis): no table is gathered.",
+    _masked_lookup, kind="parallelism",
+)

@@ -1,11 +1,12 @@
 """Local kernels of gather, index_select, gather_nd, take_along_axis and their gradients.
 
 A rank reads the positions its index block names from its x block, which must hold the indexed
-axes whole (the rules keep them whole), then keeps the part of the result its output block holds:
-every other dim of the result is read from the block of x or of the index that holds it, which
-must hold it (else ``ShardMismatch``). Positions outside x raise ``KernelInputError``. The
-gradients add the cotangent back at the positions read; where the index is sharded, each rank's
-sum is a piece of a pending sum.
+axes whole but for a masked lookup (gather and index_select by a 1-D index from an x whose axis
+is split: the rank reads the rows it holds and zeros for the others), then keeps the part of the
+result its output block holds: every other dim of the result is read from the block of x or of
+the index that holds it, which must hold it (else ``ShardMismatch``). Positions outside x raise
+``KernelInputError``. The gradients add the cotangent back at the positions read; where the index
+is sharded, each rank's sum is a piece of a pending sum.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def gather_positions(ctx: LocalContext, out_i: int | None = None) -> tuple[int, 
     ishape, ia = _spec(ctx, 1, "index")
     oshape, oa = local.output(ctx) if out_i is None else _spec(ctx, out_i, "out_grad")
     ax = normalise_axis(ctx.op, "x", int(ctx.attrs.get("axis", 0)), len(shape))
-    local.require_full_dims(ctx, 0, "x", [ax], "a position may name any row of the axis")
+    if out_i is not None or not ishape:  # a masked lookup reads a split axis (``gather``)
+        local.require_full_dims(ctx, 0, "x", [ax], "a position may name any row of the axis")
     pos: list[Any] = []
     o = 0
     for d in range(len(shape)):
@@ -74,16 +76,36 @@ def gather(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     x, idx = array(ctx, blocks, 0, "x"), array(ctx, blocks, 1, "index")
     local.require_whole(ctx, 0, "x")
     ax, pos = gather_positions(ctx)
-    in_range(ctx, idx, _spec(ctx, 0, "x")[0][ax])
-    return (take(np.take(x, idx, axis=ax), pos),)
+    shape, xa = _spec(ctx, 0, "x")
+    in_range(ctx, idx, shape[ax])
+    rows = local.block_range(ctx, shape, xa, ax)
+    if len(rows) == shape[ax]:
+        return (take(np.take(x, idx, axis=ax), pos),)
+    # A masked lookup (rules/gather.py): this rank reads the rows it holds and zeros for the
+    # others; the result is a pending sum in which one rank holds each looked-up row.
+    mine = (idx >= rows.start) & (idx < rows.stop)
+    if len(rows):
+        got = np.take(x, np.where(mine, idx - rows.start, 0), axis=ax)
+    else:
+        got = np.zeros((*x.shape[:ax], *idx.shape, *x.shape[ax + 1:]), dtype=x.dtype)
+    where = mine.reshape((1,) * ax + idx.shape + (1,) * (x.ndim - ax - 1))
+    return (take(np.where(where, got, np.zeros((), dtype=got.dtype)), pos),)
 
 
 def gather_grad(ctx: LocalContext, x: Array, idx: Array, g: Array, out_i: int | None) -> Array:
     ax, pos = gather_positions(ctx, out_i)
-    in_range(ctx, idx, _spec(ctx, 0, "x")[0][ax])
+    shape, xa = _spec(ctx, 0, "x")
+    in_range(ctx, idx, shape[ax])
     res_shape = tuple(len(np.atleast_1d(p)) for p in pos)
     r = put(np.zeros(res_shape), g, pos)
-    return scatter_back(x, idx, r, ax)
+    rows = local.block_range(ctx, shape, xa, ax)
+    if len(rows) == shape[ax]:
+        return scatter_back(x, idx, r, ax)
+    # a masked lookup's adjoint: this rank's rows take the cotangents of the positions it read
+    mine = (idx >= rows.start) & (idx < rows.stop)
+    where = mine.reshape((1,) * ax + idx.shape + (1,) * (x.ndim - ax - 1))
+    r = np.where(where, r, np.zeros((), dtype=r.dtype))
+    return scatter_back(x, np.where(mine, idx - rows.start, 0), r, ax)
 
 
 @register_kernel("index_select_grad")

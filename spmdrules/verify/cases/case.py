@@ -102,7 +102,8 @@ def draw_mesh(rng: Rng) -> ProcessMesh:
 
 def draw_attr(rng: Rng, mesh: ProcessMesh, ndim: int, dtype: str) -> DistAttr:
     """A random valid attribute: each dim replicated, sharded or co-sharded; then pending
-    partials, of a reduce type the dtype can hold, on some of the unused mesh dims."""
+    partials, of a reduce type the dtype can hold, on some of the unused mesh dims, some float
+    sums masked."""
     free = list(range(mesh.ndim))
     rng.shuffle(free)
     mdm: list[tuple[int, ...]] = []
@@ -114,7 +115,14 @@ def draw_attr(rng: Rng, mesh: ProcessMesh, ndim: int, dtype: str) -> DistAttr:
     kind = "b" if dtype == "bool" else ("i" if dtype.startswith("int") else "f")
     reduces = _REDUCES[kind]
     partial = {d: reduces[int(rng.integers(len(reduces)))] for d in free if rng.random() < 0.25}
-    return DistAttr(mesh, multi_dims_mapping=mdm, partial=partial)
+    sums = [d for d, rt in partial.items() if rt == "sum"]
+    masks: dict[int, int] = {}
+    if sums and ndim and kind == "f":
+        # half of the float sums masked by a random dim (spmdrules.engine.masks), drawn from a
+        # child generator so that every other case draws as it did before masks existed
+        sub = rng.spawn(1)[0]
+        masks = {d: int(sub.integers(ndim)) for d in sums if sub.random() < 0.5}
+    return DistAttr(mesh, multi_dims_mapping=mdm, partial=partial, masks=masks)
 
 
 def draw_spec(rng: Rng, mesh: ProcessMesh, shape: Shape, dtype: str) -> TensorSpec:
