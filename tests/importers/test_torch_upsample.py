@@ -85,3 +85,36 @@ def test_half_pixel_bilinear_to_one_row_is_refused_with_the_fix() -> None:
     assert "bilinear_interp" in {op.type for op in corners.graph.ops}
     got = run_serial(corners.graph, corners.feeds(x))[corners.outputs[0]]
     np.testing.assert_allclose(got, module(x).numpy(), rtol=1e-6, atol=1e-6)
+
+
+class Aten(torch.nn.Module):
+    """One ``.default`` upsample overload called directly (output size and scales both given)."""
+
+    def __init__(self, op: Any, *args: Any) -> None:
+        super().__init__()
+        self.op, self.args = op, args
+
+    def forward(self, x: Any) -> Any:
+        return self.op(x, *self.args)
+
+
+@pytest.mark.parametrize(("op", "args", "decompose"), [
+    (torch.ops.aten.upsample_nearest2d.default, ([10, 7], 2.0, None), True),
+    (torch.ops.aten.upsample_bilinear2d.default, ([10, 8], False, 2.0, 2.0), False),
+    (torch.ops.aten.upsample_bilinear2d.default, ([9, 6], True, None, None), False),
+], ids=["nearest-size-and-scale-h", "bilinear-scales", "bilinear-corners"])
+def test_default_overloads_equal_torch(op: Any, args: tuple[Any, ...], decompose: bool) -> None:
+    x = torch.randn(1, 2, 5, 4, generator=torch.Generator().manual_seed(4))
+    module = Aten(op, *args)
+    imp = torch_import.export(module, (x,), decompose=decompose)
+    assert {o.type for o in imp.graph.ops} & {"nearest_interp", "bilinear_interp"}
+    got = run_serial(imp.graph, imp.feeds(x))[imp.outputs[0]]
+    np.testing.assert_allclose(got, module(x).numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_a_scale_that_is_not_the_output_ratio_is_refused() -> None:
+    """torch sizes the output 10 but reads rows at j / 3: Paddle has no such pair."""
+    x = torch.randn(1, 2, 5, 4)
+    with pytest.raises(UnmappedOpError, match="scale 3.0 with output length 10"):
+        torch_import.export(Aten(torch.ops.aten.upsample_nearest2d.default, [10, 8], 3.0, None),
+                            (x,))
