@@ -14,6 +14,7 @@ from sharded_runs import (
     assert_mpi_equals_serial_forward_and_reverse,
     assert_simulated_equals_serial,
     halo_predictions,
+    halo_rows,
 )
 
 import spmdrules as sr
@@ -82,14 +83,7 @@ def _rows(op: Any, n: int) -> list[tuple[int, int]]:
         x = g.input("x", [1, 2, n, 3], "float64")
         op(x)
     shard(x, sr.ProcessMesh([0, 1], dim_names=["h"]), (None, None, "h", None))
-    prog = lower(complete(g))
-    steps = [i for i in prog.instructions if isinstance(i, HaloStep)]
-    if not steps:
-        return []
-    (step,) = steps
-    own, slab = prog.buffers[step.src], prog.buffers[step.dst]
-    return [(own.box(c)[2][0] - slab.box(c)[2][0], slab.box(c)[2][1] - own.box(c)[2][1])
-            for c in [(0,), (1,)]]
+    return halo_rows(lower(complete(g)), 2, [(0,), (1,)])
 
 
 def test_nearest_at_integer_scale_moves_nothing_bilinear_one_row_each_side() -> None:

@@ -115,6 +115,6 @@ def test_default_overloads_equal_torch(op: Any, args: tuple[Any, ...], decompose
 def test_a_scale_that_is_not_the_output_ratio_is_refused() -> None:
     """torch sizes the output 10 but reads rows at j / 3: Paddle has no such pair."""
     x = torch.randn(1, 2, 5, 4)
-    with pytest.raises(UnmappedOpError, match="scale 3.0 with output length 10"):
+    with pytest.raises(UnmappedOpError, match=r"scale 3\.0 with output length 10"):
         torch_import.export(Aten(torch.ops.aten.upsample_nearest2d.default, [10, 8], 3.0, None),
                             (x,))
