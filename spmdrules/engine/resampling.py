@@ -16,6 +16,7 @@ is an interval: :meth:`Resampling.input_span` is the same contract as
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -93,8 +94,8 @@ def _scales(op: str, attrs: Mapping[str, Any], nsp: int) -> tuple[float, ...]:
         return ()
     if len(s) == 1:
         s = s * nsp
-    if len(s) != nsp or min(s) <= 0:
-        raise RuleArgumentError(f"{op}: scale {list(s)} must be {nsp} positive factors (or one "
+    if len(s) != nsp or not all(math.isfinite(v) and v > 0 for v in s):
+        raise RuleArgumentError(f"{op}: scale {list(s)} must be {nsp} finite positive factors (or one "
                                 "for every spatial dim); or give the output size")
     return s
 

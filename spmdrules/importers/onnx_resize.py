@@ -81,9 +81,10 @@ def _resize(c: Ctx) -> list[Value]:
         attrs.update(zip(SIZE_ATTRS[x.ndim - 2], outs, strict=True))
     elif c.has(2):
         scales = [float(s) for s in c.static(2).reshape(-1)]
-        if len(scales) != x.ndim or scales[:2] != [1.0, 1.0] or min(scales) <= 0:
+        if len(scales) != x.ndim or scales[:2] != [1.0, 1.0] or \
+                not all(math.isfinite(v) and v > 0 for v in scales):
             raise c.fail(f"scales {scales} must give every dim of the rank-{x.ndim} input, 1 on "
-                         "the batch and channels and > 0 elsewhere")
+                         "the batch and channels and finite and > 0 elsewhere")
         outs = [math.floor(n * s) for n, s in zip(ins, scales[2:], strict=True)]
         if list(out_lengths(op, ins, {"scale": scales[2:]})) != outs:
             raise c.fail(f"scales {scales[2:]} over {ins}: ONNX's output {outs} is not Paddle's "

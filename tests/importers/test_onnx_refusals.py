@@ -412,12 +412,13 @@ NEAREST = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
     (_resize([1, 2, 4, 4], [1, 1, 2, 2], mode="linear", antialias=1), "antialias"),
     (_resize([1, 2, 4, 4], [2, 2], axes=[2, 3], **NEAREST), "axes"),
     (_resize([1, 2, 4, 4], [1, 2, 2, 2], **NEAREST), "1 on the batch and channels"),
+    (_resize([1, 2, 4, 4], [1, 1, float("nan"), 2], **NEAREST), "finite and > 0"),
     (_resize([1, 2, 4, 4], sizes=[1, 2, 1, 4], mode="linear"), "length 1"),
     (_resize([1, 2, 4, 4], [1, 1, 2, 2], mode="linear",
              coordinate_transformation_mode="tf_crop_and_resize"), "tf_crop_and_resize"),
     (_resize([1, 2, 4], [1, 1, 2], mode="linear"), "rank 3"),
     (_resize([1, 2, 4, 4], [1, 1, 2, 2], opset=10, mode="nearest"), "opset 10"),
-], ids=["cubic", "rounding", "antialias", "axes", "channel-scale", "half-pixel-one-row",
+], ids=["cubic", "rounding", "antialias", "axes", "channel-scale", "nan-scale", "half-pixel-one-row",
         "crop", "linear-rank-3", "opset-10"])
 def test_resize_it_cannot_map_is_refused_with_its_attribute(model: Any, match: str) -> None:
     _refused(model, errors.UnmappedOpError, match)

@@ -67,6 +67,8 @@ def test_reading_past_the_neighbour_is_refused_and_a_short_output_ends_the_split
     ("nearest_interp", [2, 3, 4, 4], {}, "must be >= 1"),
     ("nearest_interp", [2, 3, 4, 4], {"scale": [2.0, -1.0]}, "positive"),
     ("nearest_interp", [2, 3, 4, 4], {"scale": [2.0, 2.0, 2.0]}, "positive"),
+    ("nearest_interp", [2, 3, 4, 4], {"scale": [float("nan")]}, "finite positive"),
+    ("bilinear_interp", [2, 3, 4, 4], {"scale": [2.0, float("inf")]}, "finite positive"),
     ("bilinear_interp", [2, 3, 4, 4], {"out_h": 8, "out_w": 8, "align_mode": 2}, "align_mode"),
     ("bilinear_interp", [2, 3, 4, 4], {"out_h": 8, "out_w": 8, "interp_method": "bicubic"},
      "interp_method"),
@@ -75,6 +77,16 @@ def test_bad_attributes_are_typed_errors(op: str, shape: list[int], attrs: dict[
                                          match: str) -> None:
     with pytest.raises(sr.SpmdError, match=match):
         sr.get_rule(op).infer_forward(_x(shape, [-1] * len(shape)), **attrs)
+
+
+def test_graph_shape_inference_names_the_node_and_the_fix() -> None:
+    from spmdrules import ops
+    from spmdrules.graph.graph import Graph
+
+    with Graph("g") as g:
+        x = g.input("x", [1, 2, 4, 4], "float32")
+        with pytest.raises(sr.SpmdError, match=r"'up'.*must be >= 1.*output size"):
+            ops.nearest_interp(x, name="up")
 
 
 def test_reverse_checks_the_output_against_the_attributes() -> None:
