@@ -4,8 +4,10 @@
 ``padding_algorithm`` SAME pads so that ``out = ceil(in / stride)`` (dilation 1), VALID pads
 nothing. The geometry is one :class:`~spmdrules.runtime.windows.Window` per spatial dim (its
 ``padding`` is the before side; the after side only changes the output length), so rules, shape
-inference, kernels and the lowering's halos share the runtime's window code. ``halo`` gives the
-input range each output block's windows read: what a spatially sharded block must borrow.
+inference, kernels and the lowering's halos share the runtime's window code. ``block_halos`` and
+``needed_span`` give the input range each output block reads, through a window or an
+interpolation's :class:`~spmdrules.engine.resampling.Resampling`: what a spatially sharded block
+must borrow.
 """
 
 from __future__ import annotations

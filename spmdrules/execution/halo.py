@@ -6,10 +6,9 @@ spatial dim computes its output block from a slab: its own input block extended 
 windows read of the neighbouring blocks, one-sided where the windows are (seed 003). A
 conv2d_transpose's slab holds every input position whose window reaches into its output block;
 an interpolation's (nearest_interp, bilinear_interp) every source position of its output block.
-The lowering
-turns the boxes into a HaloExchange (forward: the neighbours' edges are copied in; adjoint: the
-halo's cotangent is added into the neighbours' blocks); the kernels read the slab's position from
-its own context (``needed_box``) when the op carries the attribute ``HALO``.
+The lowering turns the boxes into a HaloExchange (forward: the neighbours' edges are copied in;
+adjoint: the halo's cotangent is added into the neighbours' blocks); the kernels read the slab's
+position from their own context (``needed_box``) when the op carries the attribute ``HALO``.
 """
 
 from __future__ import annotations
