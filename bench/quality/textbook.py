@@ -67,6 +67,14 @@ def textbook_cnn(module: Any, x: Any) -> Figure:
             count += 1
             split = False
             return
+        if isinstance(mod, nn.Upsample):
+            # nearest at an integer scale reads only its own rows; bilinear one row of each
+            # neighbour (its output block's first and last rows interpolate across the edge)
+            rows = 2 if mod.mode == "bilinear" else 0
+            if rows:
+                total += (MP - 1) * rows * row * DP
+                count += 1
+            return
         k, s, p = _pair(mod.kernel_size), _pair(mod.stride), _pair(mod.padding)
         e = _pair(getattr(mod, "dilation", 1)) * (k - 1) + 1  # the window's extent
         if isinstance(mod, nn.ConvTranspose2d):
@@ -79,7 +87,7 @@ def textbook_cnn(module: Any, x: Any) -> Figure:
             total += (MP - 1) * rows * row * DP
             count += 1
 
-    window = (nn.Conv2d, nn.MaxPool2d, nn.ConvTranspose2d, nn.AdaptiveAvgPool2d)
+    window = (nn.Conv2d, nn.MaxPool2d, nn.ConvTranspose2d, nn.AdaptiveAvgPool2d, nn.Upsample)
     handles = [m.register_forward_hook(hook) for m in module.modules() if isinstance(m, window)]
     try:
         with torch.no_grad():

@@ -4,8 +4,10 @@
 ``padding_algorithm`` SAME pads so that ``out = ceil(in / stride)`` (dilation 1), VALID pads
 nothing. The geometry is one :class:`~spmdrules.runtime.windows.Window` per spatial dim (its
 ``padding`` is the before side; the after side only changes the output length), so rules, shape
-inference, kernels and the lowering's halos share the runtime's window code. ``halo`` gives the
-input range each output block's windows read: what a spatially sharded block must borrow.
+inference, kernels and the lowering's halos share the runtime's window code. ``block_halos`` and
+``needed_span`` give the input range each output block reads, through a window or an
+interpolation's :class:`~spmdrules.engine.resampling.Resampling`: what a spatially sharded block
+must borrow.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spmdrules.core.errors import RuleArgumentError
+from spmdrules.engine.resampling import Resampling
 from spmdrules.runtime.windows import Window
 
 Shape = tuple[int, ...]
@@ -177,8 +180,10 @@ def collapsed(mesh_shape: Sequence[int], mapping: Sequence[Sequence[int]], spati
     return tuple(out)
 
 
-def needed_span(w: Window, n: int, out: range, *, transposed: bool = False) -> tuple[int, int]:
-    """Input positions in ``[0, n)`` that outputs ``out`` read (``(0, 0)`` for none).
+def needed_span(w: Window | Resampling, n: int, out: range, *, transposed: bool = False
+                ) -> tuple[int, int]:
+    """Input positions in ``[0, n)`` that outputs ``out`` read (``(0, 0)`` for none). ``w`` is
+    a sliding window or a resampling (an interpolation's source positions).
 
     ``transposed``: the op is the transpose of the windows' op (conv2d_transpose), so its input
     positions are the ``n`` windows and its outputs the positions they span; an output block is
@@ -186,11 +191,14 @@ def needed_span(w: Window, n: int, out: range, *, transposed: bool = False) -> t
     if not len(out):
         return (0, 0)
     span = (out.start, out.stop)
-    return w.readers(span, n) if transposed else w.input_span(span, n)
+    if transposed:
+        assert isinstance(w, Window), "only a window op has a transpose"
+        return w.readers(span, n)
+    return w.input_span(span, n)
 
 
-def block_halos(op: str, tensor: str, dim: int, n: int, out_n: int, w: Window, parts: int,
-                *, transposed: bool = False) -> list[tuple[int, int]]:
+def block_halos(op: str, tensor: str, dim: int, n: int, out_n: int, w: Window | Resampling,
+                parts: int, *, transposed: bool = False) -> list[tuple[int, int]]:
     """Per block of a dim of length ``n`` cut in ``parts`` balanced blocks (its output, of length
     ``out_n``, cut the same way): how many positions the block borrows from its left and right
     neighbours so that its windows see all they read. One-sided where the window is (a stride

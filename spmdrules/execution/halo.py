@@ -1,12 +1,14 @@
-"""Halos of spatially sharded convolutions and pooling: which input box a rank's output needs.
+"""Halos of spatially sharded convolutions, pooling and upsampling: which input box a rank's
+output needs.
 
 A windowed op (conv with ``spatial_sharding``, windowed pool2d/pool3d) whose input is cut along a
 spatial dim computes its output block from a slab: its own input block extended by what its
 windows read of the neighbouring blocks, one-sided where the windows are (seed 003). A
-conv2d_transpose's slab holds every input position whose window reaches into its output block. The lowering
-turns the boxes into a HaloExchange (forward: the neighbours' edges are copied in; adjoint: the
-halo's cotangent is added into the neighbours' blocks); the kernels read the slab's position from
-its own context (``needed_box``) when the op carries the attribute ``HALO``.
+conv2d_transpose's slab holds every input position whose window reaches into its output block;
+an interpolation's (nearest_interp, bilinear_interp) every source position of its output block.
+The lowering turns the boxes into a HaloExchange (forward: the neighbours' edges are copied in;
+adjoint: the halo's cotangent is added into the neighbours' blocks); the kernels read the slab's
+position from their own context (``needed_box``) when the op carries the attribute ``HALO``.
 """
 
 from __future__ import annotations
@@ -18,15 +20,18 @@ import numpy as np
 
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.blocks import block_slices
-from spmdrules.engine.windows import channels_last, geometry, needed_span
+from spmdrules.engine.resampling import METHODS, Resampling, resampling
+from spmdrules.engine.windows import channel_axis, geometry, needed_span
 from spmdrules.graph.shapes.conv import conv_shapes
 from spmdrules.graph.shapes.pool import kernel_of
+from spmdrules.runtime.windows import Window
 
 Box = tuple[tuple[int, int], ...]
 Coord = tuple[int, ...]
 Array = np.ndarray[Any, Any]
 
-HALO_OPS = ("conv2d", "conv3d", "depthwise_conv2d", "conv2d_transpose", "pool2d", "pool3d")
+HALO_OPS = ("conv2d", "conv3d", "depthwise_conv2d", "conv2d_transpose", "pool2d", "pool3d",
+            *METHODS)
 #: attribute the lowering sets on an op whose input 0 is a halo-extended slab
 HALO = "_halo"
 
@@ -34,8 +39,8 @@ __all__ = ["HALO", "HALO_OPS", "assemble", "needed_box", "slab_spans"]
 
 
 def spatial_dims(shape: Sequence[int], attrs: Mapping[str, Any]) -> list[int]:
-    nsp = len(shape) - 2
-    return list(range(1, nsp + 1)) if channels_last(attrs) else list(range(2, nsp + 2))
+    c = channel_axis(str(attrs.get("data_format", "NCHW")), len(shape))
+    return [d for d in range(1, len(shape)) if d != c]
 
 
 def needed_box(op: str, attrs: Mapping[str, Any], input_shapes: Sequence[Any],
@@ -49,14 +54,17 @@ def needed_box(op: str, attrs: Mapping[str, Any], input_shapes: Sequence[Any],
     sp = spatial_dims(xs, attrs)
     if not isinstance(x_attr, DistAttr) or not any(x_attr.multi_dims_mapping[d] for d in sp):
         return None
-    if op.startswith("pool"):
+    reads: Sequence[Window | Resampling]
+    if op in METHODS:
+        reads = resampling(op, [xs[d] for d in sp], attrs)
+    elif op.startswith("pool"):
         if attrs.get("global_pooling", False) or attrs.get("adaptive", False):
             return None
         kernel = kernel_of(op, attrs, len(sp))
-        g = geometry(op, [xs[d] for d in sp], kernel, attrs,
-                     ceil_mode=bool(attrs.get("ceil_mode", False)))
+        reads = geometry(op, [xs[d] for d in sp], kernel, attrs,
+                         ceil_mode=bool(attrs.get("ceil_mode", False))).windows
     else:
-        _, g = conv_shapes(op, xs, tuple(input_shapes[1]), attrs)
+        reads = conv_shapes(op, xs, tuple(input_shapes[1]), attrs)[1].windows
     own = block_slices(xs, x_attr, coord)
     outb = block_slices(tuple(out_shape), out_attr, coord)
     box = [(s.start, s.stop) for s in own]
@@ -64,7 +72,7 @@ def needed_box(op: str, attrs: Mapping[str, Any], input_shapes: Sequence[Any],
     transposed = op == "conv2d_transpose"
     for i, d in enumerate(sp):
         o = range(outb[d].start, outb[d].stop)
-        lo, hi = needed_span(g.windows[i], xs[d], o, transposed=transposed)
+        lo, hi = needed_span(reads[i], xs[d], o, transposed=transposed)
         if hi <= lo:
             continue
         a, b = box[d]

@@ -13,7 +13,10 @@ from typing import Any
 from spmdrules.core.errors import SpmdError
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Tensor
-from spmdrules.importers import onnx_windows  # noqa: F401  (registers the window ops)
+from spmdrules.importers import (  # noqa: F401  (register Resize and the window ops)
+    onnx_resize,
+    onnx_windows,
+)
 from spmdrules.importers.errors import (
     ControlFlowError,
     DynamicShapeError,

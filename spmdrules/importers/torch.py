@@ -3,7 +3,7 @@
 The module is exported with the example arguments (static shapes), its decompositions run to
 core ATen but for the ops of ``KEPT_WHOLE`` (``decompose_program``; ``decompose=False`` keeps
 the training IR, whose ``linear``, ``matmul`` and ``softmax`` are mapped too), and every node
-becomes registered ops (``spmdrules.importers.aten`` and ``aten_sort``):
+becomes registered ops (``spmdrules.importers.aten``, ``aten_sort`` and ``aten_upsample``):
 
 * parameters and buffers are sources named by their dotted module paths
   (``model.layers.0.self_attn.q_proj.weight``); lifted constant tensors are sources named
@@ -112,11 +112,14 @@ def export(module: Any, example_args: Sequence[Any],
 #: where core ATen would view a 4-D attention matmul as ``[batch * heads, s, d]`` for ``bmm`` and
 #: a 3-D ``linear`` as ``[batch * seq, hidden]`` for ``mm``; a reshard cannot keep a split of a
 #: merged dim on any factor but the outermost, so those views cost a gather of dp- or
-#: mp-split activations where the whole op keeps both splits.
-#: ``silu`` stays whole where core ATen writes ``x * sigmoid(x)``: silu(0) = 0, so a masked
-#: pending sum (an expert's lookup, spmdrules.engine.masks) stays one through it, where sigmoid
-#: (0.5 at 0) would need the sum reduced first.
-KEPT_WHOLE: tuple[str, ...] = ("matmul.default", "linear.default", "silu.default")
+#: mp-split activations where the whole op keeps both splits. 1-D and 3-D nearest upsampling
+#: too (core ATen keeps the 2-D one): whole, it keeps a spatial split through a halo, where its
+#: decomposition is an ``index`` the importer cannot map. ``silu`` stays whole where core ATen
+#: writes ``x * sigmoid(x)``: silu(0) = 0, so a masked pending sum (an expert's lookup,
+#: spmdrules.engine.masks) stays one through it, where sigmoid (0.5 at 0) would need the sum
+#: reduced first.
+KEPT_WHOLE: tuple[str, ...] = ("matmul.default", "linear.default", "silu.default",
+                               "upsample_nearest1d.vec", "upsample_nearest3d.vec")
 
 
 def decompose_program(ep: Any) -> Any:
@@ -150,7 +153,10 @@ class _Importer:
         self.imported = Imported(self.graph)
 
     def run(self) -> Imported:
-        from spmdrules.importers import aten_sort  # noqa: F401 (registers its converters)
+        from spmdrules.importers import (  # noqa: F401 (register their converters)
+            aten_sort,
+            aten_upsample,
+        )
         from spmdrules.importers.aten import ATEN, Ctx, _Unmapped, dtype_name, nearest
 
         ep, g = self.ep, self.graph

@@ -99,10 +99,26 @@ def test_transposed_conv_textbook_halo_is_what_ours_sends() -> None:
     assert ours_cnn(wide, x, SPATIAL_PLAN) == book
 
 
-def test_unet_row_is_measured_and_at_the_textbook() -> None:
-    """The U-Net (ConvTranspose imported, halos on the transposed convs) moves no more than its
-    textbook: a halo per 3x3 conv, nothing at the up-convolutions (kernel = stride)."""
-    row = cnn_row("unet", 2)
+def test_upsample_textbook_halo_is_what_ours_sends() -> None:
+    """nn.Upsample by 2 on H=8 split in 2 (issue 26): nearest moves nothing; bilinear one row
+    of [1 (batch/dp), 3, W=8] fp32 each side of the edge per dp group, as ours sends it."""
+    from cnn_models import SPATIAL_PLAN
+
+    nn = torch.nn
+    x = torch.randn(2, 3, 8, 8)
+    for mode, rows in (("nearest", 0), ("bilinear", 2)):
+        up = nn.Upsample(scale_factor=2, mode=mode)
+        book = pq.textbook_cnn(up, x)
+        assert (book.bytes, book.collectives) == (rows * (1 * 3 * 8 * 4) * 2, rows // 2), mode
+        assert ours_cnn(up, x, SPATIAL_PLAN) == book, mode
+
+
+@pytest.mark.parametrize("kind", ["unet", "unet_nearest", "unet_bilinear"])
+def test_unet_row_is_measured_and_at_the_textbook(kind: str) -> None:
+    """The U-Net (ConvTranspose imported, halos on the transposed convs; or nn.Upsample
+    nearest and bilinear, issue 26) moves no more than its textbook: a halo per 3x3 conv and
+    bilinear upsampling, nothing at the up-convolutions (kernel = stride) or nearest."""
+    row = cnn_row(kind, 2)
     assert row.ours.reason == "" and row.ours.bytes is not None
     ratio = row.ratio(row.textbook)
     assert ratio is not None and ratio <= 1.05, (row.ours, row.textbook)

@@ -8,7 +8,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sharded_runs import assert_mpi_equals_serial_forward_and_reverse, halo_predictions
+from sharded_runs import (
+    assert_mpi_equals_serial_forward_and_reverse,
+    halo_predictions,
+    halo_rows,
+)
 
 import spmdrules as sr
 from spmdrules.completion import complete
@@ -145,14 +149,7 @@ def test_transposed_conv_halo_is_what_its_windows_need() -> None:
         shard(x, sr.ProcessMesh([0, 1], dim_names=["h"]), (None, None, "h", None))
         c = complete(g)
         assert c.attr("up").dims_mapping == (-1, -1, 0, -1)
-        prog = lower(c)
-        steps = [i for i in prog.instructions if isinstance(i, HaloStep)]
-        if not steps:
-            return []
-        (step,) = steps
-        own, slab = prog.buffers[step.src], prog.buffers[step.dst]
-        return [(own.box(c)[2][0] - slab.box(c)[2][0], slab.box(c)[2][1] - own.box(c)[2][1])
-                for c in [(0,), (1,)]]
+        return halo_rows(lower(c), 2, [(0,), (1,)])
 
     assert halos(2, 0, 0) == []
     assert halos(3, 1, 1) == [(0, 1), (0, 0)]
@@ -172,12 +169,7 @@ def test_one_sided_halos_for_pooling() -> None:
         x = g.input("x", [1, 1, 8, 4], "float64")
         ops.pool2d(x, kernel_size=[3, 1], strides=[2, 1], name="pool")
     shard(x, MESH_1D, (None, None, "h", None))
-    prog = lower(complete(g))
-    (step,) = [i for i in prog.instructions if isinstance(i, HaloStep)]
-    slab = prog.buffers[step.dst]
-    own = prog.buffers[step.src]
-    widths = [(own.box(c)[2][0] - slab.box(c)[2][0], slab.box(c)[2][1] - own.box(c)[2][1])
-              for c in [(0,), (1,), (2,)]]
+    widths = halo_rows(lower(complete(g)), 2, [(0,), (1,), (2,)])
     assert widths == [(0, 0), (1, 0), (2, 0)]  # left only: output j reads [2j, 2j + 3)
     rule = sr.get_rule("pool2d")
     narrow = sr.TensorSpec([1, 1, 9, 4], sr.DistAttr(MESH_1D, [-1, -1, 0, -1]))

@@ -56,6 +56,14 @@ CASES: dict[str, Build] = {
                                                 kernel_size=[2, 3, 2], adaptive=True),
     "pool2d-global-avg": lambda g: ops.pool2d(_f(g, "x", [2, 3, 4, 5]), kernel_size=[1, 1],
                                               global_pooling=True, pooling_type="avg"),
+    "nearest_interp": lambda g: ops.nearest_interp(_f(g, "x", [2, 3, 3, 4]), out_h=7, out_w=8,
+                                                   align_corners=False),
+    "nearest_interp-ncw-corners": lambda g: ops.nearest_interp(
+        _f(g, "x", [1, 2, 5]), out_w=9, data_format="NCW", align_corners=True),
+    "bilinear_interp-half-pixel": lambda g: ops.bilinear_interp(
+        _f(g, "x", [2, 3, 3, 4]), scale=[2.0, 1.5], align_corners=False, align_mode=0),
+    "bilinear_interp-corners-nhwc": lambda g: ops.bilinear_interp(
+        _f(g, "x", [1, 4, 5, 2]), out_h=7, out_w=3, data_format="NHWC"),
     "conv2d": lambda g: ops.conv2d(_f(g, "x", [2, 3, 6, 5]), _f(g, "w", [4, 3, 3, 2]),
                                    strides=[2, 1], paddings=[1, 0, 2, 1], dilations=[1, 2]),
     "conv2d-nhwc-groups": lambda g: ops.conv2d(_f(g, "x", [2, 5, 4, 4]), _f(g, "w", [6, 2, 2, 2]),

@@ -1,6 +1,7 @@
-"""The U-Net of tests/support/cnn_models.py (issue 24), exported to ONNX by torch, imported with
-the spatial opt-in and planned as bench/plan_quality.py plans it (batch on dp, H on mp, 2x2):
-H stays split through every up-convolution, and on 4 MPI ranks the output equals torch's and the
+"""The U-Net of tests/support/cnn_models.py (issue 24), and its variants that upsample with
+``nn.Upsample`` nearest and bilinear (issue 26), exported to ONNX by torch, imported with the
+spatial opt-in and planned as bench/plan_quality.py plans it (batch on dp, H on mp, 2x2): H stays
+split through every up-convolution and upsampling, and on 4 MPI ranks the output equals torch's and the
 gradients torch autograd's (the input's and every parameter's: the exporter folds each
 BatchNorm into its conv, so those are compared with torch's own fold), with the bytes sent equal
 to the plans'."""
@@ -47,14 +48,20 @@ def _input(batch: int) -> Any:
     return torch.randn(batch, 3, 32, 32, generator=torch.Generator().manual_seed(1))
 
 
-def test_unet_keeps_h_split_through_its_up_convolutions() -> None:
+#: the U-Net's up-sampling: torch's nn module -> the graph op it becomes
+UPS = {"transpose": "conv2d_transpose", "nearest": "nearest_interp",
+       "bilinear": "bilinear_interp"}
+
+
+@pytest.mark.parametrize("up", list(UPS))
+def test_unet_keeps_h_split_through_its_up_convolutions(up: str) -> None:
     """Every tensor keeps the batch on dp and H on mp, from the input to the head: the
-    up-convolutions (kernel = stride = 2) need no halo, the 3x3 convs one row from each
-    neighbour, and nothing is resharded."""
-    im = _imported(_exported(unet(), _input(2)))
+    up-convolutions (kernel = stride = 2) and nearest upsampling need no halo, bilinear
+    upsampling and the 3x3 convs one row from each neighbour, and nothing is resharded."""
+    im = _imported(_exported(unet(up=up), _input(2)))
     g = im.graph
     res = complete(g)
-    ups = [op for op in g.ops if op.type == "conv2d_transpose"]
+    ups = [op for op in g.ops if op.type == UPS[up]]
     assert len(ups) == 2
     for op in ups:
         assert res.attr(op.operands[0].name).dims_mapping == SPLIT, op.name
@@ -66,12 +73,14 @@ def test_unet_keeps_h_split_through_its_up_convolutions() -> None:
     halos = [i for i in lower(res).instructions if isinstance(i, HaloStep)]
     assert sorted({h.op.split(".")[0] for h in halos}) == sorted(
         {op.name.split(".")[0] for op in g.ops
-         if op.type == "conv2d" and op.operands[1].shape[2] > 1})
+         if (op.type == "conv2d" and op.operands[1].shape[2] > 1)
+         or op.type == "bilinear_interp"})
 
 
 @pytest.mark.timeout(400)
-def test_unet_on_4_mpi_ranks_equals_torch_forward_and_autograd() -> None:
-    module = unet()
+@pytest.mark.parametrize("up", list(UPS))
+def test_unet_on_4_mpi_ranks_equals_torch_forward_and_autograd(up: str) -> None:
+    module = unet(up=up)
     x = _input(4)
     model = _exported(module, x)
     im = _imported(model)

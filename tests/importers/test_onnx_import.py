@@ -138,6 +138,35 @@ CASES: dict[str, tuple[list[Any], dict[str, Any], list[str], dict[str, np.ndarra
     "shapes-opset13": (
         [N("Unsqueeze", ["x", "ax"], ["u"]), N("Squeeze", ["u", "ax"], ["y"])],
         {"x": _r(2, 3)}, ["y"], {"ax": np.array([1], np.int64)}, 13),
+    # Resize (issue 26): the modes torch.onnx.export emits and the others Paddle's kernels share
+    "resize-nearest-scales": (
+        [N("Resize", ["x", "", "s"], ["y"], mode="nearest", nearest_mode="floor",
+           coordinate_transformation_mode="asymmetric")],
+        {"x": _r(2, 3, 5, 4)}, ["y"], {"s": np.array([1, 1, 2, 3], np.float32)}, 19),
+    "resize-nearest-sizes-1d": (
+        [N("Resize", ["x", "", "", "sz"], ["y"], mode="nearest", nearest_mode="floor",
+           coordinate_transformation_mode="asymmetric")],
+        {"x": _r(2, 3, 7)}, ["y"], {"sz": np.array([2, 3, 12], np.int64)}, 13),
+    "resize-nearest-align-corners": (
+        [N("Resize", ["x", "", "", "sz"], ["y"], mode="nearest", nearest_mode="round_prefer_ceil",
+           coordinate_transformation_mode="align_corners")],
+        {"x": _r(1, 2, 4, 5)}, ["y"], {"sz": np.array([1, 2, 9, 7], np.int64)}, 13),
+    "resize-linear-half-pixel": (
+        [N("Resize", ["x", "", "s"], ["y"], mode="linear",
+           coordinate_transformation_mode="half_pixel")],
+        {"x": _r(2, 3, 5, 4)}, ["y"], {"s": np.array([1, 1, 2, 2], np.float32)}, 19),
+    "resize-linear-pytorch-half-pixel-down": (
+        [N("Resize", ["x", "", "", "sz"], ["y"], mode="linear",
+           coordinate_transformation_mode="pytorch_half_pixel")],
+        {"x": _r(1, 2, 9, 6)}, ["y"], {"sz": np.array([1, 2, 4, 1], np.int64)}, 13),
+    "resize-linear-align-corners": (
+        [N("Resize", ["x", "", "", "sz"], ["y"], mode="linear",
+           coordinate_transformation_mode="align_corners")],
+        {"x": _r(1, 2, 4, 5)}, ["y"], {"sz": np.array([1, 2, 7, 11], np.int64)}, 13),
+    "resize-linear-asymmetric": (
+        [N("Resize", ["x", "", "s"], ["y"], mode="linear",
+           coordinate_transformation_mode="asymmetric")],
+        {"x": _r(1, 2, 4, 6)}, ["y"], {"s": np.array([1, 1, 1.5, 0.5], np.float32)}, 13),
     "constants": (
         [N("ConstantOfShape", ["shape"], ["c"],
            value=numpy_helper.from_array(np.array([0.5], np.float32))),

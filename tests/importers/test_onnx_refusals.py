@@ -388,3 +388,37 @@ def test_an_unsupported_element_type_is_an_unsupported_dtype_error(elem: int, na
     w = numpy_helper.from_array(np.ones(2, np.complex64), "w")
     _refused(_model([N("Identity", ["w"], ["y"])], [], [_vi("y", [2], TensorProto.COMPLEX64)],
                     [w]), errors.UnsupportedDtypeError, "tensor 'w': type complex64")
+
+
+def _resize(shape: list[int], scales: list[float] | None = None, sizes: list[int] | None = None,
+            opset: int = 19, **attrs: Any) -> Any:
+    inits = [numpy_helper.from_array(np.array(scales, np.float32), "s")] if scales else []
+    inits += [numpy_helper.from_array(np.array(sizes, np.int64), "sz")] if sizes else []
+    ins = ["x", "", "s" if scales else "", "sz" if sizes else ""][:4 if sizes else 3]
+    if opset < 11:  # Resize-10 takes (X, scales)
+        ins = ["x", "s"]
+    return _model([N("Resize", ins, ["y"], **attrs)], [_vi("x", shape)],
+                  [_vi("y", [None] * len(shape))], inits, opset)
+
+
+NEAREST = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
+           "nearest_mode": "floor"}
+
+
+@pytest.mark.parametrize(("model", "match"), [
+    (_resize([1, 2, 4, 4], [1, 1, 2, 2], mode="cubic"), "'cubic'"),
+    (_resize([1, 2, 4, 4], [1, 1, 2, 2], **{**NEAREST, "nearest_mode": "round_prefer_floor"}),
+     "nearest_mode"),
+    (_resize([1, 2, 4, 4], [1, 1, 2, 2], mode="linear", antialias=1), "antialias"),
+    (_resize([1, 2, 4, 4], [2, 2], axes=[2, 3], **NEAREST), "axes"),
+    (_resize([1, 2, 4, 4], [1, 2, 2, 2], **NEAREST), "1 on the batch and channels"),
+    (_resize([1, 2, 4, 4], [1, 1, float("nan"), 2], **NEAREST), "finite and > 0"),
+    (_resize([1, 2, 4, 4], sizes=[1, 2, 1, 4], mode="linear"), "length 1"),
+    (_resize([1, 2, 4, 4], [1, 1, 2, 2], mode="linear",
+             coordinate_transformation_mode="tf_crop_and_resize"), "tf_crop_and_resize"),
+    (_resize([1, 2, 4], [1, 1, 2], mode="linear"), "rank 3"),
+    (_resize([1, 2, 4, 4], [1, 1, 2, 2], opset=10, mode="nearest"), "opset 10"),
+], ids=["cubic", "rounding", "antialias", "axes", "channel-scale", "nan-scale", "half-pixel-one-row",
+        "crop", "linear-rank-3", "opset-10"])
+def test_resize_it_cannot_map_is_refused_with_its_attribute(model: Any, match: str) -> None:
+    _refused(model, errors.UnmappedOpError, match)

@@ -51,9 +51,11 @@ def resnet18(classes: int = 10) -> Any:
     return ResNet18().eval()
 
 
-def unet(base: int = 16) -> Any:
+def unet(base: int = 16, up: str = "transpose") -> Any:
     """A small U-Net (Ronneberger et al. 2015): three levels of two 3x3 conv + BatchNorm + ReLU,
-    2x2 max pools down, 2x2 stride-2 transposed convs up, skip concatenations, a 1x1 head."""
+    2x2 max pools down, skip concatenations, a 1x1 head. Up: 2x2 stride-2 transposed convs
+    (``up="transpose"``), or ``nn.Upsample(scale_factor=2)`` in ``up`` mode ("nearest",
+    "bilinear") followed by a 1x1 conv that halves the channels."""
     import torch
     from torch import nn
 
@@ -62,15 +64,19 @@ def unet(base: int = 16) -> Any:
                              nn.ReLU(), nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
                              nn.BatchNorm2d(cout), nn.ReLU())
 
+    def upconv(cin: int, cout: int) -> Any:
+        if up == "transpose":
+            return nn.ConvTranspose2d(cin, cout, 2, 2)
+        return nn.Sequential(nn.Upsample(scale_factor=2, mode=up), nn.Conv2d(cin, cout, 1))
+
     class UNet(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             c = [base, 2 * base, 4 * base]
             self.down0, self.down1, self.mid = double(3, c[0]), double(c[0], c[1]), double(c[1], c[2])
             self.pool = nn.MaxPool2d(2)
-            self.up1 = nn.ConvTranspose2d(c[2], c[1], 2, 2)
+            self.up1, self.up0 = upconv(c[2], c[1]), upconv(c[1], c[0])
             self.dec1 = double(2 * c[1], c[1])
-            self.up0 = nn.ConvTranspose2d(c[1], c[0], 2, 2)
             self.dec0 = double(2 * c[0], c[0])
             self.head = nn.Conv2d(c[0], 2, 1)
 
@@ -89,4 +95,6 @@ def unet(base: int = 16) -> Any:
 CNNS: dict[str, tuple[str, Callable[[], Any], int]] = {
     "resnet18": ("ResNet-18", resnet18, 32),
     "unet": ("U-Net", unet, 32),
+    "unet_nearest": ("U-Net, nearest upsampling", lambda: unet(up="nearest"), 32),
+    "unet_bilinear": ("U-Net, bilinear upsampling", lambda: unet(up="bilinear"), 32),
 }

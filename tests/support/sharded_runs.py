@@ -75,6 +75,18 @@ def halo_predictions(prog: Program) -> dict[str, int]:
     return {i.edge: i.predicted_bytes for i in prog.instructions if isinstance(i, HaloStep)}
 
 
+def halo_rows(prog: Program, dim: int, coords: list[tuple[int, ...]]) -> list[tuple[int, int]]:
+    """The positions (left, right) of ``dim`` that the one halo exchange of ``prog`` adds to
+    each rank's own block, by mesh coordinate; [] when ``prog`` exchanges no halo."""
+    steps = [i for i in prog.instructions if isinstance(i, HaloStep)]
+    if not steps:
+        return []
+    (step,) = steps
+    own, slab = prog.buffers[step.src], prog.buffers[step.dst]
+    return [(own.box(c)[dim][0] - slab.box(c)[dim][0], slab.box(c)[dim][1] - own.box(c)[dim][1])
+            for c in coords]
+
+
 def assert_mpi_equals_serial_forward_and_reverse(
     g: Graph, prog: Program, gp: Program, feeds: Mapping[str, Any], seeds: Mapping[str, Any],
     *, nprocs: int = 4, timeout: float = 280,

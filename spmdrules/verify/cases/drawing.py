@@ -66,6 +66,7 @@ from spmdrules.verify.cases.sort import sort_family
 from spmdrules.verify.cases.tile import tile
 from spmdrules.verify.cases.transpose import transpose
 from spmdrules.verify.cases.triangular import triangular
+from spmdrules.verify.cases.upsample import upsample
 from spmdrules.verify.cases.where import where
 
 #: the case generator of each rule family (``Rule.family``, the name of its rules/ module)
@@ -106,6 +107,7 @@ FAMILIES: Final[Mapping[str, Family]] = {
     "conv": conv,
     "pool": pool,
     "lrn": lrn,
+    "upsample": upsample,
 }
 
 
