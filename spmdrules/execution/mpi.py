@@ -277,6 +277,10 @@ class MPIExecutor:
             return np.zeros_like(x) if rt == "sum" else np.ones_like(x)
         group = self._groups[(a.mesh, m)]
         if step.kind == "all_reduce":
+            if rt == "sum" and x.dtype.kind == "b":
+                # numpy adds bools as a logical or (a lookup from a split bool table's pieces:
+                # the owner's rows and False), which the sum primitive cannot send
+                rt = "any"
             if rt == "sum":
                 layer = self._sum[k]
                 before = layer.bytes_sent

@@ -90,3 +90,23 @@ def test_a_model_file_keeps_the_masks_of_a_completed_graph() -> None:
     for t in g.tensors:
         assert back.tensor(t.name).attr == t.attr, t.name
     assert back.tensor("c").attr.masks == {1: 0}
+
+
+def test_lookups_from_split_bool_int_and_float_tables_run_on_4_mpi_ranks() -> None:
+    # a bool table's pieces sum as numpy adds bools (a logical or), which MPI's sum cannot send
+    from sharded_runs import assert_mpi_equals_serial
+
+    with Graph("typed-lookups") as g:
+        i = g.input("ids", [T], "int64")
+        for dt in ("bool", "int64", "float32"):
+            w = g.input(f"w_{dt}", [E, D], dt)
+            a = ops.index_select(w, i, axis=0, name=f"a_{dt}")
+            (ops.logical_not if dt == "bool" else ops.abs)(a, name=f"out_{dt}")
+            shard(w, MESH, ("mp", None), priority=2)
+    r = complete(g)
+    assert all(r.attr(f"a_{dt}").masks == {1: 0} for dt in ("bool", "int64", "float32"))
+    rng = np.random.default_rng(0)
+    feeds: dict[str, Any] = {"ids": rng.integers(0, E, T)}
+    feeds.update({f"w_{dt}": rng.integers(0, 2, (E, D)).astype(dt)
+                  for dt in ("bool", "int64", "float32")})
+    assert_mpi_equals_serial(g, feeds)
