@@ -1,5 +1,6 @@
-"""The ONNX indexing and layout ops onto registered ops: Gather, GatherElements, Slice, Split,
-Pad, Tile, Expand, TopK (converters registered into :data:`~spmdrules.importers.onnx_ops.OPS`).
+"""The ONNX indexing and layout ops onto registered ops: Gather, GatherND, GatherElements, Slice,
+Split, Pad, Tile, Expand, TopK (converters registered into
+:data:`~spmdrules.importers.onnx_ops.OPS`).
 
 ONNX lets an index count from the end: a constant index is normalised here; an index computed
 at run time is wrapped by graph ops (``where(i < 0, i + n, i)``), since the registered gathers
@@ -25,20 +26,26 @@ def _axis(c: Ctx, axis: int, rank: int, what: str = "axis") -> int:
     return axis + rank if axis < 0 else axis
 
 
-def _wrapped(c: Ctx, i: int, n: int, part: str) -> Tensor:
-    """Index input ``i`` (positions along a dim of length ``n``) with ONNX's negative positions
-    counted from the end."""
+def _wrapped(c: Ctx, i: int, n: int | list[int], part: str) -> Tensor:
+    """Index input ``i`` (positions along a dim of length ``n``; or, for GatherND, along the dims
+    of lengths ``n`` that its last axis's entries name) with ONNX's negative positions counted
+    from the end."""
+    lengths = np.asarray(n, dtype=np.int64)
     v = c.static(i) if isinstance(c.imp.env.get(c.node.input[i]), Static) else None
     if v is not None:
-        if v.size and (v.min() < -n or v.max() >= n):
-            raise c.fail(f"index {c.node.input[i]!r} holds {int(v.min() if v.min() < -n else v.max())}"
-                         f", outside -{n}..{n - 1}")
+        bad = (v < -lengths) | (v >= lengths)
+        if bad.any():
+            span = (f"-{n}..{n - 1}" if isinstance(n, int) else
+                    f"-n..n - 1 for the lengths n = {n} it indexes")
+            raise c.fail(f"index {c.node.input[i]!r} holds {int(v[bad].reshape(-1)[0])}, "
+                         f"outside {span}")
         if not v.size or v.min() >= 0:
             return c.tensor(i)
-        return Static(f"{c.node.output[0]}.{part}", np.where(v < 0, v + n, v)).tensor(c.imp)
+        return Static(f"{c.node.output[0]}.{part}", np.where(v < 0, v + lengths, v)).tensor(
+            c.imp)
     idx = c.tensor(i)
     zero = c.call("full", shape=[], value=0, dtype=idx.dtype, part=f"{part}.zero")
-    length = c.call("full", shape=[], value=n, dtype=idx.dtype, part=f"{part}.n")
+    length = Static(f"{c.node.output[0]}.{part}.n", lengths.astype(idx.dtype)).tensor(c.imp)
     negative = c.call("less_than", idx, zero, part=f"{part}.negative")
     return c.call("where", negative, c.call("add", idx, length, part=f"{part}.from_end"), idx,
                   part=part)
@@ -61,6 +68,20 @@ def _gather(c: Ctx) -> list[Value]:
     flat = idx if len(ishape) == 1 else c.call("reshape", idx, shape=[-1], part="flat")
     picked = c.call("index_select", x, flat, axis=ax, part="" if len(ishape) == 1 else "select")
     return [picked] if len(ishape) == 1 else [c.call("reshape", picked, shape=out)]
+
+
+@onnx_op("GatherND")
+def _gather_nd(c: Ctx) -> list[Value]:
+    """``gather_nd``: the index's last axis names positions in ``data``'s leading dims (the
+    dynamo exporter writes a mask's ``x[i, j]`` so); ``batch_dims`` other than 0 is refused."""
+    if int(c.attr("batch_dims", 0)):
+        raise c.fail(f"batch_dims {c.attr('batch_dims')}: only 0 is mapped (the registered "
+                     "gather_nd indexes from the first dim)")
+    x = c.tensor(0)
+    k = c.shape_of(1)[-1] if c.shape_of(1) else 0
+    if not 1 <= k <= x.ndim:
+        raise c.fail(f"the index's last axis has {k} entries; it names 1 to {x.ndim} dims")
+    return [c.call("gather_nd", x, _wrapped(c, 1, list(x.shape[:k]), "index"))]
 
 
 @onnx_op("GatherElements")
@@ -148,16 +169,60 @@ def _pads(c: Ctx, rank: int) -> list[int]:
     return full
 
 
+def _run(c: Ctx, x: Tensor, d: int, start: int, stop: int, step: int, part: str) -> Tensor:
+    """Positions ``range(start, stop, step)`` of ``x`` along ``d`` (a reversed run is a
+    ``strided_slice``, whose end -n - 1 is before the first element)."""
+    if step == 1:
+        return c.call("slice", x, axes=[d], starts=[start], ends=[stop], part=part)
+    return c.call("strided_slice", x, axes=[d], starts=[start],
+                  ends=[stop if stop >= 0 else -x.shape[d] - 1], strides=[step], part=part)
+
+
+def _border(c: Ctx, x: Tensor, pads: list[int], mode: str) -> Tensor:
+    """Pad modes ``reflect``, ``edge`` and ``wrap`` as the runs of ``x`` they repeat, concatenated
+    around it axis by axis (as numpy.pad and onnx.reference do: a later axis pads the corners
+    from the earlier axes' result)."""
+    r = x.ndim
+    padded = [d for d in range(r) if pads[d] or pads[r + d]]
+    for d in padded:
+        before, after, n = pads[d], pads[r + d], x.shape[d]
+        limit = n - 1 if mode == "reflect" else n if mode == "wrap" else None
+        if limit is not None and max(before, after) > limit:
+            raise c.fail(f"mode {mode!r} pads axis {d} of length {n} by {before} and {after}; "
+                         f"it repeats at most {limit} elements")
+        runs = {"reflect": ((before, 0, -1), (n - 2, n - 2 - after, -1)),
+                "wrap": ((n - before, n, 1), (0, after, 1)),
+                "edge": ((0, 1, 1), (n - 1, n, 1))}[mode]
+        parts = []
+        for side, count, (start, stop, step) in zip(("before", "after"), (before, after), runs,
+                                                    strict=True):
+            if not count:
+                continue
+            part = _run(c, x, d, start, stop, step, f"{side}{d}")
+            if mode == "edge" and count > 1:
+                shape = list(part.shape)
+                shape[d] = count
+                part = c.call("expand", part, shape=shape, part=f"{side}{d}.repeat")
+            parts.append((side, part))
+        pieces = [p for side, p in parts if side == "before"] + [x] + [
+            p for side, p in parts if side == "after"]
+        x = c.call("concat", pieces, axis=d, part="" if d == padded[-1] else f"axis{d}")
+    return x
+
+
 @onnx_op("Pad")
 def _pad(c: Ctx) -> list[Value]:
-    """mode ``constant`` as ``pad`` (Paddle's ``[x1_begin, x1_end, ...]``); negative pads crop,
-    as a slice after it."""
+    """mode ``constant`` as ``pad`` (Paddle's ``[x1_begin, x1_end, ...]``), negative pads crop
+    (a slice after it); ``reflect``, ``edge`` and ``wrap`` as the runs of x they repeat."""
     x = c.tensor(0)
     mode = c.attr("mode", "constant")
-    if mode != "constant":
-        raise c.fail(f"mode {mode!r}: only mode 'constant' is mapped (no registered op repeats "
-                     "or reflects the border)")
     pads = _pads(c, x.ndim)
+    if mode in ("reflect", "edge", "wrap"):
+        if min(pads) < 0:
+            raise c.fail(f"mode {mode!r} with negative pads {pads} is not mapped")
+        return [_border(c, x, pads, mode) if any(pads) else c.call("assign", x)]
+    if mode != "constant":
+        raise c.fail(f"mode {mode!r} is not an ONNX value (constant, reflect, edge, wrap)")
     value = c.attr("value", 0.0) if c.opset < 11 else (
         np.asarray(c.static(2)).reshape(-1)[0].item() if c.has(2) else 0)
     r = x.ndim

@@ -54,8 +54,9 @@ def test_an_empty_slice_is_dropped_by_concat_and_refused_elsewhere() -> None:
 
 
 @pytest.mark.parametrize(("nodes", "inits", "out", "match"), [
-    ([N("Pad", ["x", "p"], ["y"], mode="reflect", name="pad")], {"p": i64(0, 1, 0, 1)},
-     [3, 6], r"node 'pad': op Pad .*mode 'reflect'"),
+    ([N("Pad", ["x", "p"], ["y"], mode="reflect", name="pad")], {"p": i64(0, 4, 0, 1)},
+     [3, 9], r"node 'pad': op Pad .*mode 'reflect' pads axis 1 of length 4 by 4 and 1; it "
+     "repeats at most 3"),
     ([N("Gather", ["x", "i"], ["y"], name="g")], {"i": i64(3)}, [1, 4],
      r"node 'g'.*holds 3, outside -3..2"),
     ([N("LayerNormalization", ["x", "g"], ["y", "mean"], name="ln")], {"g": r(4)}, [3, 4],

@@ -85,6 +85,12 @@ EXPORT_CASES: dict[str, tuple[list[Any], dict[str, np.ndarray], list[str],
     "gather-runtime-index-axis-1": (
         [N("Gather", ["x", "i"], ["y"], axis=1)], {"x": r(2, 4, 3), "i": ids(3, 2, high=4, low=-4)},
         ["y"], {}, 11),
+    # the dynamo exporter's mask indexing: the index's last axis names data's leading dims
+    "gather-nd": (
+        [N("GatherND", ["x", "k"], ["y"]), N("GatherND", ["x", "i"], ["z"])],
+        {"x": r(3, 4, 2), "i": np.stack([ids(2, 5, high=3, low=-3), ids(2, 5, high=4, low=-4)],
+                                        axis=-1)},
+        ["y", "z"], {"k": i64([[0], [-1]], [[2], [-3]])}, 13),
     # (onnx 1.23's reference GatherElements fails on a negative axis and on an index shorter
     # than x on another axis: test_gather_elements_of_a_shorter_index_equals_numpy has those)
     "gather-elements": (
@@ -120,6 +126,12 @@ EXPORT_CASES: dict[str, tuple[list[Any], dict[str, np.ndarray], list[str],
         {"x": r(2, 3, 4)}, ["y", "z"],
         {"p": i64(0, 1, 2, 1, 1, 0), "v": np.array([1.5], np.float32), "q": i64(2, 1, 0, 3),
          "ax": i64(-1, 1)}, 18),
+    "pad-reflect-edge-wrap": (
+        [N("Pad", ["x", "p"], ["re"], mode="reflect"), N("Pad", ["x", "e"], ["ed"], mode="edge"),
+         N("Pad", ["x", "q", "", "ax"], ["wr"], mode="wrap")],
+        {"x": r(2, 3, 4)}, ["re", "ed", "wr"],
+        {"p": i64(1, 2, 0, 0, 1, 3), "e": i64(2, 0, 1, 1, 3, 0), "q": i64(0, 3, 1, 2),
+         "ax": i64(-1, 1)}, 19),
     "pad-opset2-attributes": (
         [N("Pad", ["x"], ["y"], pads=[1, 0, 2, 1], value=-2.0)], {"x": r(3, 4)}, ["y"], {}, 9),
     "reduce-mean-axes-attribute": (
