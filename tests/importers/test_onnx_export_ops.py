@@ -173,3 +173,22 @@ def test_hf_model_exported_to_onnx_on_4_mpi_ranks_equals_torch_forward_and_rever
 
     np.testing.assert_allclose(serial(im.graph, feeds)[out], hf_onnx.torch_output(kind, module),
                                rtol=1e-4, atol=1e-5)
+
+
+def test_only_a_floating_table_is_an_embedding() -> None:
+    """A float [V, H] table on axis 0 is an embedding (vocabulary parallel); a bool one (LLaMA's
+    export gathers its batch-split attention mask) is an index_select: as an embedding, its
+    split rows made a pending sum of bools, which an MPI all-reduce refuses."""
+    import hf_models
+
+    from spmdrules import plan
+    from spmdrules.completion import complete
+
+    mask, i = np.ones((4, 1), bool), np.array([[0, 3], [1, 2]], np.int64)
+    m = model([N("Gather", ["w", "i"], ["e"]), N("Gather", ["mask", "i"], ["g"])],
+              {"mask": mask, "i": i}, ["e", "g"], {"w": r(4, 3)})
+    g = onnx_import.load(m)
+    assert [g.tensor(t).producer.type for t in ("e", "g")] == ["embedding", "reshape"]
+    assert g.tensor("g.select").producer.type == "index_select"
+    plan.apply(g, hf_models.MESH, {"mask": plan.DataParallel(dim="dp")})
+    assert not complete(g).attr("g").partial_dims
