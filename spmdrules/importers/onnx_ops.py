@@ -4,7 +4,10 @@ A converter gets the node's context and returns the node's outputs in order (gra
 ``Static`` constants known at import time). It honours every attribute or refuses the node with
 ``UnmappedOpError``: LRN's ``alpha`` is divided by ``size`` (the registered ``lrn`` takes
 Paddle's, undivided), opset < 13 Softmax's flattening to 2-D is a reshape around the softmax.
-The window ops (convolutions and pools) are in :mod:`spmdrules.importers.onnx_windows`.
+The window ops (convolutions and pools) are in :mod:`spmdrules.importers.onnx_windows`, the
+indexing and layout ops in :mod:`~spmdrules.importers.onnx_index`, the value ops (Cast, Where,
+Pow, reductions, LayerNormalization, Gelu, CumSum) in :mod:`~spmdrules.importers.onnx_math`;
+a node whose inputs are all constants is computed at import (:mod:`~spmdrules.importers.onnx_fold`).
 """
 
 from __future__ import annotations
