@@ -10,6 +10,9 @@
   ``Imported.values``); an integer one read as a shape (Reshape's target, ConstantOfShape's
   shape, Unsqueeze's axes) is folded into the op's attributes. ``Constant`` and
   ``ConstantOfShape`` are constant sources (``full`` for a fill, a named parameter for a tensor).
+* ``Shape`` and ``Size`` are constants (shapes are static), and a node whose inputs are all
+  constants is computed at import by ``onnx.reference`` (``onnx_fold``): the shape arithmetic
+  ``torch.onnx.export`` writes leaves no op.
 * Every tensor of the graph keeps its ONNX value name; an op named after its node's first output
   writes it (ops a mapping adds on the way are named ``<output>.<part>``).
 * The model is read and checked first (``onnx_read``): external data from the file's own folder

@@ -13,7 +13,9 @@ from typing import Any
 from spmdrules.core.errors import SpmdError
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Tensor
-from spmdrules.importers import (  # noqa: F401  (register Resize and the window ops)
+from spmdrules.importers import (  # noqa: F401  (each registers its converters)
+    onnx_index,
+    onnx_math,
     onnx_resize,
     onnx_windows,
 )
@@ -23,9 +25,10 @@ from spmdrules.importers.errors import (
     ImporterError,
     UnmappedOpError,
 )
-from spmdrules.importers.onnx_ops import OPS, Ctx, nearest
+from spmdrules.importers.onnx_fold import fold, foldable
+from spmdrules.importers.onnx_ops import OPS, Converter, Ctx, nearest
 from spmdrules.importers.onnx_read import DEFAULT_DOMAINS, node_label
-from spmdrules.importers.onnx_values import Static, array, check_dims, graph_dtype, safe_name
+from spmdrules.importers.onnx_values import Empty, Static, array, check_dims, graph_dtype, safe_name
 from spmdrules.importers.torch import Imported
 
 CONTROL_FLOW = ("If", "Loop", "Scan", "SequenceMap")
@@ -70,7 +73,7 @@ class Importer:
         self.input_shapes = input_shapes
         self.follow_batch = follow_batch
         self.spatial_sharding = spatial_sharding
-        self.env: dict[str, Tensor | Static] = {}
+        self.env: dict[str, Tensor | Static | Empty] = {}
         #: the batch of the model as declared, and as widened (for follow_batch)
         self.batch: tuple[int, int] | None = None
         #: whether a Reshape's target followed the widened batch (follow_batch)
@@ -91,7 +94,7 @@ class Importer:
         with self.graph:
             for init in model.graph.initializer:
                 value = array(onnx, init, f"initializer {init.name!r}")
-                self.env[init.name] = Static(init.name, value)
+                self.env[init.name] = Static(init.name, value, param=True)
             for vi in model.graph.input:
                 if vi.name in inits:
                     continue
@@ -120,11 +123,18 @@ class Importer:
             raise UnmappedOpError(where, f"{node.domain}.{node.op_type}", [],
                                   "only the default ONNX domain is mapped")
         conv = OPS.get(node.op_type)
-        if conv is None:
-            raise UnmappedOpError(where, node.op_type, nearest(node.op_type))
+        outs: Sequence[Any] | None = fold(self, node, where, conv is not None) if foldable(
+            self, node) else None
+        if outs is None:
+            if conv is None:
+                raise UnmappedOpError(where, node.op_type, nearest(node.op_type))
+            outs = self._convert(conv, node, where)
+        self._store(node, where, outs, expected)
+
+    def _convert(self, conv: Converter, node: Any, where: str) -> Sequence[Any]:
         c = Ctx(self, node, where)
         try:
-            outs = conv(c)
+            return conv(c)
         except ImporterError:
             raise
         except SpmdError as e:
@@ -137,6 +147,9 @@ class Importer:
         except Exception as e:
             raise UnmappedOpError(where, node.op_type, nearest(node.op_type),
                                   f"mapping failed: {type(e).__name__}: {e}") from e
+
+    def _store(self, node: Any, where: str, outs: Sequence[Any],
+               expected: Mapping[str, tuple[int, ...]]) -> None:
         for name, v in zip(node.output, outs, strict=False):
             if not name:
                 continue

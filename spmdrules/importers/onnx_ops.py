@@ -4,7 +4,10 @@ A converter gets the node's context and returns the node's outputs in order (gra
 ``Static`` constants known at import time). It honours every attribute or refuses the node with
 ``UnmappedOpError``: LRN's ``alpha`` is divided by ``size`` (the registered ``lrn`` takes
 Paddle's, undivided), opset < 13 Softmax's flattening to 2-D is a reshape around the softmax.
-The window ops (convolutions and pools) are in :mod:`spmdrules.importers.onnx_windows`.
+The window ops (convolutions and pools) are in :mod:`spmdrules.importers.onnx_windows`, the
+indexing and layout ops in :mod:`~spmdrules.importers.onnx_index`, the value ops (Cast, Where,
+Pow, reductions, LayerNormalization, Gelu, CumSum) in :mod:`~spmdrules.importers.onnx_math`;
+a node whose inputs are all constants is computed at import (:mod:`~spmdrules.importers.onnx_fold`).
 """
 
 from __future__ import annotations
@@ -18,12 +21,12 @@ import numpy as np
 from spmdrules.graph import ops
 from spmdrules.graph.nodes import Op, Tensor
 from spmdrules.importers.errors import DynamicShapeError, InvalidModelError, UnmappedOpError
-from spmdrules.importers.onnx_values import Static, array, graph_dtype, safe_name
+from spmdrules.importers.onnx_values import Empty, Static, array, graph_dtype, safe_name
 
 #: the walk's state (``onnx_graph.Importer``: graph, env, opset, options), which converters read
 Importer = Any
 
-Value = Any  # Tensor | Static
+Value = Any  # Tensor | Static | Empty
 Converter = Callable[["Ctx"], Sequence[Value]]
 OPS: dict[str, Converter] = {}
 
@@ -73,6 +76,15 @@ class Ctx:
                                     "is produced by no earlier node")
         return self.imp.env[name]
 
+    def shape_of(self, i: int) -> list[int]:
+        """Input ``i``'s static shape, without making a constant a graph source."""
+        v = self._value(i)
+        return list(v.value.shape if isinstance(v, Static) else v.shape)
+
+    def empty(self, i: int) -> bool:
+        """Whether input ``i`` is an empty tensor (``Empty``)."""
+        return self.has(i) and isinstance(self._value(i), Empty)
+
     def tensor(self, i: int) -> Tensor:
         v = self._value(i)
         return v if isinstance(v, Tensor) else v.tensor(self.imp)
@@ -103,10 +115,13 @@ class Ctx:
         v = self.attrs.get(name, default)
         return v.decode() if isinstance(v, bytes) else v
 
-    def call(self, op_type: str, *args: Any, part: str = "", **attrs: Any) -> Tensor:
+    def call_op(self, op_type: str, *args: Any, part: str = "", **attrs: Any) -> Op:
         op: Op = ops.call(op_type, *args, name=f"{self.name}.{part}" if part else self.name,
                           **attrs)
-        out = op.results[0]
+        return op
+
+    def call(self, op_type: str, *args: Any, part: str = "", **attrs: Any) -> Tensor:
+        out = self.call_op(op_type, *args, part=part, **attrs).results[0]
         assert isinstance(out, Tensor)
         return out
 
@@ -183,7 +198,10 @@ def _binary(op_type: str) -> Converter:
 
 
 for _onnx_name, _op in (("Add", "add"), ("Sub", "subtract"), ("Mul", "multiply"),
-                        ("Div", "divide"), ("Max", "maximum"), ("Min", "minimum")):
+                        ("Div", "divide"), ("Max", "maximum"), ("Min", "minimum"),
+                        ("Equal", "equal"), ("Less", "less_than"), ("LessOrEqual", "less_equal"),
+                        ("Greater", "greater_than"), ("GreaterOrEqual", "greater_equal"),
+                        ("And", "logical_and"), ("Or", "logical_or"), ("Xor", "logical_xor")):
     onnx_op(_onnx_name)(_binary(_op))
 
 
@@ -200,7 +218,8 @@ def _sum(c: Ctx) -> list[Value]:
 
 _UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log",
           "Sqrt": "sqrt", "Abs": "abs", "Neg": None, "Reciprocal": "reciprocal", "Erf": "erf",
-          "Floor": "floor", "Ceil": "ceil", "Softplus": "softplus", "Softsign": "softsign"}
+          "Floor": "floor", "Ceil": "ceil", "Softplus": "softplus", "Softsign": "softsign",
+          "Cos": "cos", "Sin": "sin", "Not": "logical_not"}
 
 
 def _unary(op_type: str) -> Converter:
@@ -319,8 +338,14 @@ def _squeeze(c: Ctx) -> list[Value]:
 
 @onnx_op("Concat")
 def _concat(c: Ctx) -> list[Value]:
-    xs = c.tensors()
+    """Concat of the inputs that are not empty (an empty one adds nothing)."""
+    full = [i for i in range(len(c.node.input)) if c.has(i) and not c.empty(i)]
+    if not full:
+        raise c.fail("every input is empty: an empty tensor, which spmdrules does not plan")
+    xs = [c.tensor(i) for i in full]
     axis = int(c.attr("axis"))
+    if len(xs) == 1:
+        return [c.call("assign", xs[0])]
     return [c.call("concat", xs, axis=axis + xs[0].ndim if axis < 0 else axis)]
 
 

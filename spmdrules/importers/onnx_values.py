@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from spmdrules.graph import ops
 from spmdrules.graph.exchange import MAX_DIM
 from spmdrules.graph.nodes import Tensor
 from spmdrules.importers.errors import (
@@ -89,12 +90,16 @@ def check_dims(shape: Sequence[int], what: str, fix: str = "") -> list[int]:
 
 @dataclass
 class Static:
-    """A value known at import time: an initializer or a Constant. Read as a shape it folds into
-    an attribute; read as data it becomes a parameter source named after it (once)."""
+    """A value known at import time: an initializer, a Constant, or a node folded at import
+    (``onnx_fold``). Read as a shape it folds into an attribute; read as data it becomes a source
+    named after it (once): an initializer a parameter (``param``), any other constant a ``full``
+    when all its elements are one value (exact for integers), else a named constant source."""
 
     name: str
     value: np.ndarray
     made: list[Tensor] = field(default_factory=list)
+    #: an initializer: its value is the model's (a parameter: never folded into another value)
+    param: bool = False
 
     def dtype(self) -> str:
         """The graph dtype of the value."""
@@ -106,6 +111,16 @@ class Static:
         return name
 
     def tensor(self, imp: Importer) -> Tensor:
+        if not self.made and not self.param and self.value.size and (
+                self.value == self.value.reshape(-1)[0]).all():
+            # .item() keeps an integer a Python int: full carries it exactly (not as a float)
+            item = self.value.reshape(-1)[0].item()
+            op = ops.call("full", shape=check_dims(self.value.shape, f"tensor {self.name!r}"),
+                          value=int(item) if isinstance(item, bool | int) else float(item),
+                          dtype=self.dtype(), name=safe_name(self.name))
+            out = op.results[0]
+            assert isinstance(out, Tensor)
+            self.made.append(out)
         if not self.made:
             v = self.value
             t = imp.graph.param(safe_name(self.name),
@@ -115,4 +130,19 @@ class Static:
         return self.made[0]
 
 
-__all__ = ["DTYPES", "Static", "array", "check_dims", "graph_dtype", "safe_name"]
+@dataclass
+class Empty:
+    """A value with a dim of 0: no graph tensor (spmdrules plans no empty tensor). A Slice that
+    keeps nothing gives one (Phi-3 cuts the pass-through part of a rotary embedding that covers
+    the whole head); Concat drops it; any other reader is refused, naming it."""
+
+    name: str
+    shape: list[int]
+
+    def tensor(self, imp: Importer) -> Tensor:
+        raise InvalidDimError(f"tensor {self.name!r} has shape {self.shape}: an empty tensor, "
+                              "which spmdrules does not plan (only a Concat may read it, and "
+                              "drops it)")
+
+
+__all__ = ["DTYPES", "Empty", "Static", "array", "check_dims", "graph_dtype", "safe_name"]
