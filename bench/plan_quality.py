@@ -1,7 +1,8 @@
 """Plan quality: the forward bytes and collectives of our completed plan, beside the textbook
 layout's and DTensor's for the same model and plan, in one run (issue 24).
 
-    .venv/bin/python bench/plan_quality.py [--models llama,gpt2,...] [--batch 2 4] [--json]
+    .venv/bin/python bench/plan_quality.py [--models llama,gpt2,...] [--batch 2 4]
+        [--cnn-importer torch onnx] [--json]
 
 Every figure is the forward's, in our convention (``spmdrules.completion.planning``): the bytes
 every process sends, with ring algorithms, summed over all processes; a collective's bytes per
@@ -24,9 +25,10 @@ small U-Net written in torch (tests/support/cnn_models.py) with the batch on dp 
 Columns:
 
 * **ours**: ``spmdrules.importers.torch.export``, ``plan.apply`` with the plan, ``complete``
-  (a CNN enters through ONNX: torch's TorchScript exporter, then ``importers.onnx`` with every
-  Conv's and ConvTranspose's spatial opt-in, as the torch importer maps no
-  ``aten.convolution`` today);
+  (a CNN with every convolution's spatial opt-in, ``spatial_sharding=True``; with
+  ``--cnn-importer onnx`` also, or instead, through torch's TorchScript ONNX exporter and
+  ``importers.onnx``, a row labelled "(ONNX)", whose graph has each BatchNorm folded into its
+  conv);
   the bytes are ``sum(p.total_bytes for p in result.plans())``, the collectives every step of
   those plans that moves data (a local slice or a zero-partial moves none). On the MoE decoders
   ours all-gathers both expert weights of each layer: ``batched_mm`` reads each token copy's
@@ -105,6 +107,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "suppo
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from quality.figures import DP, SEQ, Figure, Row, collective_bytes, measured
+from quality.ours import CNN_IMPORTERS
 from quality.rows import routed_experts_row, rows_for
 from quality.textbook import textbook_cnn
 
@@ -155,6 +158,8 @@ def main(argv: list[str] | None = None) -> None:
                     help=f"comma-separated, of: {','.join(known)} (default: all)")
     ap.add_argument("--batch", type=int, nargs="+", default=[2, 4],
                     help="batch sizes (each a multiple of dp=2; default: 2 4)")
+    ap.add_argument("--cnn-importer", nargs="+", choices=CNN_IMPORTERS, default=["torch"],
+                    help="how the CNNs enter: torch.export, ONNX, or both (default: torch)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args(argv)
     unknown = [m for m in args.models if m not in known]
@@ -164,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     if odd:
         ap.error(f"batch {odd}: each must be a positive multiple of dp={DP}")
     env = environment()
-    rows = rows_for(args.models, args.batch)
+    rows = rows_for(args.models, args.batch, tuple(args.cnn_importer))
     if args.json:
         print(json.dumps({"environment": env, "rows": [asdict(r) for r in rows]}, indent=1))
         return

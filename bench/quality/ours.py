@@ -45,10 +45,21 @@ def ours_module(module: Any, inputs: tuple[Any, ...], spec: dict[str, Any]) -> F
     return ours_graph(torch_import.export(module, inputs).graph, spec)
 
 
-def ours_cnn(module: Any, x: Any, spec: dict[str, Any]) -> Figure:
-    """Through ONNX: torch's TorchScript exporter, then spmdrules.importers.onnx with every
-    Conv's and ConvTranspose's spatial opt-in (the torch importer maps no aten.convolution
-    today)."""
+#: how a CNN enters: through torch.export, or through torch's TorchScript ONNX exporter
+CNN_IMPORTERS = ("torch", "onnx")
+
+
+def ours_cnn(module: Any, x: Any, spec: dict[str, Any], importer: str = "torch") -> Figure:
+    """A CNN imported with every convolution's spatial opt-in: through ``torch.export`` and
+    spmdrules.importers.torch, or through torch's TorchScript ONNX exporter and
+    spmdrules.importers.onnx (which sees each BatchNorm folded into its conv)."""
+    if importer == "torch":
+        from spmdrules.importers import torch as torch_import
+
+        g = torch_import.export(module, (x,), spatial_sharding=True).graph
+        return ours_graph(g, spec, True)
+    if importer != "onnx":
+        raise ValueError(f"importer {importer!r}: one of {', '.join(CNN_IMPORTERS)}")
     import onnx
     import torch
 

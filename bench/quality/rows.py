@@ -32,13 +32,16 @@ def decoder_row(kind: str, batch: int) -> Row:
     return Row(label, batch, ours, routed, dtensor, local, "local dispatch, one all-reduce")
 
 
-def cnn_row(kind: str, batch: int) -> Row:
+def cnn_row(kind: str, batch: int, importer: str = "torch") -> Row:
+    """A CNN's row, ours imported through ``importer`` (``ours.CNN_IMPORTERS``); the ONNX path's
+    label says so."""
     import torch
     from cnn_models import CNNS, SPATIAL_PLAN
 
     label, build, size = CNNS[kind]
+    label = label if importer == "torch" else f"{label} (ONNX)"
     x = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(1))
-    return Row(label, batch, measured(lambda: ours_cnn(build(), x, SPATIAL_PLAN)),
+    return Row(label, batch, measured(lambda: ours_cnn(build(), x, SPATIAL_PLAN, importer)),
                measured(lambda: textbook_cnn(build(), x)),
                measured(lambda: dtensor_cnn(build(), x)))
 
@@ -54,7 +57,8 @@ def routed_experts_row() -> Row:
     return Row("routed experts (tokens)", re_.T, ours, textbook, measured(dtensor_routed_experts))
 
 
-def rows_for(models: list[str], batches: list[int]) -> list[Row]:
+def rows_for(models: list[str], batches: list[int], cnn_importers: tuple[str, ...] = ("torch",)
+             ) -> list[Row]:
     from hf_models import DECODERS
 
     out: list[Row] = []
@@ -63,8 +67,11 @@ def rows_for(models: list[str], batches: list[int]) -> list[Row]:
             out.append(routed_experts_row())
             continue
         for b in batches:
-            out.append(decoder_row(kind, b) if kind in DECODERS else cnn_row(kind, b))
-            print(f"  measured {out[-1].model} at batch {b}", file=sys.stderr, flush=True)
+            new = [decoder_row(kind, b)] if kind in DECODERS else [
+                cnn_row(kind, b, importer) for importer in cnn_importers]
+            out += new
+            for r in new:
+                print(f"  measured {r.model} at batch {b}", file=sys.stderr, flush=True)
     return out
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -51,16 +51,19 @@ def nearest(op: str) -> list[str]:
     for k in ATEN:
         first.setdefault(k.split(".")[0], k)
     same = [k for k in ATEN if k.split(".")[0] == base]
-    close = [first[b] for b in difflib.get_close_matches(base, list(first), n=3, cutoff=0.4)
-             if b != base]
+    found = difflib.get_close_matches(base, list(first), n=8, cutoff=0.4)
+    found.sort(key=lambda b: b[:3] != base[:3])  # the same stem (cumsum for cumprod) first
+    close = [first[b] for b in found if b != base]
     return [f"aten.{k}" for k in (same + close)[:3]]
 
 
 class Ctx:
     """One node's conversion: names its ops after the node, reads torch's metadata."""
 
-    def __init__(self, graph: Graph, torch: Any, node: Any, name: str) -> None:
+    def __init__(self, graph: Graph, torch: Any, node: Any, name: str, *,
+                 spatial_sharding: bool = False) -> None:
         self.graph = graph
+        self.spatial_sharding = spatial_sharding
         self.torch = torch
         self.node = node
         self.name = name
@@ -257,8 +260,7 @@ def _split(c: Ctx, a: dict[str, Any]) -> tuple[Tensor, ...]:
 @aten("clone.default", "alias.default", "contiguous.default", "detach.default",
       "lift_fresh_copy.default")
 def _same(c: Ctx, a: dict[str, Any]) -> Tensor:
-    x: Tensor = a["self"]
-    return x
+    return cast(Tensor, a["self"])
 
 
 @aten("_to_copy.default", "to.dtype")
@@ -270,8 +272,7 @@ def _to(c: Ctx, a: dict[str, Any]) -> Tensor:
 def _dropout(c: Ctx, a: dict[str, Any]) -> Tensor:
     if a["train"] and a["p"] > 0:
         raise c.fail("train-mode dropout is random; export the model in eval mode")
-    x: Tensor = a["input"]
-    return x
+    return cast(Tensor, a["input"])
 
 
 # ---- creation: constant sources -----------------------------------------------------------------
@@ -361,14 +362,12 @@ def _or(c: Ctx, a: dict[str, Any]) -> Tensor:
 
 @aten("bitwise_not.default", "logical_not.default")
 def _not(c: Ctx, a: dict[str, Any]) -> Tensor:
-    x: Tensor = a["self"]
-    return c.call("logical_not" if x.dtype == "bool" else "bitwise_not", x)
+    return c.call("logical_not" if a["self"].dtype == "bool" else "bitwise_not", a["self"])
 
 
 @aten("neg.default")
 def _neg(c: Ctx, a: dict[str, Any]) -> Tensor:
-    x: Tensor = a["self"]
-    return c.call("multiply", x, c.const(-1, x.dtype, "minus_one"))
+    return c.call("multiply", a["self"], c.const(-1, a["self"].dtype, "minus_one"))
 
 
 _UNARY = {"rsqrt": "rsqrt", "sqrt": "sqrt", "exp": "exp", "log": "log", "cos": "cos", "sin": "sin",

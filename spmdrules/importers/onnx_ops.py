@@ -20,6 +20,7 @@ import numpy as np
 
 from spmdrules.graph import ops
 from spmdrules.graph.nodes import Op, Tensor
+from spmdrules.importers.channel_maps import inference_batch_norm
 from spmdrules.importers.errors import DynamicShapeError, InvalidModelError, UnmappedOpError
 from spmdrules.importers.onnx_values import Empty, Static, array, graph_dtype, safe_name
 
@@ -139,11 +140,8 @@ def _lrn(c: Ctx) -> list[Value]:
 
 @onnx_op("BatchNormalization")
 def _batch_norm(c: Ctx) -> list[Value]:
-    """Inference BatchNormalization, ``(x - mean) * (scale / sqrt(var + eps)) + B`` per channel,
-    as elementwise ops: a per-channel affine map is local to every element, so the broadcast
-    binary rules keep the batch and spatial shards of ``x`` (Paddle's batch_norm rule keeps only
-    the channel's, for the batch statistics of training). The gain is computed from the [C]
-    parameters as batch_norm's kernel does (``scale * rsqrt(var + eps)``)."""
+    """Inference BatchNormalization as elementwise ops (``channel_maps.inference_batch_norm``):
+    the broadcast binary rules keep the batch and spatial shards of ``x``."""
     if int(c.attr("training_mode", 0)) or any(c.node.output[1:]):
         raise c.fail("training mode (batch statistics, running outputs) is not mapped; export "
                      "the model for inference")
@@ -152,16 +150,7 @@ def _batch_norm(c: Ctx) -> list[Value]:
     x, scale, bias, mean, var = (c.tensor(i) for i in range(5))
     if x.ndim < 2:
         raise c.fail(f"input rank {x.ndim}: BatchNormalization needs [N, C, ...]")
-    eps = float(c.attr("epsilon", 1e-5))
-    inv = c.call("rsqrt", c.call("scale", var, scale=1.0, bias=eps, bias_after_scale=True,
-                                 part="var_eps"), part="rstd")
-    gain = c.call("multiply", scale, inv, part="gain")
-    per_channel = [1, -1] + [1] * (x.ndim - 2)
-    centred = c.call("subtract", x, c.call("reshape", mean, shape=per_channel, part="mean"),
-                     part="centred")
-    scaled = c.call("multiply", centred, c.call("reshape", gain, shape=per_channel,
-                                                part="gain_c"), part="scaled")
-    return [c.call("add", scaled, c.call("reshape", bias, shape=per_channel, part="bias"))]
+    return [inference_batch_norm(c, x, scale, bias, mean, var, float(c.attr("epsilon", 1e-5)))]
 
 
 # ---- matmuls ------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from spmdrules.graph.nodes import Tensor
+from spmdrules.importers.channel_maps import biased_conv
 from spmdrules.importers.onnx_ops import Ctx, Value, int_list, onnx_op
 
 
@@ -59,15 +60,9 @@ def _conv(c: Ctx) -> list[Value]:
 
 
 def _biased(c: Ctx, op: str, x: Tensor, w: Tensor, **attrs: Any) -> list[Value]:
-    """``op`` (a convolution) of x and w, plus the optional bias input 2 broadcast over the
-    channels (dim 1)."""
-    has_bias = c.has(2)
-    y = c.call(op, x, w, spatial_sharding=c.imp.spatial_sharding,
-               part="conv" if has_bias else "", **attrs)
-    if not has_bias:
-        return [y]
-    b = c.call("reshape", c.tensor(2), shape=[1, -1] + [1] * (x.ndim - 2), part="bias")
-    return [c.call("add", y, b)]
+    """``op`` (a convolution) of x and w, plus the optional bias input 2."""
+    return [biased_conv(c, op, x, w, c.tensor(2) if c.has(2) else None,
+                        spatial_sharding=c.imp.spatial_sharding, **attrs)]
 
 
 @onnx_op("ConvTranspose")

@@ -3,15 +3,19 @@
 The module is exported with the example arguments (static shapes), its decompositions run to
 core ATen but for the ops of ``KEPT_WHOLE`` (``decompose_program``; ``decompose=False`` keeps
 the training IR, whose ``linear``, ``matmul`` and ``softmax`` are mapped too), and every node
-becomes registered ops (``spmdrules.importers.aten``, ``aten_sort`` and ``aten_upsample``):
+becomes registered ops (``spmdrules.importers.aten``, ``aten_sort``, ``aten_upsample`` and
+``aten_windows``):
 
 * parameters and buffers are sources named by their dotted module paths
   (``model.layers.0.self_attn.q_proj.weight``); lifted constant tensors are sources named
   ``constant.<name>``; creation ops (``full``, ``arange``, ``scalar_tensor``) are constant ops;
 * ops are named ``<module path>.<node>`` (``model.layers.0.mlp.down_proj.mm``), and each user
   output gets an ``assign`` named by its output key (``logits``);
+* a buffer the program writes (a training batch norm's running statistics) keeps its value as a
+  source, and its new value is an output ``<buffer>.updated`` (``Imported.updates``);
+* ``spatial_sharding=True`` sets the conv opt-in on every convolution (as the ONNX importer);
 * refused with a typed error naming the node: symbolic shapes, control flow (``cond``,
-  ``while_loop``, ``map``), writes into an input, parameter or buffer, in-place ops, and any
+  ``while_loop``, ``map``), writes into an input or a parameter, in-place ops, and any
   op with no mapping (with the nearest mapped ops).
 
 ``export`` gives the graph with the values the module holds (``Imported.feeds``); ``load`` only
@@ -65,6 +69,9 @@ class Imported:
     inputs: list[str] = field(default_factory=list)
     #: the user outputs' tensor names, in order
     outputs: list[str] = field(default_factory=list)
+    #: buffer source name -> the tensor of its value after the call (``<buffer>.updated``): the
+    #: writes the functional program returns, such as a training batch norm's running statistics
+    updates: dict[str, str] = field(default_factory=dict)
 
     def feeds(self, *args: Any) -> dict[str, Array]:
         """Every source's value: the module's own, and ``args`` for the user inputs."""
@@ -84,15 +91,20 @@ def _numpy(v: Any) -> Array:
 
 
 def load(module: Any, example_args: Sequence[Any], example_kwargs: Mapping[str, Any] | None = None,
-         *, decompose: bool = True, name: str | None = None) -> Graph:
+         *, decompose: bool = True, spatial_sharding: bool = False,
+         name: str | None = None) -> Graph:
     """The Graph of ``module`` called on ``example_args`` (see the module docs)."""
-    return export(module, example_args, example_kwargs, decompose=decompose, name=name).graph
+    return export(module, example_args, example_kwargs, decompose=decompose,
+                  spatial_sharding=spatial_sharding, name=name).graph
 
 
 def export(module: Any, example_args: Sequence[Any],
            example_kwargs: Mapping[str, Any] | None = None, *, decompose: bool = True,
-           name: str | None = None) -> Imported:
-    """Export ``module`` with torch.export and import it, with the values it holds."""
+           spatial_sharding: bool = False, name: str | None = None) -> Imported:
+    """Export ``module`` with torch.export and import it, with the values it holds.
+
+    ``spatial_sharding`` sets the conv opt-in (docs/rules.md) on every convolution, so a
+    spatially sharded input stays sharded through them, with halos."""
     torch = _torch()
     if not isinstance(module, torch.nn.Module):
         raise ImporterError(f"torch importer: expected a torch.nn.Module, got "
@@ -105,7 +117,7 @@ def export(module: Any, example_args: Sequence[Any],
                             f"{type(e).__name__}: {str(e)[:2000]}") from e
     if decompose:
         ep = decompose_program(ep)
-    return from_exported(ep, name=name or type(module).__name__)
+    return from_exported(ep, spatial_sharding=spatial_sharding, name=name or type(module).__name__)
 
 
 #: ops kept whole by ``decompose_program``: each maps onto our ``matmul`` with its batch dims,
@@ -135,18 +147,20 @@ def decompose_program(ep: Any) -> Any:
     return ep.run_decompositions(table)
 
 
-def from_exported(ep: Any, *, name: str = "exported") -> Imported:
+def from_exported(ep: Any, *, spatial_sharding: bool = False,
+                  name: str = "exported") -> Imported:
     """Import a ``torch.export.ExportedProgram`` (as ``torch.export.load`` gives a .pt2)."""
     torch = _torch()
-    return _Importer(torch, ep, name).run()
+    return _Importer(torch, ep, name, spatial_sharding=spatial_sharding).run()
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-/:\[\]]")
 
 
 class _Importer:
-    def __init__(self, torch: Any, ep: Any, name: str) -> None:
+    def __init__(self, torch: Any, ep: Any, name: str, *, spatial_sharding: bool) -> None:
         self.torch = torch
+        self.spatial_sharding = spatial_sharding
         self.ep = ep
         self.graph = Graph(_SAFE.sub("_", name) or "exported")
         self.env: dict[str, Any] = {}
@@ -156,6 +170,7 @@ class _Importer:
         from spmdrules.importers import (  # noqa: F401 (register their converters)
             aten_sort,
             aten_upsample,
+            aten_windows,
         )
         from spmdrules.importers.aten import ATEN, Ctx, _Unmapped, dtype_name, nearest
 
@@ -189,7 +204,8 @@ class _Importer:
                     if conv is None:
                         raise UnmappedOpError(node.name, f"aten.{tname}", nearest(tname))
                     bound = self._bind(node, _Unmapped)
-                    ctx = Ctx(g, self.torch, node, self._op_name(node))
+                    ctx = Ctx(g, self.torch, node, self._op_name(node),
+                              spatial_sharding=self.spatial_sharding)
                     try:
                         out = conv(ctx, bound)
                     except (UnmappedOpError, ImporterError):
@@ -248,7 +264,7 @@ class _Importer:
     def _check_mutations(self, sig: Any) -> None:
         for s in sig.output_specs:
             kind = s.kind.name
-            if kind in ("BUFFER_MUTATION", "USER_INPUT_MUTATION", "PARAMETER_MUTATION"):
+            if kind in ("USER_INPUT_MUTATION", "PARAMETER_MUTATION"):
                 raise InPlaceMutationError(
                     f"node {s.arg.name!r} writes into {kind.split('_')[0].lower()} "
                     f"{s.target!r} in place; spmdrules imports functional programs, so return "
@@ -306,6 +322,15 @@ class _Importer:
         keys = _output_keys(self.ep, len(user))
         results = node.args[0]
         by_name = {getattr(r, "name", None): r for r in results}
+        for s in sig.output_specs:
+            if s.kind.name == "BUFFER_MUTATION":
+                got = self.env.get(s.arg.name)
+                if not isinstance(got, Tensor):
+                    raise ImporterError(f"the new value of buffer {s.target!r} ({s.arg.name!r}) "
+                                        "is not a tensor of the graph")
+                buf = _SAFE.sub("_", s.target)
+                out = ops.call("assign", got, name=f"{buf}.updated")
+                self.imported.updates[buf] = out.outputs[0].name
         for s, key in zip(user, keys, strict=True):
             got = self.env.get(s.arg.name) if s.arg.name in by_name else None
             if not isinstance(got, Tensor):

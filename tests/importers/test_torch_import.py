@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs the torch extra (make test installs it)")
 
 from spmdrules.execution.executor import run_serial  # noqa: E402
-from spmdrules.importers import aten_sort  # noqa: E402, F401 (registers topk)
+from spmdrules.importers import aten_sort, aten_windows  # noqa: E402, F401 (register converters)
 from spmdrules.importers import torch as torch_import  # noqa: E402
 from spmdrules.importers.aten import ATEN  # noqa: E402
 from spmdrules.importers.errors import (  # noqa: E402
@@ -153,18 +153,39 @@ def test_control_flow_is_refused_naming_the_node() -> None:
         torch_import.load(Branch(), (torch.randn(3),))
 
 
-def test_in_place_mutation_of_a_buffer_is_refused_naming_the_node() -> None:
+def test_a_buffer_written_in_place_is_a_source_and_its_new_value_an_update() -> None:
+    """The functional program torch.export gives returns a written buffer's new value (a
+    training batch norm's running statistics): the buffer stays a source with its value before
+    the call, and the new value is the output ``<buffer>.updated``."""
     class Counter_(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.register_buffer("seen", torch.zeros(3))
+            self.register_buffer("seen", torch.ones(3))
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             self.seen.add_(x)
             return x * 2
 
-    with pytest.raises(InPlaceMutationError, match="writes into buffer 'seen' in place"):
-        torch_import.load(Counter_(), (torch.randn(3),))
+    x = torch.randn(3)
+    im = torch_import.export(Counter_(), (x,))
+    assert im.updates == {"seen": "seen.updated"} and im.outputs == ["output"]
+    values = run_serial(im.graph, im.feeds(x))
+    np.testing.assert_array_equal(values["seen.updated"], 1 + x.numpy())
+    np.testing.assert_array_equal(values["output"], 2 * x.numpy())
+
+
+def test_in_place_mutation_of_an_input_or_a_parameter_is_refused_naming_it() -> None:
+    class Writes(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x.mul_(2)
+            return x + self.w
+
+    with pytest.raises(InPlaceMutationError, match="writes into user 'x' in place"):
+        torch_import.load(Writes(), (torch.randn(3),))
 
 
 def test_every_mapped_name_is_an_aten_overload() -> None:
