@@ -38,7 +38,7 @@ from spmdrules.plan.errors import (
     PlanTargetError,
     UnmatchedPatternError,
 )
-from spmdrules.plan.patterns import GraphNames
+from spmdrules.plan.patterns import GraphNames, candidates
 from spmdrules.plan.styles import (
     STYLES,
     WEIGHT_STYLES,
@@ -191,8 +191,9 @@ def _entry(graph: Graph, mesh: ProcessMesh, pattern: str, style: Style,
         # suggest only what this style reaches, so that a suggested key matches
         pool = [*(tensors if on_tensors else ()), *(modules if on_modules else ())]
         what = " or ".join(w for w, on in (("tensor", on_tensors), ("module", on_modules)) if on)
+        hint = did_you_mean(pattern, candidates(pattern, pool), 3)
         raise UnmatchedPatternError(
-            f"{source} matches no {what} of graph {graph.name!r}{did_you_mean(pattern, pool, 3)}"
+            f"{source} matches no {what} of graph {graph.name!r}{hint}"
             f" (a key is a name, or a dotted tail of one, or else a glob over the names and "
             f"their dotted tails; {len(modules)} modules, {len(tensors)} tensors)")
     out: list[tuple[Tensor, Any]] = []
