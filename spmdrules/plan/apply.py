@@ -9,8 +9,9 @@ tensors and its *modules*: every dotted prefix of a parameter's name
 (``model.layers.0.self_attn.q_proj`` for ``...q_proj.weight``).
 
 What a style reaches: ColwiseParallel, RowwiseParallel and VocabParallel act on modules (their
-``weight`` and ``bias``); Spatial and raw specs on tensors; DataParallel and SequenceParallel on
-the tensors a pattern matches, or, when it matches no tensor, on its modules.
+``weight`` and ``bias``); Spatial and raw specs on tensors; DataParallel, SequenceParallel and
+Replicated on the tensors a pattern matches, or, when it matches no tensor, on its modules. A
+``Translated`` style (``plan.from_hf``) acts as its style, and its origin joins the entry's name.
 
 Every annotation records its plan entry (``Annotation.source``), which ``explain`` prints. A
 pattern that matches nothing, a style that does not fit what it matched, and two entries that
@@ -44,11 +45,13 @@ from spmdrules.plan.styles import (
     WEIGHT_STYLES,
     ColwiseParallel,
     DataParallel,
+    Replicated,
     RowwiseParallel,
     SequenceParallel,
     Spatial,
     Spec,
     Style,
+    Translated,
     VocabParallel,
     describe,
 )
@@ -76,21 +79,26 @@ def _modules(graph: Graph) -> dict[str, list[Tensor]]:
     return out
 
 
-def _style_of(pattern: Any, value: Any) -> Style:
+def _style_of(pattern: Any, value: Any) -> tuple[Style, str]:
+    """The entry's style and how ``explain`` names the entry."""
     if not isinstance(pattern, str) or not pattern:
         raise PlanError(f"plan: pattern {pattern!r} is not a non-empty str; write a glob over the "
                         "graph's names, e.g. '*.q_proj'")
+    if isinstance(value, Translated):
+        style = _style_of(pattern, value.style)[0]
+        return style, describe(pattern, style, value.origin)
     if isinstance(value, STYLES):
-        return value
+        return value, describe(pattern, value)
     if isinstance(value, DistAttr | list | tuple):
-        return Spec(value)
+        return Spec(value), describe(pattern, Spec(value))
     if isinstance(value, type) and issubclass(value, STYLES):
         raise PlanError(f"plan entry {pattern!r}: {value.__name__} is a class; write "
                         f"{value.__name__}() (an instance)")
     raise PlanError(
         f"plan entry {pattern!r}: {value!r} is not a style; use ColwiseParallel(), "
         "RowwiseParallel(), VocabParallel(), SequenceParallel(), DataParallel(dim='dp'), "
-        "Spatial(dims={'H': 'mp'}) or a raw spec (placements, dims_mapping, PartitionSpec)")
+        "Replicated(), Spatial(dims={'H': 'mp'}) or a raw spec (placements, dims_mapping, "
+        "PartitionSpec)")
 
 
 def apply(graph: Graph, mesh: ProcessMesh, plan: Mapping[str, Any], *,
@@ -134,10 +142,10 @@ def _apply(graph: Graph, mesh: ProcessMesh, plan: Mapping[str, Any], priority: i
     done: dict[str, tuple[str, ...]] = {}
     rewrites: dict[str, tuple[Interleaved | None, str, ChunkRewrite | None]] = {}
     for pattern, value in plan.items():
-        style = _style_of(pattern, value)
-        source = describe(pattern, style)
+        style, source = _style_of(pattern, value)
         hit = []
-        for t, spec in _entry(graph, mesh, pattern, style, modules, tensors, names, rewrites):
+        for t, spec in _entry(graph, mesh, pattern, style, source, modules, tensors, names,
+                              rewrites):
             before.setdefault(t.name, (t.annotation, t.attr))
             ann = _annotate(t, mesh, spec, style, priority, source)
             earlier = asked.get(t.name)
@@ -175,14 +183,13 @@ def _annotate(t: Tensor, mesh: ProcessMesh, spec: Any, style: Style, priority: i
     return t.annotation
 
 
-def _entry(graph: Graph, mesh: ProcessMesh, pattern: str, style: Style,
+def _entry(graph: Graph, mesh: ProcessMesh, pattern: str, style: Style, source: str,
            modules: Mapping[str, list[Tensor]], tensors: Mapping[str, Tensor],
            names: GraphNames,
            rewrites: dict[str, tuple[Interleaved | None, str, ChunkRewrite | None]]
            ) -> list[tuple[Tensor, Any]]:
     """(tensor, spec) for every tensor the entry annotates; a chunk-aware entry's rewrites,
     checked, go into ``rewrites`` by weight."""
-    source = describe(pattern, style)
     on_tensors = not isinstance(style, WEIGHT_STYLES)
     on_modules = not isinstance(style, Spec | Spatial)
     hit_t = names.tensors_of(pattern) if on_tensors else []
@@ -251,6 +258,8 @@ def _axis(t: Tensor, d: int, what: str, source: str) -> int:
 def _tensor_spec(t: Tensor, mesh: ProcessMesh, style: Style, source: str) -> Any:
     if isinstance(style, Spec):
         return style.spec
+    if isinstance(style, Replicated):
+        return [None] * t.ndim
     if isinstance(style, DataParallel):
         return _dims(t.ndim, {_axis(t, style.batch_dim, "batch", source): style.dim})
     if isinstance(style, SequenceParallel):
@@ -271,7 +280,7 @@ def _tensor_spec(t: Tensor, mesh: ProcessMesh, style: Style, source: str) -> Any
 
 def _module_specs(module: str, params: Sequence[Tensor], style: Style, source: str
                   ) -> list[tuple[Tensor, Any]]:
-    if isinstance(style, DataParallel):
+    if isinstance(style, DataParallel | Replicated):
         return [(p, [None] * p.ndim) for p in params]
     own = {p.name[len(module) + 1:]: p for p in params}
     weight = own.get("weight")

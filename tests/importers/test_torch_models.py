@@ -31,22 +31,28 @@ from spmdrules.importers import torch as torch_import  # noqa: E402
 # GPT-2's c_attn and Phi-3's qkv_proj and gate_up_proj are chunk-aware: the graph holds their
 # weights and biases interleaved, but the executor takes torch's values and gives their
 # gradients back in torch's order
-@pytest.mark.parametrize(("model", "batch"), [("llama", 2), ("gpt2", 2), ("phi3", 2),
-                                              ("mixtral", 2), ("llama", 3), ("gpt2", 3)])
-def test_megatron_plan_on_4_mpi_ranks_equals_torch_forward_and_autograd(model: str,
-                                                                         batch: int) -> None:
+# plan "hf": the model's own tensor-parallel plan (plan.from_hf), Mixtral's experts by expert
+@pytest.mark.parametrize(("model", "batch", "source"), [
+    ("llama", 2, "megatron"), ("gpt2", 2, "megatron"), ("phi3", 2, "megatron"),
+    ("mixtral", 2, "megatron"), ("llama", 3, "megatron"), ("gpt2", 3, "megatron"),
+    ("llama", 2, "hf"), ("phi3", 2, "hf"), ("mixtral", 2, "hf")])
+def test_megatron_plan_on_4_mpi_ranks_equals_torch_forward_and_autograd(
+        model: str, batch: int, source: str) -> None:
     build, megatron = MODELS[model]
     module = build()
+    chosen = megatron if source == "megatron" else plan.from_hf(
+        module, data="dp", experts="ep" if model == "mixtral" else "tp")
     ids = torch.randint(0, VOCAB, (batch, 8), generator=torch.Generator().manual_seed(1))
     imported = torch_import.export(module, (ids,))
     g = imported.graph
-    done = plan.apply(g, MESH, megatron)
+    done = plan.apply(g, MESH, chosen)
     assert all(done.annotated.values())
     result = complete(g)
     assert result.converged
     assert result.attr("logits").multi_dims_mapping[0] == (0,)  # the batch on dp, even or not
     # the plan entry behind an annotation is named by explain
-    first_col = next(p for p, s in megatron.items() if isinstance(s, plan.ColwiseParallel))
+    first_col = next(p for p, s in chosen.items()
+                     if isinstance(getattr(s, "style", s), plan.ColwiseParallel))
     assert f"by plan entry {first_col!r}: ColwiseParallel" in explain(
         result, done.annotated[first_col][0])
 
