@@ -46,7 +46,6 @@ from spmdrules.plan.styles import (
     ColwiseParallel,
     DataParallel,
     Replicated,
-    RowwiseParallel,
     SequenceParallel,
     Spatial,
     Spec,
@@ -147,13 +146,15 @@ def _apply(graph: Graph, mesh: ProcessMesh, plan: Mapping[str, Any], priority: i
         for t, spec in _entry(graph, mesh, pattern, style, source, modules, tensors, names,
                               rewrites):
             before.setdefault(t.name, (t.annotation, t.attr))
-            ann = _annotate(t, mesh, spec, style, priority, source)
             earlier = asked.get(t.name)
+            # entries that agree on a tensor (a tied weight's two modules) are both its source
+            both = source if earlier is None else f"{earlier[1]} and {source}"
+            ann = _annotate(t, mesh, spec, style, priority, both)
             if earlier is not None and earlier[0] != ann:
                 raise PlanConflictError(
                     f"tensor {t.name!r}: {earlier[1]} asks {earlier[0].spec_str()} but {source} "
                     f"asks {ann.spec_str()}; narrow one of the two patterns")
-            asked[t.name] = (ann, source)
+            asked[t.name] = (ann, both)
             hit.append(t.name)
         done[pattern] = tuple(sorted(set(hit), key=lambda n: tensors[n].order))
     for name, (ann, _) in asked.items():
@@ -288,6 +289,7 @@ def _module_specs(module: str, params: Sequence[Tensor], style: Style, source: s
         raise PlanTargetError(
             f"{source}: module {module!r} has no parameter {module + '.weight'!r} (it holds "
             f"{sorted(own)}); a {type(style).__name__} acts on a module's weight and bias")
+    weight = _tied(module, weight)
     bias = own.get("bias")
     if isinstance(style, SequenceParallel):
         out: list[tuple[Tensor, Any]] = [(p, [None] * p.ndim) for p in own.values()
@@ -297,46 +299,90 @@ def _module_specs(module: str, params: Sequence[Tensor], style: Style, source: s
             out.append((y, _dims(y.ndim, {_axis(y, style.sequence_dim, "sequence", source):
                                           style.dim})))
         return out
-    kind, out_dim, in_dim = weight_use(weight, source)
     md = style.dim  # type: ignore[union-attr]
-    if isinstance(style, ColwiseParallel):
-        w_dim, b_split = out_dim, True
-    elif isinstance(style, RowwiseParallel):
-        w_dim, b_split = in_dim, False
+    if isinstance(style, VocabParallel):
+        # the vocabulary is an embedding's rows and an LM head's output features: one dim of a
+        # weight the two tie, whichever module the entry names
+        w_dim, b_split = _vocab_dim(weight, module, source)
     else:
-        assert isinstance(style, VocabParallel)
-        w_dim, b_split = (in_dim if kind == "embedding" else out_dim), kind != "embedding"
+        _, out_dim, in_dim = weight_use(weight, source, module)
+        w_dim, b_split = (out_dim, True) if isinstance(style, ColwiseParallel) else (in_dim, False)
     specs: list[tuple[Tensor, Any]] = [(weight, _dims(weight.ndim, {w_dim: md}))]
     if bias is not None:
         specs.append((bias, _dims(bias.ndim, {bias.ndim - 1: md} if b_split else {})))
     return specs
 
 
-def weight_use(weight: Tensor, source: str = "weight_use") -> tuple[str, int, int]:
-    """(``"linear"`` or ``"embedding"``, output-feature dim, input-feature dim) of ``weight``,
-    read from the ops that use it (through transposes). For an embedding table the "input" dim
-    is the vocabulary."""
-    found: set[tuple[str, int, int]] = set()
+def _tied(module: str, weight: Tensor) -> Tensor:
+    """The parameter ``module`` uses as its weight: its own, or, when no op reads its own, the one
+    parameter its ops read as a weight (an embedding tied to the LM head: torch.export reads the
+    shared tensor under one of its names, and the other is left unread)."""
+    if weight.consumers:
+        return weight
+    graph = weight.graph
+    assert isinstance(graph, Graph)
+    read = [t for t in graph.params if t is not weight and any(
+        op.name.startswith(f"{module}.") and op.inputs.index(r) == 1
+        for op, _, r in _uses(t, tuple(range(t.ndim))))]
+    return read[0] if len(read) == 1 else weight
+
+
+def _feature_uses(weight: Tensor, source: str) -> list[tuple[str, int, int, Op]]:
+    """(kind, output-feature dim, input-feature dim, op) for each op using ``weight`` as its
+    weight, through transposes; for an embedding the "input" dim is the vocabulary."""
+    found = []
     for op, perm, read in _uses(weight, tuple(range(weight.ndim))):
         if op.inputs.index(read) != 1:
             raise PlanTargetError(
                 f"{source}: {weight.name!r} is not the weight operand of {op.type} op "
                 f"{op.name!r}; annotate it with a raw spec instead")
         if op.type in _EMBEDDINGS:
-            found.add(("embedding", perm[1], perm[0]))
+            found.append(("embedding", perm[1], perm[0], op))
             continue
         nd = read.ndim
         trans = op.type != "bmm" and bool(op.attr("trans_y"))
         n, k = (nd - 2, nd - 1) if trans else (nd - 1, nd - 2)
-        found.add(("linear", perm[n], perm[k]))
+        found.append(("linear", perm[n], perm[k], op))
     if not found:
         raise PlanTargetError(
             f"{source}: no matmul or embedding uses {weight.name!r} {list(weight.shape)} as its "
             "weight, so it has no output or input features; use a raw spec for it")
+    return found
+
+
+def _own_uses(weight: Tensor, module: str, source: str) -> list[tuple[str, int, int, Op]]:
+    """The uses of ``weight`` by ``module``'s own ops (named under it), or every use when it has
+    none (a graph built by hand, whose ops are not named by module)."""
+    uses = _feature_uses(weight, source)
+    own = [u for u in uses if module and u[3].name.startswith(f"{module}.")]
+    return own or uses
+
+
+def _vocab_dim(weight: Tensor, module: str, source: str) -> tuple[int, bool]:
+    """(the vocabulary dim of ``weight``, whether ``module``'s bias is split with it)."""
+    uses = _feature_uses(weight, source)
+    dims = {u[2] if u[0] == "embedding" else u[1] for u in uses}
+    if len(dims) > 1:
+        raise PlanTargetError(f"{source}: the ops using {weight.name!r} disagree on its "
+                              f"vocabulary dim ({sorted((u[3].name, u[0]) for u in uses)}); "
+                              "use a raw spec for it")
+    return dims.pop(), any(u[0] == "linear" for u in _own_uses(weight, module, source))
+
+
+def weight_use(weight: Tensor, source: str = "weight_use", module: str = ""
+               ) -> tuple[str, int, int]:
+    """(``"linear"`` or ``"embedding"``, output-feature dim, input-feature dim) of ``weight``,
+    read from the ops that use it (through transposes); with ``module``, from that module's own
+    ops when it has some (a weight tied between modules is used differently by each). For an
+    embedding table the "input" dim is the vocabulary."""
+    found = {u[:3] for u in _own_uses(weight, module, source)}
     if len(found) > 1:
-        raise PlanTargetError(f"{source}: the ops using {weight.name!r} disagree on its feature "
-                              f"dims ({sorted(found)}); use a raw spec for it")
-    return found.pop()
+        raise PlanTargetError(
+            f"{source}: the ops using {weight.name!r} disagree on its feature dims "
+            f"({sorted(found)}); a weight tied between an embedding and an LM head takes "
+            "VocabParallel() on either; otherwise use a raw spec for it")
+    kind, out_dim, in_dim = found.pop()
+    return kind, out_dim, in_dim
 
 
 def _uses(t: Tensor, perm: tuple[int, ...]) -> Iterable[tuple[Op, tuple[int, ...], Tensor]]:
