@@ -148,7 +148,8 @@ def _apply(graph: Graph, mesh: ProcessMesh, plan: Mapping[str, Any], priority: i
             before.setdefault(t.name, (t.annotation, t.attr))
             earlier = asked.get(t.name)
             # entries that agree on a tensor (a tied weight's two modules) are both its source
-            both = source if earlier is None else f"{earlier[1]} and {source}"
+            both = (source if earlier is None else earlier[1] if source in earlier[1]
+                    else f"{earlier[1]} and {source}")
             ann = _annotate(t, mesh, spec, style, priority, both)
             if earlier is not None and earlier[0] != ann:
                 raise PlanConflictError(
