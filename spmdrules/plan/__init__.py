@@ -10,7 +10,8 @@
 "plan entry 'fc1': ColwiseParallel(dim='mp')"
 
 See ``spmdrules.plan.patterns`` for the keys (a name, or else a glob),
-``spmdrules.plan.apply`` for what each style reaches and ``spmdrules.plan.styles`` for the styles.
+``spmdrules.plan.apply`` for what each style reaches, ``spmdrules.plan.styles`` for the styles
+and ``spmdrules.plan.hf`` for ``from_hf``, the plan a Hugging Face model carries.
 """
 
 from spmdrules.plan.apply import AppliedPlan, apply, weight_use
@@ -20,15 +21,18 @@ from spmdrules.plan.errors import (
     PlanTargetError,
     UnmatchedPatternError,
 )
+from spmdrules.plan.hf import HFPlan, HFPlanError, from_hf
 from spmdrules.plan.patterns import matches
 from spmdrules.plan.styles import (
     ColwiseParallel,
     DataParallel,
+    Replicated,
     RowwiseParallel,
     SequenceParallel,
     Spatial,
     Spec,
     Style,
+    Translated,
     VocabParallel,
 )
 
@@ -36,17 +40,22 @@ __all__ = [
     "AppliedPlan",
     "ColwiseParallel",
     "DataParallel",
+    "HFPlan",
+    "HFPlanError",
     "PlanConflictError",
     "PlanError",
     "PlanTargetError",
+    "Replicated",
     "RowwiseParallel",
     "SequenceParallel",
     "Spatial",
     "Spec",
     "Style",
+    "Translated",
     "UnmatchedPatternError",
     "VocabParallel",
     "apply",
+    "from_hf",
     "matches",
     "weight_use",
 ]

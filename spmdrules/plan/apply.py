@@ -9,8 +9,9 @@ tensors and its *modules*: every dotted prefix of a parameter's name
 (``model.layers.0.self_attn.q_proj`` for ``...q_proj.weight``).
 
 What a style reaches: ColwiseParallel, RowwiseParallel and VocabParallel act on modules (their
-``weight`` and ``bias``); Spatial and raw specs on tensors; DataParallel and SequenceParallel on
-the tensors a pattern matches, or, when it matches no tensor, on its modules.
+``weight`` and ``bias``); Spatial and raw specs on tensors; DataParallel, SequenceParallel and
+Replicated on the tensors a pattern matches, or, when it matches no tensor, on its modules. A
+``Translated`` style (``plan.from_hf``) acts as its style, and its origin joins the entry's name.
 
 Every annotation records its plan entry (``Annotation.source``), which ``explain`` prints. A
 pattern that matches nothing, a style that does not fit what it matched, and two entries that
@@ -38,17 +39,18 @@ from spmdrules.plan.errors import (
     PlanTargetError,
     UnmatchedPatternError,
 )
-from spmdrules.plan.patterns import GraphNames
+from spmdrules.plan.patterns import GraphNames, candidates
 from spmdrules.plan.styles import (
     STYLES,
     WEIGHT_STYLES,
     ColwiseParallel,
     DataParallel,
-    RowwiseParallel,
+    Replicated,
     SequenceParallel,
     Spatial,
     Spec,
     Style,
+    Translated,
     VocabParallel,
     describe,
 )
@@ -76,21 +78,26 @@ def _modules(graph: Graph) -> dict[str, list[Tensor]]:
     return out
 
 
-def _style_of(pattern: Any, value: Any) -> Style:
+def _style_of(pattern: Any, value: Any) -> tuple[Style, str]:
+    """The entry's style and how ``explain`` names the entry."""
     if not isinstance(pattern, str) or not pattern:
         raise PlanError(f"plan: pattern {pattern!r} is not a non-empty str; write a glob over the "
                         "graph's names, e.g. '*.q_proj'")
+    if isinstance(value, Translated):
+        style = _style_of(pattern, value.style)[0]
+        return style, describe(pattern, style, value.origin)
     if isinstance(value, STYLES):
-        return value
+        return value, describe(pattern, value)
     if isinstance(value, DistAttr | list | tuple):
-        return Spec(value)
+        return Spec(value), describe(pattern, Spec(value))
     if isinstance(value, type) and issubclass(value, STYLES):
         raise PlanError(f"plan entry {pattern!r}: {value.__name__} is a class; write "
                         f"{value.__name__}() (an instance)")
     raise PlanError(
         f"plan entry {pattern!r}: {value!r} is not a style; use ColwiseParallel(), "
         "RowwiseParallel(), VocabParallel(), SequenceParallel(), DataParallel(dim='dp'), "
-        "Spatial(dims={'H': 'mp'}) or a raw spec (placements, dims_mapping, PartitionSpec)")
+        "Replicated(), Spatial(dims={'H': 'mp'}) or a raw spec (placements, dims_mapping, "
+        "PartitionSpec)")
 
 
 def apply(graph: Graph, mesh: ProcessMesh, plan: Mapping[str, Any], *,
@@ -134,18 +141,21 @@ def _apply(graph: Graph, mesh: ProcessMesh, plan: Mapping[str, Any], priority: i
     done: dict[str, tuple[str, ...]] = {}
     rewrites: dict[str, tuple[Interleaved | None, str, ChunkRewrite | None]] = {}
     for pattern, value in plan.items():
-        style = _style_of(pattern, value)
-        source = describe(pattern, style)
+        style, source = _style_of(pattern, value)
         hit = []
-        for t, spec in _entry(graph, mesh, pattern, style, modules, tensors, names, rewrites):
+        for t, spec in _entry(graph, mesh, pattern, style, source, modules, tensors, names,
+                              rewrites):
             before.setdefault(t.name, (t.annotation, t.attr))
-            ann = _annotate(t, mesh, spec, style, priority, source)
             earlier = asked.get(t.name)
+            # entries that agree on a tensor (a tied weight's two modules) are both its source
+            both = (source if earlier is None else earlier[1] if source in earlier[1]
+                    else f"{earlier[1]} and {source}")
+            ann = _annotate(t, mesh, spec, style, priority, both)
             if earlier is not None and earlier[0] != ann:
                 raise PlanConflictError(
                     f"tensor {t.name!r}: {earlier[1]} asks {earlier[0].spec_str()} but {source} "
                     f"asks {ann.spec_str()}; narrow one of the two patterns")
-            asked[t.name] = (ann, source)
+            asked[t.name] = (ann, both)
             hit.append(t.name)
         done[pattern] = tuple(sorted(set(hit), key=lambda n: tensors[n].order))
     for name, (ann, _) in asked.items():
@@ -175,14 +185,13 @@ def _annotate(t: Tensor, mesh: ProcessMesh, spec: Any, style: Style, priority: i
     return t.annotation
 
 
-def _entry(graph: Graph, mesh: ProcessMesh, pattern: str, style: Style,
+def _entry(graph: Graph, mesh: ProcessMesh, pattern: str, style: Style, source: str,
            modules: Mapping[str, list[Tensor]], tensors: Mapping[str, Tensor],
            names: GraphNames,
            rewrites: dict[str, tuple[Interleaved | None, str, ChunkRewrite | None]]
            ) -> list[tuple[Tensor, Any]]:
     """(tensor, spec) for every tensor the entry annotates; a chunk-aware entry's rewrites,
     checked, go into ``rewrites`` by weight."""
-    source = describe(pattern, style)
     on_tensors = not isinstance(style, WEIGHT_STYLES)
     on_modules = not isinstance(style, Spec | Spatial)
     hit_t = names.tensors_of(pattern) if on_tensors else []
@@ -191,8 +200,9 @@ def _entry(graph: Graph, mesh: ProcessMesh, pattern: str, style: Style,
         # suggest only what this style reaches, so that a suggested key matches
         pool = [*(tensors if on_tensors else ()), *(modules if on_modules else ())]
         what = " or ".join(w for w, on in (("tensor", on_tensors), ("module", on_modules)) if on)
+        hint = did_you_mean(pattern, candidates(pattern, pool), 3)
         raise UnmatchedPatternError(
-            f"{source} matches no {what} of graph {graph.name!r}{did_you_mean(pattern, pool, 3)}"
+            f"{source} matches no {what} of graph {graph.name!r}{hint}"
             f" (a key is a name, or a dotted tail of one, or else a glob over the names and "
             f"their dotted tails; {len(modules)} modules, {len(tensors)} tensors)")
     out: list[tuple[Tensor, Any]] = []
@@ -250,6 +260,8 @@ def _axis(t: Tensor, d: int, what: str, source: str) -> int:
 def _tensor_spec(t: Tensor, mesh: ProcessMesh, style: Style, source: str) -> Any:
     if isinstance(style, Spec):
         return style.spec
+    if isinstance(style, Replicated):
+        return [None] * t.ndim
     if isinstance(style, DataParallel):
         return _dims(t.ndim, {_axis(t, style.batch_dim, "batch", source): style.dim})
     if isinstance(style, SequenceParallel):
@@ -270,7 +282,7 @@ def _tensor_spec(t: Tensor, mesh: ProcessMesh, style: Style, source: str) -> Any
 
 def _module_specs(module: str, params: Sequence[Tensor], style: Style, source: str
                   ) -> list[tuple[Tensor, Any]]:
-    if isinstance(style, DataParallel):
+    if isinstance(style, DataParallel | Replicated):
         return [(p, [None] * p.ndim) for p in params]
     own = {p.name[len(module) + 1:]: p for p in params}
     weight = own.get("weight")
@@ -278,6 +290,7 @@ def _module_specs(module: str, params: Sequence[Tensor], style: Style, source: s
         raise PlanTargetError(
             f"{source}: module {module!r} has no parameter {module + '.weight'!r} (it holds "
             f"{sorted(own)}); a {type(style).__name__} acts on a module's weight and bias")
+    weight = _tied(module, weight)
     bias = own.get("bias")
     if isinstance(style, SequenceParallel):
         out: list[tuple[Tensor, Any]] = [(p, [None] * p.ndim) for p in own.values()
@@ -287,46 +300,90 @@ def _module_specs(module: str, params: Sequence[Tensor], style: Style, source: s
             out.append((y, _dims(y.ndim, {_axis(y, style.sequence_dim, "sequence", source):
                                           style.dim})))
         return out
-    kind, out_dim, in_dim = weight_use(weight, source)
     md = style.dim  # type: ignore[union-attr]
-    if isinstance(style, ColwiseParallel):
-        w_dim, b_split = out_dim, True
-    elif isinstance(style, RowwiseParallel):
-        w_dim, b_split = in_dim, False
+    if isinstance(style, VocabParallel):
+        # the vocabulary is an embedding's rows and an LM head's output features: one dim of a
+        # weight the two tie, whichever module the entry names
+        w_dim, b_split = _vocab_dim(weight, module, source)
     else:
-        assert isinstance(style, VocabParallel)
-        w_dim, b_split = (in_dim if kind == "embedding" else out_dim), kind != "embedding"
+        _, out_dim, in_dim = weight_use(weight, source, module)
+        w_dim, b_split = (out_dim, True) if isinstance(style, ColwiseParallel) else (in_dim, False)
     specs: list[tuple[Tensor, Any]] = [(weight, _dims(weight.ndim, {w_dim: md}))]
     if bias is not None:
         specs.append((bias, _dims(bias.ndim, {bias.ndim - 1: md} if b_split else {})))
     return specs
 
 
-def weight_use(weight: Tensor, source: str = "weight_use") -> tuple[str, int, int]:
-    """(``"linear"`` or ``"embedding"``, output-feature dim, input-feature dim) of ``weight``,
-    read from the ops that use it (through transposes). For an embedding table the "input" dim
-    is the vocabulary."""
-    found: set[tuple[str, int, int]] = set()
+def _tied(module: str, weight: Tensor) -> Tensor:
+    """The parameter ``module`` uses as its weight: its own, or, when no op reads its own, the one
+    parameter its ops read as a weight (an embedding tied to the LM head: torch.export reads the
+    shared tensor under one of its names, and the other is left unread)."""
+    if weight.consumers:
+        return weight
+    graph = weight.graph
+    assert isinstance(graph, Graph)
+    read = [t for t in graph.params if t is not weight and any(
+        op.name.startswith(f"{module}.") and op.inputs.index(r) == 1
+        for op, _, r in _uses(t, tuple(range(t.ndim))))]
+    return read[0] if len(read) == 1 else weight
+
+
+def _feature_uses(weight: Tensor, source: str) -> list[tuple[str, int, int, Op]]:
+    """(kind, output-feature dim, input-feature dim, op) for each op using ``weight`` as its
+    weight, through transposes; for an embedding the "input" dim is the vocabulary."""
+    found = []
     for op, perm, read in _uses(weight, tuple(range(weight.ndim))):
         if op.inputs.index(read) != 1:
             raise PlanTargetError(
                 f"{source}: {weight.name!r} is not the weight operand of {op.type} op "
                 f"{op.name!r}; annotate it with a raw spec instead")
         if op.type in _EMBEDDINGS:
-            found.add(("embedding", perm[1], perm[0]))
+            found.append(("embedding", perm[1], perm[0], op))
             continue
         nd = read.ndim
         trans = op.type != "bmm" and bool(op.attr("trans_y"))
         n, k = (nd - 2, nd - 1) if trans else (nd - 1, nd - 2)
-        found.add(("linear", perm[n], perm[k]))
+        found.append(("linear", perm[n], perm[k], op))
     if not found:
         raise PlanTargetError(
             f"{source}: no matmul or embedding uses {weight.name!r} {list(weight.shape)} as its "
             "weight, so it has no output or input features; use a raw spec for it")
+    return found
+
+
+def _own_uses(weight: Tensor, module: str, source: str) -> list[tuple[str, int, int, Op]]:
+    """The uses of ``weight`` by ``module``'s own ops (named under it), or every use when it has
+    none (a graph built by hand, whose ops are not named by module)."""
+    uses = _feature_uses(weight, source)
+    own = [u for u in uses if module and u[3].name.startswith(f"{module}.")]
+    return own or uses
+
+
+def _vocab_dim(weight: Tensor, module: str, source: str) -> tuple[int, bool]:
+    """(the vocabulary dim of ``weight``, whether ``module``'s bias is split with it)."""
+    uses = _feature_uses(weight, source)
+    dims = {u[2] if u[0] == "embedding" else u[1] for u in uses}
+    if len(dims) > 1:
+        raise PlanTargetError(f"{source}: the ops using {weight.name!r} disagree on its "
+                              f"vocabulary dim ({sorted((u[3].name, u[0]) for u in uses)}); "
+                              "use a raw spec for it")
+    return dims.pop(), any(u[0] == "linear" for u in _own_uses(weight, module, source))
+
+
+def weight_use(weight: Tensor, source: str = "weight_use", module: str = ""
+               ) -> tuple[str, int, int]:
+    """(``"linear"`` or ``"embedding"``, output-feature dim, input-feature dim) of ``weight``,
+    read from the ops that use it (through transposes); with ``module``, from that module's own
+    ops when it has some (a weight tied between modules is used differently by each). For an
+    embedding table the "input" dim is the vocabulary."""
+    found = {u[:3] for u in _own_uses(weight, module, source)}
     if len(found) > 1:
-        raise PlanTargetError(f"{source}: the ops using {weight.name!r} disagree on its feature "
-                              f"dims ({sorted(found)}); use a raw spec for it")
-    return found.pop()
+        raise PlanTargetError(
+            f"{source}: the ops using {weight.name!r} disagree on its feature dims "
+            f"({sorted(found)}); a weight tied between an embedding and an LM head takes "
+            "VocabParallel() on either; otherwise use a raw spec for it")
+    kind, out_dim, in_dim = found.pop()
+    return kind, out_dim, in_dim
 
 
 def _uses(t: Tensor, perm: tuple[int, ...]) -> Iterable[tuple[Op, tuple[int, ...], Tensor]]:

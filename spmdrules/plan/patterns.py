@@ -28,6 +28,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from fnmatch import fnmatchcase, translate
+from glob import escape
 
 #: the characters that make a glob: its literal prefix ends at the first of them
 _WILDCARD = re.compile(r"[*?\[]")
@@ -52,6 +53,29 @@ def matches(name: str, pattern: str) -> bool:
     (True, False)
     """
     return any(fnmatchcase(t, pattern) for t in tails(name))
+
+
+def generic(name: str) -> str:
+    """``name`` as a glob with each dotted part that is a number (a layer's index) a ``*``, as
+    Hugging Face's plans write it (``model.layers.*.mlp``); its other characters escaped."""
+    return ".".join("*" if p.isdigit() else escape(p) for p in name.split("."))
+
+
+def candidates(key: str, names: Iterable[str]) -> set[str]:
+    """Keys to offer for an unmatched ``key``, each matching some of ``names``: the names
+    themselves and, when ``key`` is a glob, every dotted tail of their generic forms
+    (``layers.*.self_attn.q_proj``; after ``*.`` when ``key`` begins with a wildcard:
+    ``*.q_proj``), so that a misspelt glob is compared with globs of its own shape."""
+    out = set(names)
+    if _WILDCARD.search(key):
+        lead = "*." if key.startswith("*") else ""
+        for name in list(out):
+            whole = generic(name)
+            for tail in tails(whole):
+                if tail.strip("*."):  # a tail of wildcards alone would match anything
+                    # "*." needs a part before the tail: the whole name has none
+                    out.add(tail if tail.startswith("*") or tail == whole else lead + tail)
+    return out
 
 
 class Names:

@@ -24,6 +24,8 @@ left to completion, which derives what DTensor's ``input_layouts``/``output_layo
   replicated.
 * ``DataParallel``: a tensor's batch dim (``batch_dim``) split on ``dim`` (default ``"dp"``), its
   other dims replicated; a module's parameters replicated.
+* ``Replicated``: a tensor, or a module's parameters, whole on every process (Hugging Face's
+  ``replicate``).
 * ``Spatial``: named dims of a tensor split (``Spatial(dims={"H": "mp"})`` on an NCHW tensor);
   the other dims replicated.
 * ``Spec``: anything else, as ``shard`` takes it: placements, a dims_mapping, mesh-dim names per
@@ -80,6 +82,11 @@ class DataParallel:
 
 
 @dataclass(frozen=True)
+class Replicated:
+    pass
+
+
+@dataclass(frozen=True)
 class Spatial:
     dims: Mapping[str, MeshDim] = field(default_factory=dict)
     layout: str = "NCHW"
@@ -101,13 +108,24 @@ class Spec:
 
 
 Style = (ColwiseParallel | RowwiseParallel | VocabParallel | SequenceParallel | DataParallel
-         | Spatial | Spec)
+         | Replicated | Spatial | Spec)
 #: the styles that act on a module's weight as a linear or an embedding uses it
 WEIGHT_STYLES = (ColwiseParallel, RowwiseParallel, VocabParallel)
 STYLES = (ColwiseParallel, RowwiseParallel, VocabParallel, SequenceParallel, DataParallel,
-          Spatial, Spec)
+          Replicated, Spatial, Spec)
 
 
-def describe(pattern: str, style: Style) -> str:
-    """How ``explain`` names a plan entry: ``plan entry '*.q_proj': ColwiseParallel(dim='mp')``."""
-    return f"plan entry {pattern!r}: {style!r}"
+@dataclass(frozen=True)
+class Translated:
+    """A style translated from another library's plan entry (``origin``, as ``plan.from_hf``
+    writes it: ``from base_model_tp_plan: 'layers.*.mlp.up_proj': 'colwise'``), which
+    ``explain`` names beside the style."""
+
+    style: Style
+    origin: str
+
+
+def describe(pattern: str, style: Style, origin: str = "") -> str:
+    """How ``explain`` names a plan entry: ``plan entry '*.q_proj': ColwiseParallel(dim='mp')``,
+    and, for a translated one, the entry it was translated from."""
+    return f"plan entry {pattern!r}: {style!r}" + (f" ({origin})" if origin else "")

@@ -32,24 +32,36 @@ from spmdrules.importers import torch as torch_import  # noqa: E402
 # GPT-2's c_attn and Phi-3's qkv_proj and gate_up_proj are chunk-aware: the graph holds their
 # weights and biases interleaved, but the executor takes torch's values and gives their
 # gradients back in torch's order
-@pytest.mark.parametrize(("model", "batch"), [("llama", 2), ("gpt2", 2), ("phi3", 2),
-                                              ("mixtral", 2), ("qwen2_moe", 2), ("llama", 3),
-                                              ("gpt2", 3)])
-def test_megatron_plan_on_4_mpi_ranks_equals_torch_forward_and_autograd(model: str,
-                                                                         batch: int) -> None:
-    # Qwen2-MoE: the experts' masked lookups and a shared expert (spmdrules.engine.masks)
+# plan "hf": the model's own tensor-parallel plan (plan.from_hf; Phi-3's differs from ours by
+# design, the others' give our annotations: tests/plan/test_from_hf.py). "tied": the LM head
+# tied to the token embedding (tie_word_embeddings=True): one weight, split on the vocabulary
+# for both uses, whose gradient is the sum of both uses'. Qwen2-MoE: the experts' masked lookups
+# and a shared expert (spmdrules.engine.masks)
+@pytest.mark.parametrize(("model", "batch", "source"), [
+    ("llama", 2, "megatron"), ("gpt2", 2, "megatron"), ("phi3", 2, "megatron"),
+    ("mixtral", 2, "megatron"), ("qwen2_moe", 2, "megatron"), ("llama", 3, "megatron"),
+    ("gpt2", 3, "megatron"), ("phi3", 2, "hf"), ("llama", 2, "tied")])
+def test_megatron_plan_on_4_mpi_ranks_equals_torch_forward_and_autograd(
+        model: str, batch: int, source: str) -> None:
     build, megatron = MODELS.get(model) or (functools.partial(small, model), DECODERS[model][1])
     module = build()
+    if source == "tied":
+        module.config.tie_word_embeddings = True
+        module.tie_weights()
+        assert module.lm_head.weight is module.get_input_embeddings().weight
+    chosen = megatron if source != "hf" else plan.from_hf(
+        module, data="dp", experts="ep" if model == "mixtral" else "tp")
     ids = torch.randint(0, VOCAB, (batch, 8), generator=torch.Generator().manual_seed(1))
     imported = torch_import.export(module, (ids,))
     g = imported.graph
-    done = plan.apply(g, MESH, megatron)
+    done = plan.apply(g, MESH, chosen)
     assert all(done.annotated.values())
     result = complete(g)
     assert result.converged
     assert result.attr("logits").multi_dims_mapping[0] == (0,)  # the batch on dp, even or not
     # the plan entry behind an annotation is named by explain
-    first_col = next(p for p, s in megatron.items() if isinstance(s, plan.ColwiseParallel))
+    first_col = next(p for p, s in chosen.items()
+                     if isinstance(getattr(s, "style", s), plan.ColwiseParallel))
     assert f"by plan entry {first_col!r}: ColwiseParallel" in explain(
         result, done.annotated[first_col][0])
 
@@ -67,9 +79,12 @@ def test_megatron_plan_on_4_mpi_ranks_equals_torch_forward_and_autograd(model: s
     logits.backward(torch.from_numpy(cotangent))
     np.testing.assert_allclose(run.values[out], logits.detach().numpy(), rtol=1e-4, atol=1e-5)
     compared = 0
+    # a tied parameter is read under one of its names (torch.export's choice)
+    read_as = {id(p): n for n, p in module.named_parameters(remove_duplicate=False)
+               if g.tensor(n).consumers}
     for name, p in module.named_parameters():
         want = p.grad.numpy()
-        got = run.values[gp.grads[name]]
+        got = run.values[gp.grads[read_as[id(p)]]]
         scale = max(1.0, float(np.abs(want).max()))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-6 * scale, err_msg=name)
         compared += 1

@@ -80,8 +80,15 @@ STYLES: dict[str, Callable[[], Any]] = {
     "Spec": lambda: plan.Spec((None, None)),
     "Spatial": lambda: plan.Spatial(dims={"C": "mp"}, layout="NC"),
 }
-TYPOS = {_bracketed: ["x[1]", "x(0)", "h[2]", "h[1", "blocks.h[2]", "blocks.h[1].weigth", "tokenz"],
-         _mlp: ["fc3", "fc1.weigth", "fc1.ad", "xx"]}
+def _llama() -> Graph:
+    return examples.llama_decoder(2, MESH, batch=4, seq=8, hidden=32, heads=4, kv_heads=2,
+                                  ffn=64, vocab=64, annotate=False)
+
+
+TYPOS = {_bracketed: ["x[1]", "x(0)", "h[2]", "h[1", "blocks.h[2]", "blocks.h[1].weigth", "tokenz",
+                      "blocks.h[[]1]*.weigth", "*.h[[]1].wieght"],
+         _mlp: ["fc3", "fc1.weigth", "fc1.ad", "xx", "fc*.wieght", "*.bais"],
+         _llama: ["layers.*.qq", "*.dwn", "layer.*.q.weight", "layers.?.gat", "*.attn_nrm"]}
 
 
 @pytest.mark.parametrize("style", sorted(STYLES))
@@ -111,3 +118,15 @@ def test_the_hint_of_a_tensor_style_offers_tensors_only() -> None:
     with pytest.raises(plan.UnmatchedPatternError) as e:
         plan.apply(_mlp(), MESH, {"fc3": plan.Spec((None, None))})
     assert _suggestions(str(e.value)) == []  # the modules fc1 and fc2 are no tensors
+
+
+@pytest.mark.parametrize(("typo", "offered"), [
+    ("layers.*.qq", "layers.*.q"), ("layer.*.q", "layers.*.q"), ("*.dwn", "*.down"),
+    ("*.attn_nrm", "*.attn_norm"), ("layers.*.mlp.q", "layers.*.q"),
+])
+def test_a_misspelt_glob_is_offered_the_closest_globs(typo: str, offered: str) -> None:
+    # a glob was compared with whole names only ('layers.0.q' is far from 'layers.*.qq'), so
+    # no wildcard key got a hint; it is now compared with the names' generic forms
+    with pytest.raises(plan.UnmatchedPatternError) as e:
+        plan.apply(_llama(), MESH, {typo: plan.ColwiseParallel()})
+    assert _suggestions(str(e.value))[0] == offered
