@@ -259,28 +259,6 @@ def _plain_product(x: TensorSpec, y: TensorSpec) -> SpmdInfo:
     )
 
 
-# ---- add, subtract: operands pending the same sums give the result pending them ------------------
-_SUMS: Final = ("add", "elementwise_add", "subtract")
-
-
-def sum_forward(x: TensorSpec, y: TensorSpec) -> SpmdInfo:
-    """x + y (or x - y) where both pend the same linear reductions on the same mesh dims: each
-    process adds its pieces, which sum to x + y, so the result pends them too (deviation
-    ``add-keeps-shared-partial``; Paddle reduces both first). Otherwise the binary rule."""
-    info = binary_forward(x, y)
-    part = x.attr.partial_items
-    if (not part or part != y.attr.partial_items
-            or any(rt not in _LINEAR_REDUCTIONS for _, rt in part)):
-        return info
-    (xa, ya), (oa,) = info.inputs, info.outputs
-    assert isinstance(xa, DistAttr) and isinstance(ya, DistAttr) and isinstance(oa, DistAttr)
-    used = xa.sharded_mesh_dims | ya.sharded_mesh_dims | oa.sharded_mesh_dims
-    if any(d in used for d, _ in part):
-        return info
-    return SpmdInfo([attr(x, xa.multi_dims_mapping, part), attr(y, ya.multi_dims_mapping, part)],
-                    [attr(x, oa.multi_dims_mapping, part)])
-
-
 # ---- swiglu(x, y?) = silu(x) * y; without y, x's last dim holds both halves [gate | value] -------
 def _halves_mapping(m: MultiDims) -> MultiDims:
     """Without y, x's last dim must stay whole: a block of it is not a [gate | value] pair (Paddle
@@ -390,8 +368,8 @@ register_rule("gelu_grad", forward=gelu_grad, inputs=[T("x"), T("out_grad")],
               doc="GeluGradInferSpmd: x and out_grad follow out_grad.")
 
 for _name in BINARY_OPS:
-    register_rule(_name, forward=sum_forward if _name in _SUMS else binary_forward,
-                  reverse=binary_reverse, inputs=[T("x"), T("y")], outputs=[T("out")])
+    register_rule(_name, forward=binary_forward, reverse=binary_reverse, inputs=[T("x"), T("y")],
+                  outputs=[T("out")])
 
 register_rule("multiply", forward=multiply_forward, reverse=binary_reverse,
               inputs=[T("x"), T("y")], outputs=[T("out")], masks=True)

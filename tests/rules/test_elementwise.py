@@ -458,23 +458,3 @@ def test_size1_out_deviation_predicate_is_narrow() -> None:
     assert classify(case([1], [0, -1]), ours) is None  # a difference beyond size-1 dims
     assert classify({**case([1], [0, 1]), "direction": "forward"}, ours) is None
 
-
-def test_proof_add_keeps_shared_partial_on_every_filed_case() -> None:
-    # add-keeps-shared-partial (a parallelism deviation): operands pending the same sums give a
-    # result pending them, which computes the op; an operand pending none is reduced first
-    from proofs import filed_cases
-
-    filed = list(filed_cases("subtract", "add-keeps-shared-partial"))
-    assert len(filed) == 3
-    for c, got in filed:
-        m = c["mesh"]
-        mesh = sr.ProcessMesh.from_shape(m["shape"], m["process_ids"])
-        x, y = (sr.TensorSpec(e["shape"], DistAttr.replicated(mesh, len(e["shape"])))
-                for e in c["inputs"])
-        assert got.outputs[0].partial_items  # type: ignore[union-attr]
-        assert execute_case("subtract", [x, y], got, {}) == "ok", c["case_id"]
-    mesh = sr.ProcessMesh([0, 1])
-    p, r = (sr.TensorSpec([6], DistAttr(mesh, [-1], part)) for part in ({0: "sum"}, None))
-    one = sr.get_rule("add").infer_forward(p, r)
-    assert not one.outputs[0].partial_items  # type: ignore[union-attr]
-    assert execute_case("add", [p, r], one, {}) == "ok"

@@ -102,28 +102,3 @@ register_deviation(
     _keeps_uneven, kind="parallelism",
 )
 
-
-def _add_keeps_shared_partial(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
-    """Forward add/subtract of operands pending the same linear sums: Paddle reduces both; ours
-    keeps the sums pending, with Paddle's mappings otherwise."""
-    exp = case["expected"]
-    if case["direction"] != "forward" or "error" in exp or isinstance(got, BaseException):
-        return False
-    given = [e.get("partial", {}) for e in case["inputs"]]
-    if not given[0] or given[0] != given[1] or any(exp["outputs"][0].get("partial") or ()):
-        return False
-    theirs = [_norm(e) for e in (*exp["inputs"], *exp["outputs"])]
-    ours = [a.multi_dims_mapping for a in (*got.inputs, *got.outputs) if isinstance(a, DistAttr)]
-    out = got.outputs[0]
-    return (theirs == ours and isinstance(out, DistAttr)
-            and out.partial == {int(k): v for k, v in given[0].items()})
-
-
-register_deviation(
-    "add-keeps-shared-partial", {"add", "elementwise_add", "subtract"},
-    "Paddle reduces both operands of add or subtract when they pend the same sums on the same "
-    "mesh dims; each process's pieces add up to the pieces of the result, so ours leaves the "
-    "result pending them and reduces it once, where a consumer needs it whole (a mixture of "
-    "experts' shared expert joins the routed experts' combine: one all-reduce, not two).",
-    _add_keeps_shared_partial, kind="parallelism",
-)
