@@ -113,7 +113,8 @@ def export(module: Any, example_args: Sequence[Any],
 #: a 3-D ``linear`` as ``[batch * seq, hidden]`` for ``mm``; a reshard cannot keep a split of a
 #: merged dim on any factor but the outermost, so those views cost a gather of dp- or
 #: mp-split activations where the whole op keeps both splits.
-KEPT_WHOLE: tuple[str, ...] = ("matmul.default", "linear.default")
+KEPT_WHOLE: tuple[str, ...] = ("matmul.default", "linear.default",
+                               "scaled_dot_product_attention.default")
 
 
 def decompose_program(ep: Any) -> Any:
@@ -147,7 +148,11 @@ class _Importer:
         self.imported = Imported(self.graph)
 
     def run(self) -> Imported:
-        from spmdrules.importers import aten_sort  # noqa: F401 (registers its converters)
+        from spmdrules.importers import (  # noqa: F401 (register their converters)
+            aten_attention,
+            aten_indexing,
+            aten_sort,
+        )
         from spmdrules.importers.aten import ATEN, Ctx, _Unmapped, dtype_name, nearest
 
         ep, g = self.ep, self.graph
