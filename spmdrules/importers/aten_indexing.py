@@ -1,6 +1,7 @@
 """ATen's selections onto the slice and gather families, and ``pow`` of two tensors onto the
 elementwise family: ViT's CLS token and BERT's pooler (``select``), BERT's token type ids
-(``gather``, ``index_select``), BLOOM's ALiBi slopes (``pow.Tensor_Tensor``).
+(``gather``, ``index_select``), BLOOM's ALiBi slopes (``pow.Tensor_Tensor``, ``repeat`` onto
+the tile family).
 
 Registered into ``spmdrules.importers.aten.ATEN`` on import, as ``aten_sort``.
 """
@@ -53,6 +54,12 @@ def _gather(c: Ctx, a: dict[str, Any]) -> Tensor:
         x = c.call("slice", x, axes=cut, starts=[0] * len(cut),
                    ends=[index.shape[k] for k in cut], part="covered")
     return c.call("take_along_axis", x, c.cast(index, "int64"), axis=d)
+
+
+@aten("repeat.default")
+def _repeat(c: Ctx, a: dict[str, Any]) -> Tensor:
+    """``x.repeat(*repeats)``: tile (more repeats than dims prepend dims, as in torch)."""
+    return c.call("tile", a["self"], repeat_times=[int(r) for r in a["repeats"]])
 
 
 @aten("pow.Tensor_Tensor", "pow.Scalar")

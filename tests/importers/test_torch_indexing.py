@@ -31,6 +31,7 @@ CASES: dict[str, tuple[Callable[..., Any], list[Any]]] = {
     "pow, integer exponents and a 0 base": (
         lambda x, y: torch.pow(torch.relu(x), y), [X, torch.arange(6)]),
     "pow of a scalar base (ALiBi)": (lambda x: x * torch.pow(2.0, x[:, :, :1]), [X]),
+    "repeat, one more dim": (lambda x: x.repeat(2, 1, 3, 1) * 1.5, [X]),
 }
 
 
