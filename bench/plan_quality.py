@@ -11,9 +11,10 @@ block, reduce-scatter and all-to-all (n-1)/n x the block sent. The mesh is 2x2 (
 
 The models: the Hugging Face decoders of tests/support/hf_models.py (``DECODERS``: random
 weights, no download, seq 32, hidden 256, 8 heads, 4 KV heads, FFN 512, vocabulary 512,
-2 layers, fp32, LM head untied, **eager attention**: the importer maps eager attention's
-matmuls and softmax, not sdpa's fused kernel), each with its Megatron plan written once, as data,
-and read by both sides; the MoE decoders (Mixtral, Qwen2-MoE: 4 experts, top-2, expert FFN 512,
+2 layers, fp32, LM head untied, the default attention (sdpa: the importer writes it as torch's
+math kernel, matmuls, softmax and the mask's where; DTensor runs that math backend too)), each
+with its Megatron plan written once, as data, and read by both sides; the MoE decoders
+(Mixtral, Qwen2-MoE: 4 experts, top-2, expert FFN 512,
 Qwen2-MoE's shared expert FFN 512) with ``MOE_PLAN``: attention Megatron-style, the experts'
 stacked weights split on mp by expert, the router replicated, **experts_implementation
 "batched_mm"** (a gap: transformers' default ``grouped_mm`` multiplies groups whose sizes the
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps({"environment": env, "rows": [asdict(r) for r in rows]}, indent=1))
         return
     print(", ".join(f"{k} {v}" for k, v in env.items())
-          + f"; 2x2 (dp x mp) mesh, seq {SEQ}, fp32, eager attention; bytes summed over the "
+          + f"; 2x2 (dp x mp) mesh, seq {SEQ}, fp32, sdpa attention; bytes summed over the "
           "4 processes (ring algorithms), forward only")
     print_table(rows)
 

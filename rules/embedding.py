@@ -89,6 +89,9 @@ for _name in EMBEDDING_OPS:
         _name, forward=embedding_forward, reverse=embedding_reverse,
         inputs=[T("x"), T("weight")], outputs=[T("out")],
         attrs=[A("padding_idx", "int", -1), A("sparse", "bool", False)],
+        # torch's padding_idx: the row reads as it is and gets no gradient, which a vocab split
+        # keeps (each rank drops its own rows' share), so the rule never needs it
+        op_attrs=[A("no_grad_idx", "int", -1)],
         doc="EmbeddingInferSpmd: x dims and the hidden dim pass through; vocab rows -> P(sum).",
     )
 

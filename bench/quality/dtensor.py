@@ -59,9 +59,12 @@ def recorded(mode: Any, processes: int) -> Figure:
 def run_dtensor(module: Any, inputs: tuple[Any, ...]) -> Figure:
     import torch
     from torch.distributed.tensor.experimental import implicit_replication
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     mode = recording_mode()
-    with torch.no_grad(), mode, implicit_replication():
+    # sdpa's math backend: DTensor has no sharding strategy for the fused CPU flash kernel
+    # (GPT-2's and Phi-3's unmasked attention pick it); the math one is what the importer maps
+    with torch.no_grad(), mode, implicit_replication(), sdpa_kernel(SDPBackend.MATH):
         module(*inputs)
     return recorded(mode, DP * MP)
 

@@ -5,7 +5,7 @@ names (defaults filled), and returns the node's value: a graph Tensor, a tuple o
 ``getitem``), or a Python constant. Converters only call registered ops; Python scalars become
 rank-0 ``full`` constants of the dtype torch's type promotion gives; views and copies (``clone``,
 ``alias``) are the same tensor. Any attribute a mapping cannot honour (``addmm`` with beta != 1,
-an embedding ``padding_idx``, a train-mode dropout) raises ``UnmappedOpError`` naming the node.
+a train-mode dropout) raises ``UnmappedOpError`` naming the node.
 
 This module reads torch objects handed to it (``Ctx.torch``) and never imports torch itself, so
 the package imports without the extra.
@@ -176,10 +176,11 @@ def _linear(c: Ctx, a: dict[str, Any]) -> Tensor:
 
 @aten("embedding.default")
 def _embedding(c: Ctx, a: dict[str, Any]) -> Tensor:
-    if a["padding_idx"] is not None and a["padding_idx"] >= 0:
-        raise c.fail(f"padding_idx={a['padding_idx']}: torch keeps that row in the forward and "
-                     "zeroes its gradient, which the registered embedding does not")
-    return c.call("embedding", a["indices"], a["weight"])
+    """torch's ``padding_idx`` reads its row in the forward and gives it no gradient: the op's
+    ``no_grad_idx``, not Paddle's ``padding_idx`` (whose lookups read zeros)."""
+    pad = a["padding_idx"]
+    row = -1 if pad is None or pad < 0 else int(pad)
+    return c.call("embedding", a["indices"], a["weight"], no_grad_idx=row)
 
 
 # ---- shapes -------------------------------------------------------------------------------------

@@ -131,6 +131,7 @@ def export(module: Any, example_args: Sequence[Any],
 #: spmdrules.engine.masks) stays one through it, where sigmoid (0.5 at 0) would need the sum
 #: reduced first.
 KEPT_WHOLE: tuple[str, ...] = ("matmul.default", "linear.default", "silu.default",
+                               "scaled_dot_product_attention.default",
                                "upsample_nearest1d.vec", "upsample_nearest3d.vec")
 
 
@@ -168,6 +169,8 @@ class _Importer:
 
     def run(self) -> Imported:
         from spmdrules.importers import (  # noqa: F401 (register their converters)
+            aten_attention,
+            aten_indexing,
             aten_sort,
             aten_upsample,
             aten_windows,

@@ -13,6 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="needs the torch extra (make test installs it)")
 
+from torch_runs import Fn  # noqa: E402
+
 import spmdrules as sr  # noqa: E402
 from spmdrules import plan  # noqa: E402
 from spmdrules.completion import complete  # noqa: E402
@@ -25,15 +27,6 @@ from spmdrules.importers import torch as torch_import  # noqa: E402
 
 MESH = sr.ProcessMesh([0, 1], dim_names=["dp"])
 INF, NAN = float("inf"), float("nan")
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args: Any) -> Any:
-        return self.fn(*args)
 
 
 def imported_run(fn: Callable[..., Any], *args: Any) -> tuple[list[np.ndarray], Any]:

@@ -87,13 +87,13 @@ MOE_SHARED: dict[str, int] = {"mixtral": 0, "qwen2_moe": 1}
 
 
 def _common(s: dict[str, int]) -> dict[str, Any]:
-    """Config fields the LLaMA-like families share: eager attention (the importer maps its
-    matmuls and softmax; sdpa is a fused kernel), no cache, no padding row (the registered
-    embedding has none), the LM head untied (see ``gpt2``)."""
+    """Config fields the LLaMA-like families share: the default attention (sdpa, which torch's
+    decomposition writes as matmuls, softmax and the mask's where), no cache, no padding row,
+    the LM head untied (see ``gpt2``)."""
     return {"vocab_size": s["vocab"], "hidden_size": s["hidden"],
             "intermediate_size": s["ffn"], "num_hidden_layers": s["layers"],
             "num_attention_heads": s["heads"], "num_key_value_heads": s["kv_heads"],
-            "max_position_embeddings": 64, "attn_implementation": "eager", "use_cache": False,
+            "max_position_embeddings": 64, "use_cache": False,
             "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": None,
             "tie_word_embeddings": False}
 
@@ -113,7 +113,7 @@ def decoder(kind: str, **sizes: int) -> Any:
     if kind == "gpt2":
         return tf.GPT2LMHeadModel(tf.GPT2Config(
             vocab_size=s["vocab"], n_embd=s["hidden"], n_layer=s["layers"], n_head=s["heads"],
-            n_inner=s["ffn"], n_positions=64, attn_implementation="eager", use_cache=False,
+            n_inner=s["ffn"], n_positions=64, use_cache=False,
             bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)).eval()
     if kind == "gpt_neox":
         del c["num_key_value_heads"]  # GPT-NeoX has no grouped heads

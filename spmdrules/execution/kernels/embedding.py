@@ -3,7 +3,8 @@
 A vocab-sharded embedding (weight rows cut over some mesh dims) looks up only the ids inside its
 rows and writes zeros for the rest: the output is the pending sum its rule claims. ``padding_idx``
 -1 means no padding row; another negative value counts from the end of the table (the reading of
-paddle.nn.functional.embedding, whose range the rule accepts).
+paddle.nn.functional.embedding, whose range the rule accepts). ``no_grad_idx`` (torch's
+``padding_idx``) does not change the lookup: only the VJP reads it.
 """
 
 from __future__ import annotations

@@ -87,6 +87,15 @@ def unbroadcast(g: Array, shape: tuple[int, ...]) -> Array:
 #: (dz/dx, dz/dy) of a binary op from x, y (broadcast) and z
 Partials = Callable[[Array, Array, Array], tuple[Array | float, Array | float]]
 
+def _pow_partials(x: Array, y: Array, z: Array) -> tuple[Array, Array]:
+    """torch's pow(Tensor, Tensor) derivatives: y x^(y-1), 0 where y is 0; z log x, 0 where x
+    is 0 and y >= 0 (the limit, where log x alone gives -inf)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dx = np.where(y == 0, 0.0, y * np.power(x.astype(z.dtype), y - 1.0))
+        dy = np.where((x == 0) & (y >= 0), 0.0, z * np.log(x.astype(z.dtype)))
+    return dx, dy
+
+
 BINARY_PARTIALS: Final[dict[str, Partials]] = {
     "add": lambda x, y, z: (1.0, 1.0),
     "elementwise_add": lambda x, y, z: (1.0, 1.0),
@@ -98,6 +107,7 @@ BINARY_PARTIALS: Final[dict[str, Partials]] = {
     # ties send the cotangent to x, as numpy's and Paddle's kernels do
     "maximum": lambda x, y, z: ((x >= y).astype(z.dtype), (x < y).astype(z.dtype)),
     "minimum": lambda x, y, z: ((x <= y).astype(z.dtype), (x > y).astype(z.dtype)),
+    "elementwise_pow": _pow_partials,
 }
 
 

@@ -20,9 +20,10 @@ def embedding_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block]
     (vocab, _), w_attr = local.input_spec(ctx, 1, "weight")
     rows = local.block_range(ctx, (vocab, weight.shape[1]), w_attr, 0)
     mine = (ids >= rows.start) & (ids < rows.stop)
-    pad = padding_row(int(ctx.attrs["padding_idx"]), vocab)
-    if pad is not None:
-        mine &= ids != pad
+    for pad in (padding_row(int(ctx.attrs["padding_idx"]), vocab),
+                padding_row(int(ctx.attrs.get("no_grad_idx", -1)), vocab)):
+        if pad is not None:
+            mine &= ids != pad
     d_weight = np.zeros_like(weight)
     np.add.at(d_weight, ids[mine] - rows.start, g[mine])
     return (None, d_weight)

@@ -19,6 +19,10 @@ def _embedding(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any])
         raise ctx.fail("weight", f"has rank {len(w.shape)}", "the table is 2-D [vocab, hidden]")
     if x.dtype not in shape_rule.INTEGRAL_DTYPES or x.dtype == "bool":
         raise ctx.fail("x", f"has dtype {x.dtype}", "ids are integers; use int64 or int32")
+    row = int(attrs.get("no_grad_idx", -1))
+    if row != -1 and not 0 <= row < w.shape[0]:
+        raise ctx.fail("weight", f"has {w.shape[0]} rows but no_grad_idx is {row}",
+                       f"give a row 0..{w.shape[0] - 1}, or -1 for none")
     return ((*x.shape, w.shape[1]),)
 
 

@@ -1,0 +1,45 @@
+"""bench/hf_sweep.py (issue 26) on three small architectures as they come (default attention,
+random weights): LLaMA and GPT-2 (sdpa attention) and BERT as a causal LM (its embeddings'
+``padding_idx``, its extended mask) reach ``ok``, stage by stage in a child process each; a
+row that fails says at which stage and why, and the totals count it. No timing is asserted."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs the torch extra (make test installs it)")
+pytest.importorskip("transformers", reason="needs transformers (a test dependency)")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import hf_sweep  # noqa: E402
+
+
+@pytest.mark.timeout(1500)
+def test_small_architectures_import_run_data_parallel_and_equal_torch(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    results = hf_sweep.main(["--models", "llama,gpt2,bert", "--timeout", "400"])
+    assert {r.name: (r.stage, r.error) for r in results} == {
+        "llama": ("ok", ""), "gpt2": ("ok", ""), "bert": ("ok", "")}
+    out = capsys.readouterr().out
+    assert "ok 3 of the 3 that torch.export exports: 100%" in out
+
+
+def test_a_failing_stage_is_reported_with_its_cause_and_counted() -> None:
+    rows = [hf_sweep.Row("a", "ok"), hf_sweep.Row("b", "build", "ValueError: bad config"),
+            hf_sweep.Row("c", "import", "UnmappedOpError: node 'x': op aten.foo.default cannot "
+                                        "be mapped onto a registered op"),
+            hf_sweep.Row("d", "import", "UnmappedOpError: node 'y': op aten.foo.default cannot "
+                                        "be mapped onto a registered op")]
+    totals = hf_sweep.summary(rows)
+    assert totals["exported"] == 3 and totals["ok"] == 1  # a build failure is not exported
+    assert totals["causes"] == [("unmapped aten.foo.default", 2)]
+
+
+def test_an_unknown_model_is_refused_naming_the_choices(capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    with pytest.raises(SystemExit):
+        hf_sweep.main(["--models", "no_such_model"])
+    assert "no such row" in capsys.readouterr().err
