@@ -35,6 +35,7 @@ from spmdrules.completion.state import (
 from spmdrules.completion.sweeps import Sweeps
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.bulk import without_gc
+from spmdrules.core.progress import stage
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Tensor
 
@@ -493,6 +494,7 @@ def complete(graph: Graph, cost: CostModel = DEFAULT_COST_MODEL) -> Completion:
     if not isinstance(graph, Graph):
         raise CompletionError(f"complete: expected a Graph, got {type(graph).__name__}")
     graph.validate()
-    result = without_gc(lambda: Run(graph, cost).run())
+    with stage("complete", total=len(graph.ops)):
+        result = without_gc(lambda: Run(graph, cost).run())
     warn_dropped(result.dropped)  # one ``DroppedSplitWarning`` each; ``summary()`` lists them
     return result

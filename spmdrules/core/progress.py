@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -48,6 +49,21 @@ def progress(items: Iterable[T], what: str, *, total: int, unit: str = "op") -> 
     return _bar(items, what, total, unit)
 
 
+@contextmanager
+def stage(what: str, *, total: int, unit: str = "op") -> Iterator[None]:
+    """A bar for one step that reports no progress of its own (torch's decomposition, a
+    completion): its name and size while it runs, its time when it ends; when ``shown(total)``."""
+    if not shown(total):
+        yield
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=1, desc=f"{what} ({total} {unit}s)", file=sys.stderr, leave=False,
+              bar_format="{desc}: {elapsed}") as bar:
+        yield
+        bar.update()
+
+
 def _bar(items: Iterable[T], what: str, total: int, unit: str) -> Iterator[T]:
     from tqdm import tqdm
 
@@ -56,4 +72,4 @@ def _bar(items: Iterable[T], what: str, total: int, unit: str) -> Iterator[T]:
         yield from bar
 
 
-__all__ = ["THRESHOLD", "enabled", "progress", "shown"]
+__all__ = ["THRESHOLD", "enabled", "progress", "shown", "stage"]

@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from spmdrules.core.errors import SpmdError
-from spmdrules.core.progress import progress
+from spmdrules.core.progress import progress, stage
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Tensor
 from spmdrules.importers import converters
@@ -130,7 +130,8 @@ def decompose_program(ep: Any) -> Any:
     for name in KEPT_WHOLE:
         packet, overload = name.split(".")
         del table[getattr(getattr(torch.ops.aten, packet), overload)]
-    return ep.run_decompositions(table)
+    with stage("decompose", total=len(ep.graph.nodes), unit="node"):
+        return ep.run_decompositions(table)
 
 
 def from_exported(ep: Any, *, name: str = "exported") -> Imported:
