@@ -1,8 +1,9 @@
 """The ``spmdrules`` command: complete a model file, explain a tensor, write an example model.
 
 Exit codes follow the usual conventions: 0 success, 1 the job failed (unreadable or invalid
-model, a conflict completion cannot settle, an unknown tensor, an output path that is not a
-regular file), 2 bad usage (argparse's own).
+model or plan file, a conflict completion cannot settle, an unknown tensor, an output path that
+is not a regular file; ``import --check``: an op that cannot be mapped), 2 bad usage (argparse's
+own).
 
 Everything the command prints passes through ``printable``: a name, a path or an argument that
 holds terminal controls is shown escaped, on stdout and on stderr. Every file is written by

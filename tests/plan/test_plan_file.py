@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,13 @@ def _doc(entries: dict[str, Any], **more: Any) -> dict[str, Any]:
 def test_the_published_schema_is_current() -> None:
     published = json.loads((ROOT / "docs" / "plan.schema.json").read_text())
     assert published == json.loads(json.dumps(plan_file.json_schema()))
+
+
+def test_the_example_in_the_docs_is_a_valid_plan_file() -> None:
+    text = (ROOT / "docs" / "importers.md").read_text()
+    [block] = re.findall(r"^```json\n(.*?)^```", text, re.S | re.M)
+    mesh, entries = plan_file.parse(block)
+    assert mesh.dim_names == ("dp", "mp") and len(entries) == 7
 
 
 def test_every_style_and_option_reads_as_the_python_plan() -> None:
