@@ -113,6 +113,7 @@ def _tree_types(torch: Any, reader: Any, name: str, entry: str) -> set[str]:
                  if isinstance(s, str)]
     except Exception:
         return set()  # not ours to diagnose: torch's reader says what is wrong with it
+    _check_ops(torch, program, name)
     known = torch.utils._pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE
     out: set[str] = set()
     todo = [s[1] for s in specs if isinstance(s, list) and len(s) == 2]
@@ -129,6 +130,29 @@ def _tree_types(torch: Any, reader: Any, name: str, entry: str) -> set[str]:
             out.add(node["type"])
         todo.extend(node.get("children_spec") or ())
     return out
+
+
+def _check_ops(torch: Any, program: Any, name: str) -> None:
+    """Every custom op the program calls is registered in this process (torch's reader resolves
+    an op by its name and fails on the first it does not know, deep in its deserializer)."""
+    missing: dict[str, int] = {}
+    nodes = ((program.get("graph_module") or {}).get("graph") or {}).get("nodes") or []
+    for node in nodes:
+        target = node.get("target") if isinstance(node, dict) else None
+        parts = target.split(".") if isinstance(target, str) else []
+        if len(parts) != 5 or parts[:2] != ["torch", "ops"] or parts[2] == "aten":
+            continue
+        packet = getattr(getattr(torch.ops, parts[2]), parts[3], None)
+        if packet is None or not hasattr(packet, parts[4]):
+            op = f"{parts[2]}::{parts[3]}"
+            missing[op] = missing.get(op, 0) + 1
+    if missing:
+        listed = ", ".join(f"{op} ({n} node{'s' * (n > 1)})" for op, n in missing.items())
+        raise ImporterError(
+            f"{name}: the program calls {listed}, which no library in this process registers; "
+            "import the library that defines it (its torch.library registration) before reading "
+            "the file, and map it with a converter (docs/importers.md, 'Converters from user "
+            "code')")
 
 
 class _StandIn(dict[str, Any]):

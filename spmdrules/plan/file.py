@@ -31,17 +31,9 @@ from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.graph.annotation import OPEN
 from spmdrules.graph.exchange import MeshModel, Name
+from spmdrules.plan import styles as st
 from spmdrules.plan.errors import PlanError
-from spmdrules.plan.styles import (
-    ColwiseParallel,
-    DataParallel,
-    RowwiseParallel,
-    SequenceParallel,
-    Spatial,
-    Spec,
-    Style,
-    VocabParallel,
-)
+from spmdrules.plan.styles import Style
 
 FORMAT: Final = "spmdrules.plan/1"
 #: the largest plan file read (a plan is a few kB)
@@ -119,19 +111,19 @@ class PlanFile(BaseModel):
 
 def _style(m: Any) -> Style:
     if isinstance(m, ColwiseModel):
-        return ColwiseParallel(m.dim, tuple(m.chunks) if isinstance(m.chunks, list) else m.chunks)
+        return st.ColwiseParallel(m.dim, tuple(m.chunks) if isinstance(m.chunks, list) else m.chunks)
     if isinstance(m, RowwiseModel):
-        return RowwiseParallel(m.dim)
+        return st.RowwiseParallel(m.dim)
     if isinstance(m, VocabModel):
-        return VocabParallel(m.dim)
+        return st.VocabParallel(m.dim)
     if isinstance(m, SequenceModel):
-        return SequenceParallel(m.dim, m.sequence_dim)
+        return st.SequenceParallel(m.dim, m.sequence_dim)
     if isinstance(m, DataModel):
-        return DataParallel(m.dim, m.batch_dim)
+        return st.DataParallel(m.dim, m.batch_dim)
     if isinstance(m, SpatialModel):
-        return Spatial(dict(m.dims), m.layout)
+        return st.Spatial(dict(m.dims), m.layout)
     dims = [OPEN if d == "?" else tuple(d) if isinstance(d, list) else d for d in m.dims]
-    return Spec(tuple(dims), m.partial, m.closed)
+    return st.Spec(tuple(dims), m.partial, m.closed)
 
 
 def parse(text: str | bytes, where: str = "plan") -> tuple[ProcessMesh, dict[str, Style]]:

@@ -4,6 +4,8 @@ namespaces and domains kept in the names (issue 26, item 5)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +189,19 @@ def test_check_and_output_are_exclusive(tmp_path: Path,
         main(["import", str(tmp_path / "m.pt2"), "--check", "-o", str(tmp_path / "o.json")])
     assert info.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_a_custom_op_this_process_does_not_register_is_named_with_the_fix(
+        tmp_path: Path) -> None:
+    """torch's reader failed deep in its deserializer on the first such node, with a traceback
+    of several hundred lines in the message."""
+    src = tmp_path / "blocks.pt2"
+    torch.export.save(torch.export.export(Model(), ARGS), str(src))
+    run = subprocess.run([sys.executable, "-m", "spmdrules.cli", "import", str(src), "--check"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines() == [
+        "spmdrules: error: blocks.pt2: the program calls spmdrules_test::rms_norm_rope (3 nodes),"
+        " which no library in this process registers; import the library that defines it (its "
+        "torch.library registration) before reading the file, and map it with a converter "
+        "(docs/importers.md, 'Converters from user code')"]
