@@ -12,7 +12,8 @@ becomes registered ops (``spmdrules.importers.aten`` and ``aten_sort``):
   output gets an ``assign`` named by its output key (``logits``);
 * refused with a typed error naming the node: symbolic shapes, control flow (``cond``,
   ``while_loop``, ``map``), writes into an input, parameter or buffer, in-place ops, and any
-  op with no mapping (with the nearest mapped ops).
+  op with no mapping (every one at once, ``UnmappedOpsError``, with the rule family that
+  serves it).
 
 ``export`` gives the graph with the values the module holds (``Imported.feeds``); ``load`` only
 the graph. torch is imported when called, so spmdrules imports without the ``torch`` extra.
