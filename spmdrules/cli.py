@@ -1,8 +1,9 @@
 """The ``spmdrules`` command: complete a model file, explain a tensor, write an example model.
 
 Exit codes follow the usual conventions: 0 success, 1 the job failed (unreadable or invalid
-model, a conflict completion cannot settle, an unknown tensor, an output path that is not a
-regular file), 2 bad usage (argparse's own).
+model or plan file, a conflict completion cannot settle, an unknown tensor, an output path that
+is not a regular file; ``import --check``: an op that cannot be mapped), 2 bad usage (argparse's
+own).
 
 Everything the command prints passes through ``printable``: a name, a path or an argument that
 holds terminal controls is shown escaped, on stdout and on stderr. Every file is written by
@@ -20,6 +21,7 @@ from typing import NoReturn
 from spmdrules.completion.driver import Completion, complete
 from spmdrules.completion.explain import explain
 from spmdrules.completion.result import DroppedSplitWarning
+from spmdrules.core import progress
 from spmdrules.core.errors import SpmdError, printable
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.output import check_target
@@ -27,6 +29,8 @@ from spmdrules.graph import examples
 from spmdrules.graph.exchange import dump, load
 from spmdrules.graph.graph import Graph
 from spmdrules.importers import sources
+from spmdrules.plan import apply
+from spmdrules.plan import file as plan_file
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -55,6 +59,24 @@ def _complete(g: Graph) -> Completion:
         return complete(g)
 
 
+def _import(args: argparse.Namespace) -> int:
+    if args.no_progress:
+        progress.enabled(False)
+    mesh_plan = plan_file.load(args.plan) if args.plan else None  # before the import's minutes
+    if args.check:
+        report = sources.check(args.source)
+        _say(report.format())
+        return EXIT_FAILED if report else EXIT_OK
+    g = sources.read(args.source)
+    if mesh_plan is not None:
+        done = apply(g, *mesh_plan)
+        _say(f"{args.plan}: {len(mesh_plan[1])} plan entries annotated "
+             f"{len(done.tensors())} tensors")
+    dump(g, args.output)
+    _say(f"wrote {args.output}: {g!r}")
+    return EXIT_OK
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = _Parser(
         prog="spmdrules",
@@ -80,7 +102,15 @@ def _parser() -> argparse.ArgumentParser:
                                    + ", ".join(sorted(sources.READERS)) + ") and write it as "
                                    "a model file (docs/model.schema.json), unannotated.")
     i.add_argument("source", metavar="SOURCE", help="e.g. model.pt2 (torch.export.save)")
-    i.add_argument("-o", "--output", metavar="OUT.json", required=True)
+    out = i.add_mutually_exclusive_group(required=True)
+    out.add_argument("-o", "--output", metavar="OUT.json")
+    out.add_argument("--check", action="store_true",
+                     help="write nothing: list every op that cannot be mapped, with its count, "
+                          "its nodes and the rule family that serves it (exit 1 if any)")
+    i.add_argument("--plan", metavar="PLAN.json",
+                   help="annotate the model by this plan file (docs/plan.schema.json)")
+    i.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (they show only on a terminal, for long graphs)")
     x = sub.add_parser("example", help="write an example model (annotated, not completed)",
                        description="Write the GPT decoder or the Megatron MLP as a model file.")
     x.add_argument("which", choices=["gpt", "mlp"])
@@ -104,9 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 dump(g, args.output)
                 _say(f"wrote {args.output}")
         elif args.command == "import":
-            g = sources.read(args.source)
-            dump(g, args.output)
-            _say(f"wrote {args.output}: {g!r}")
+            return _import(args)
         elif args.command == "explain":
             g = load(args.model)
             _say(explain(_complete(g), g.tensor(args.tensor)))

@@ -36,6 +36,7 @@ from spmdrules.completion.state import (
 from spmdrules.completion.sweeps import Sweeps
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.bulk import without_gc
+from spmdrules.core.progress import stage
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Tensor
 
@@ -486,14 +487,13 @@ class Run(Sweeps):
 
 
 def complete(graph: Graph, cost: CostModel = DEFAULT_COST_MODEL) -> Completion:
-    """Complete every tensor's attribute from the graph's annotations; see the module docs.
-
-    Writes ``tensor.attr`` for every tensor (never ``tensor.annotation``) and returns the
-    ``Completion`` with origins, reshards and totals. Running it again gives the same result.
-    """
+    """Complete every tensor's attribute from the graph's annotations (module docs). Writes
+    ``tensor.attr`` for every tensor (never ``tensor.annotation``) and returns the ``Completion``
+    with origins, reshards and totals. Running it again gives the same result."""
     if not isinstance(graph, Graph):
         raise CompletionError(f"complete: expected a Graph, got {type(graph).__name__}")
     graph.validate()
-    result = proven(graph, lambda plain_ops: without_gc(Run(graph, cost, plain_ops).run))
+    with stage("complete", total=len(graph.ops)):
+        result = proven(graph, lambda plain_ops: without_gc(Run(graph, cost, plain_ops).run))
     warn_dropped(result.dropped)  # one ``DroppedSplitWarning`` each; ``summary()`` lists them
     return result

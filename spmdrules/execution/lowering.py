@@ -35,6 +35,7 @@ from spmdrules.completion.driver import Completion
 from spmdrules.completion.planning import Step
 from spmdrules.completion.result import ReshardEdge
 from spmdrules.core.attr import DistAttr
+from spmdrules.core.progress import progress
 from spmdrules.core.spec import flat_slots
 from spmdrules.execution import halo
 from spmdrules.execution.program import (
@@ -139,7 +140,7 @@ class _Lowering:
             if self.r.attr(t) is None:
                 raise LoweringError(f"tensor {t.name!r} has no attribute; complete the graph first")
             self.buffers[t.name] = self.layout(t)
-        for op in self.g.ops:
+        for op in progress(self.g.ops, "lower", total=len(self.g.ops)):
             self.lower_op(op)
         feeds = tuple(t.name for t in self.g.tensors if t.producer is None)
         return Program(self.g.name, self.buffers, self.code, feeds,

@@ -13,7 +13,6 @@ the package imports without the extra.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -23,6 +22,7 @@ from spmdrules.graph import ops
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Op, Tensor
 from spmdrules.graph.shapes.shape_rule import INTEGRAL_DTYPES
+from spmdrules.importers import families
 from spmdrules.importers.errors import UnmappedOpError, UnsupportedDtypeError
 
 Converter = Callable[["Ctx", dict[str, Any]], Any]
@@ -45,16 +45,8 @@ def aten(*names: str) -> Callable[[Converter], Converter]:
 
 
 def nearest(op: str) -> list[str]:
-    """The mapped ATen ops closest to ``op``: its other overloads, then by name."""
-    base = op.split(".")[0]
-    first: dict[str, str] = {}
-    for k in ATEN:
-        first.setdefault(k.split(".")[0], k)
-    same = [k for k in ATEN if k.split(".")[0] == base]
-    found = difflib.get_close_matches(base, list(first), n=8, cutoff=0.4)
-    found.sort(key=lambda b: b[:3] != base[:3])  # the same stem (cumsum for cumprod) first
-    close = [first[b] for b in found if b != base]
-    return [f"aten.{k}" for k in (same + close)[:3]]
+    """The registered ops of the rule family serving ``op`` (``importers.families``)."""
+    return families.suggest(op)[1]
 
 
 class Ctx:
@@ -71,10 +63,10 @@ class Ctx:
 
     @property
     def op(self) -> str:
-        return f"aten.{self.node.target.__name__}"
+        return f"{getattr(self.node.target, 'namespace', 'aten')}.{self.node.target.__name__}"
 
     def fail(self, why: str) -> UnmappedOpError:
-        return UnmappedOpError(self.node.name, self.op, nearest(self.node.target.__name__), why)
+        return UnmappedOpError(self.node.name, self.op, None, why, categories=tags(self.node))
 
     def next_name(self, part: str = "") -> str:
         self.count += 1
@@ -126,6 +118,11 @@ class Ctx:
 
     def operand(self, x: Any, dtype: str) -> Tensor:
         return self.cast(x, dtype) if isinstance(x, Tensor) else self.const(x, dtype)
+
+
+def tags(node: Any) -> list[str]:
+    """The categories torch gives the node's op (``pointwise``, ``reduction``, ...)."""
+    return [str(getattr(t, "name", t)) for t in getattr(node.target, "tags", ())]
 
 
 def scalar(value: Any) -> int | float:
@@ -468,8 +465,8 @@ class _Unmapped:
         self.what = what
 
     def use(self, by: str) -> UnmappedOpError:
-        return UnmappedOpError(by, f"{self.op} result {self.what!r} of node {self.node!r}", [],
-                               "the registered op does not give it")
+        return UnmappedOpError(by, f"{self.op} result {self.what!r} of node {self.node!r}", None,
+                               "the registered op does not give it", base=self.op)
 
 
 # ---- indexing -----------------------------------------------------------------------------------
@@ -496,4 +493,4 @@ def _index(c: Ctx, a: dict[str, Any]) -> Tensor:
     return c.call("gather_nd", x, where)
 
 
-__all__ = ["ATEN", "Converter", "Ctx", "UnmappedOpError", "aten", "dtype_name", "nearest"]
+__all__ = ["ATEN", "Converter", "Ctx", "UnmappedOpError", "aten", "dtype_name", "nearest", "tags"]

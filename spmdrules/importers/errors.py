@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from spmdrules.core.errors import SpmdError
 from spmdrules.graph import errors as graph_errors
 
@@ -15,17 +17,30 @@ class MissingExtraError(ImporterError, ImportError):
 
 
 class UnmappedOpError(ImporterError):
-    """An op of the source model has no registered op to map onto."""
+    """An op of the source model has no registered op to map onto.
 
-    def __init__(self, node: str, op: str, nearest: list[str], why: str = "") -> None:
+    ``nearest`` are the forward ops of the rule family that serves a similar computation
+    (``spmdrules.importers.families``: by the op's name and ``categories``, its source
+    framework's own categories such as torch's ``pointwise`` tag, and ``like``, its mapped ops
+    of the same arguments), ``family`` that family. ``nearest`` given is not used: it was the
+    mapped ops closest by spelling, which the family replaces."""
+
+    def __init__(self, node: str, op: str, nearest: list[str] | None = None, why: str = "", *,
+                 base: str | None = None, categories: Sequence[str] = (),
+                 like: Sequence[str] = ()) -> None:
+        from spmdrules.importers import families
+
         self.node = node
         self.op = op
-        self.nearest = nearest
-        near = f"; the nearest supported ops are {', '.join(nearest)}" if nearest else ""
+        self.why = why
+        self.base = base or families.base_name(op)
+        self.categories, self.like = tuple(categories), tuple(like)
+        self.family, self.nearest = families.suggest(self.base, categories, like)
         reason = f" ({why})" if why else ""
-        super().__init__(f"node {node!r}: op {op} cannot be mapped onto a registered op{reason}"
-                         f"{near}. Rewrite the model around it, or add the op (docs/architecture.md"
-                         " 'Adding an op family')")
+        super().__init__(f"node {node!r}: op {op} cannot be mapped onto a registered op{reason}; "
+                         f"{families.describe(self.base, categories, like)}. "
+                         "Rewrite the model around it, or map it with a converter "
+                         "(docs/importers.md, 'Converters from user code')")
 
 
 class DynamicShapeError(ImporterError):

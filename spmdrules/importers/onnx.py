@@ -21,9 +21,9 @@
 * Refused with a typed error (``spmdrules.importers.errors``) naming the node: symbolic dims
   without an override (``DynamicShapeError``), a dim below 1 or of 2**62 and more
   (``InvalidDimError``), a type with no graph dtype (``UnsupportedDtypeError``), If/Loop/Scan
-  (``ControlFlowError``), any op with no mapping (``UnmappedOpError``, with the nearest mapped
-  ops), and any attribute a mapping cannot honour (a training-mode BatchNormalization, MaxPool's
-  indices, a dilated pool).
+  (``ControlFlowError``), any op with no mapping (``UnmappedOpsError``: every one at once, with
+  the rule family that serves it), and any attribute a mapping cannot honour (a training-mode
+  BatchNormalization, MaxPool's indices, a dilated pool).
 
 ``follow_batch=True`` lets a Reshape whose constant target fixes the model's batch (a leading
 ``1`` where the input had its batch) follow a widened batch: the ONNX files of the model zoo

@@ -11,9 +11,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spmdrules.core.errors import SpmdError
+from spmdrules.core.progress import progress
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Tensor
 from spmdrules.importers import (  # noqa: F401  (each registers its converters)
+    converters,
     onnx_index,
     onnx_math,
     onnx_resize,
@@ -26,10 +28,11 @@ from spmdrules.importers.errors import (
     UnmappedOpError,
 )
 from spmdrules.importers.onnx_fold import fold, foldable
-from spmdrules.importers.onnx_ops import OPS, Converter, Ctx, nearest
+from spmdrules.importers.onnx_ops import OPS, Ctx
 from spmdrules.importers.onnx_read import DEFAULT_DOMAINS, node_label
 from spmdrules.importers.onnx_values import Empty, Static, array, check_dims, graph_dtype, safe_name
 from spmdrules.importers.torch import Imported
+from spmdrules.importers.unmapped import Blocked, UnmappedReport, Untried
 
 CONTROL_FLOW = ("If", "Loop", "Scan", "SequenceMap")
 
@@ -73,7 +76,8 @@ class Importer:
         self.input_shapes = input_shapes
         self.follow_batch = follow_batch
         self.spatial_sharding = spatial_sharding
-        self.env: dict[str, Tensor | Static | Empty] = {}
+        self.env: dict[str, Tensor | Static | Empty | Blocked] = {}
+        self.report = UnmappedReport(self.graph.name)
         #: the batch of the model as declared, and as widened (for follow_batch)
         self.batch: tuple[int, int] | None = None
         #: whether a Reshape's target followed the widened batch (follow_batch)
@@ -81,6 +85,7 @@ class Importer:
 
     def run(self) -> Imported:
         onnx, model = self.onnx, self.model
+        converters.load()
         check_graph(model)
         self.opset = max((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS),
                          default=1)
@@ -106,11 +111,13 @@ class Importer:
                     onnx, vi.type.tensor_type.elem_type, f"input {vi.name!r}"))
                 self.imported.inputs.append(t.name)
                 self.env[vi.name] = t
-            for node in model.graph.node:
+            for node in progress(model.graph.node, "import", total=len(model.graph.node)):
                 self._node(node, expected)
+            if self.report:
+                raise self.report.error()
             for vo in model.graph.output:
                 got = self.env.get(vo.name)
-                if got is None:
+                if got is None or isinstance(got, Blocked):  # (no Blocked: the report raised)
                     raise ImporterError(f"output {vo.name!r} is produced by no node")
                 t = got if isinstance(got, Tensor) else got.tensor(self)
                 self.imported.outputs.append(t.name)
@@ -119,22 +126,26 @@ class Importer:
 
     def _node(self, node: Any, expected: Mapping[str, tuple[int, ...]]) -> None:
         where = node_label(node)
-        if node.domain not in DEFAULT_DOMAINS:
-            raise UnmappedOpError(where, f"{node.domain}.{node.op_type}", [],
-                                  "only the default ONNX domain is mapped")
-        conv = OPS.get(node.op_type)
-        outs: Sequence[Any] | None = fold(self, node, where, conv is not None) if foldable(
-            self, node) else None
-        if outs is None:
-            if conv is None:
-                raise UnmappedOpError(where, node.op_type, nearest(node.op_type))
-            outs = self._convert(conv, node, where)
-        self._store(node, where, outs, expected)
-
-    def _convert(self, conv: Converter, node: Any, where: str) -> Sequence[Any]:
-        c = Ctx(self, node, where)
+        default = node.domain in DEFAULT_DOMAINS
+        op = node.op_type if default else f"{node.domain}.{node.op_type}"
+        conv = OPS.get(op)
         try:
-            return conv(c)
+            outs: Sequence[Any] | None = fold(self, node, where, conv is not None) if (
+                default and foldable(self, node)) else None
+            if outs is None:
+                if conv is None:
+                    raise UnmappedOpError(where, op, None, "" if default else (
+                        f"no converter is registered for domain {node.domain!r}"),
+                        base=node.op_type)
+                outs = conv(Ctx(self, node, where))
+        except Untried:
+            self.report.untried.append(where)
+            self._block(node)
+            return
+        except UnmappedOpError as e:
+            self.report.add(e)
+            self._block(node)
+            return
         except ImporterError:
             raise
         except SpmdError as e:
@@ -145,11 +156,11 @@ class Importer:
             raise ImporterError(f"node {where!r} ({node.op_type}): the model cannot take these "
                                 f"shapes: {e}{hint}") from e
         except Exception as e:
-            raise UnmappedOpError(where, node.op_type, nearest(node.op_type),
-                                  f"mapping failed: {type(e).__name__}: {e}") from e
-
-    def _store(self, node: Any, where: str, outs: Sequence[Any],
-               expected: Mapping[str, tuple[int, ...]]) -> None:
+            self.report.add(UnmappedOpError(where, op, None,
+                                            f"mapping failed: {type(e).__name__}: {e}",
+                                            base=node.op_type))
+            self._block(node)
+            return
         for name, v in zip(node.output, outs, strict=False):
             if not name:
                 continue
@@ -162,6 +173,12 @@ class Importer:
                     f"{list(v.shape)} here but onnx.shape_inference gives "
                     f"{list(expected[name])}; this is a bug of the mapping: please report it")
             self.env[name] = v
+
+    def _block(self, node: Any) -> None:
+        """An unmapped node's outputs: the nodes that read them are looked up, not tried."""
+        for name in node.output:
+            if name:
+                self.env[name] = Blocked(node_label(node))
 
     def _agrees(self, ours: tuple[int, ...], theirs: tuple[int, ...]) -> bool:
         """Our shape is ONNX's, but for the batch once a Reshape let it follow a widening."""

@@ -12,7 +12,6 @@ a node whose inputs are all constants is computed at import (:mod:`~spmdrules.im
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,9 +19,11 @@ import numpy as np
 
 from spmdrules.graph import ops
 from spmdrules.graph.nodes import Op, Tensor
+from spmdrules.importers import families
 from spmdrules.importers.channel_maps import inference_batch_norm
 from spmdrules.importers.errors import DynamicShapeError, InvalidModelError, UnmappedOpError
 from spmdrules.importers.onnx_values import Empty, Static, array, graph_dtype, safe_name
+from spmdrules.importers.unmapped import Blocked, Untried
 
 #: the walk's state (``onnx_graph.Importer``: graph, env, opset, options), which converters read
 Importer = Any
@@ -41,10 +42,8 @@ def onnx_op(*names: str) -> Callable[[Converter], Converter]:
 
 
 def nearest(op_type: str) -> list[str]:
-    """The mapped ONNX ops closest to ``op_type`` by name."""
-    low = {k.lower(): k for k in OPS}
-    close = difflib.get_close_matches(op_type.lower(), list(low), n=3, cutoff=0.3)
-    return [low[c] for c in close]
+    """The registered ops of the rule family serving ``op_type`` (``importers.families``)."""
+    return families.suggest(op_type)[1]
 
 
 class Ctx:
@@ -63,7 +62,7 @@ class Ctx:
         return int(self.imp.opset)
 
     def fail(self, why: str) -> UnmappedOpError:
-        return UnmappedOpError(self.where, self.node.op_type, nearest(self.node.op_type), why)
+        return UnmappedOpError(self.where, self.node.op_type, None, why, base=self.node.op_type)
 
     def has(self, i: int) -> bool:
         return i < len(self.node.input) and bool(self.node.input[i])
@@ -75,7 +74,10 @@ class Ctx:
         if name not in self.imp.env:  # onnx.checker refuses such a graph first
             raise InvalidModelError(f"node {self.where!r} ({self.node.op_type}): input {name!r} "
                                     "is produced by no earlier node")
-        return self.imp.env[name]
+        got = self.imp.env[name]
+        if isinstance(got, Blocked):
+            raise Untried(got.node)
+        return got
 
     def shape_of(self, i: int) -> list[int]:
         """Input ``i``'s static shape, without making a constant a graph source."""

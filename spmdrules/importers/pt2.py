@@ -23,6 +23,8 @@ from __future__ import annotations
 import importlib
 import io
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +46,12 @@ def load(path: Path) -> Any:
         data = path.read_bytes()
     except OSError as e:
         raise ImporterError(f"{path}: cannot be read ({e.strerror or e})") from e
-    check(torch, data, path.name)
+    unknown = check(torch, data, path.name)
     try:
-        contents = _package().load_pt2(io.BytesIO(data))
+        with _stand_ins(torch, unknown):
+            contents = _package().load_pt2(io.BytesIO(data))
+            for ep in contents.exported_programs.values():
+                _as_dicts(torch, ep)
     except Exception as e:
         raise ImporterError(f"{path.name}: torch could not read the archive: "
                             f"{type(e).__name__}: {str(e)[:1000]}") from e
@@ -57,8 +62,9 @@ def load(path: Path) -> Any:
     return programs["model"]
 
 
-def check(torch: Any, data: bytes, name: str) -> None:
-    """Raise ``UnsafeArchiveError`` unless every entry of the archive ``data`` is plain data."""
+def check(torch: Any, data: bytes, name: str) -> set[str]:
+    """Raise ``UnsafeArchiveError`` unless every entry of the archive ``data`` is plain data;
+    return the pytree types its programs' inputs and outputs name that are not registered."""
     c = _package()
     try:
         reader = c.PT2ArchiveReader(io.BytesIO(data))
@@ -72,11 +78,13 @@ def check(torch: Any, data: bytes, name: str) -> None:
         raise ImporterError(f"{name}: the archive holds no program (no {c.MODELS_DIR}*.json); "
                             f"{_OLDER}")
     allowed = set(_MARKERS)
+    unknown: set[str] = set()
     for model in sorted(models):
         for legacy in (f"{c.WEIGHTS_DIR}{model}.pt", f"{c.CONSTANTS_DIR}{model}.pt"):
             if legacy in entries:  # torch reads it before any config, whatever the configs say
                 raise UnsafeArchiveError(name, legacy, *_why(c, legacy))
         allowed.add(c.MODELS_FILENAME_FORMAT.format(model))
+        unknown |= _tree_types(torch, reader, name, c.MODELS_FILENAME_FORMAT.format(model))
         allowed |= _payloads(reader, entries, name, c.WEIGHTS_CONFIG_FILENAME_FORMAT.format(model),
                              c.WEIGHTS_DIR, "weight", ())
         allowed |= _payloads(reader, entries, name,
@@ -89,6 +97,129 @@ def check(torch: Any, data: bytes, name: str) -> None:
     for entry in sorted(entries - allowed):
         if not entry.startswith(c.EXTRA_DIR):  # extra files are read as text
             raise UnsafeArchiveError(name, entry, *_why(c, entry))
+    return unknown
+
+
+def _tree_types(torch: Any, reader: Any, name: str, entry: str) -> set[str]:
+    """The pytree node types the program's input and output specs name that no library in this
+    process registered (a Hugging Face ``ModelOutput`` whose module is not imported).
+
+    A spec's context that names an enum is refused: torch's reader imports the enum's module by
+    the name the file gives (``enum_object_hook``), and a model's own program never needs it."""
+    try:
+        program = json.loads(reader.read_string(entry))
+        calls = program["graph_module"]["module_call_graph"]
+        specs = [json.loads(s) for mc in calls for s in (mc["signature"] or {}).values()
+                 if isinstance(s, str)]
+    except Exception:
+        return set()  # not ours to diagnose: torch's reader says what is wrong with it
+    _check_ops(torch, program, name)
+    known = torch.utils._pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE
+    out: set[str] = set()
+    todo = [s[1] for s in specs if isinstance(s, list) and len(s) == 2]
+    while todo:
+        node = todo.pop()
+        if not isinstance(node, dict):
+            continue
+        ctx = node.get("context")
+        if isinstance(ctx, str) and "__enum__" in ctx:
+            raise UnsafeArchiveError(name, entry, "has a pytree spec whose context names an enum,"
+                                     " which torch's reader imports by the module name the file "
+                                     "gives", "export the model with plain outputs")
+        if isinstance(node.get("type"), str) and node["type"] not in known:
+            out.add(node["type"])
+        todo.extend(node.get("children_spec") or ())
+    return out
+
+
+def _check_ops(torch: Any, program: Any, name: str) -> None:
+    """Every custom op the program calls is registered in this process (torch's reader resolves
+    an op by its name and fails on the first it does not know, deep in its deserializer)."""
+    missing: dict[str, int] = {}
+    nodes = ((program.get("graph_module") or {}).get("graph") or {}).get("nodes") or []
+    for node in nodes:
+        target = node.get("target") if isinstance(node, dict) else None
+        parts = target.split(".") if isinstance(target, str) else []
+        if len(parts) != 5 or parts[:2] != ["torch", "ops"] or parts[2] == "aten":
+            continue
+        packet = getattr(getattr(torch.ops, parts[2]), parts[3], None)
+        if packet is None or not hasattr(packet, parts[4]):
+            op = f"{parts[2]}::{parts[3]}"
+            missing[op] = missing.get(op, 0) + 1
+    if missing:
+        listed = ", ".join(f"{op} ({n} node{'s' * (n > 1)})" for op, n in missing.items())
+        raise ImporterError(
+            f"{name}: the program calls {listed}, which no library in this process registers; "
+            "import the library that defines it (its torch.library registration) before reading "
+            "the file, and map it with a converter (docs/importers.md, 'Converters from user "
+            "code')")
+
+
+class _StandIn(dict[str, Any]):
+    """A pytree output class of the program that this process has not registered, read as the
+    dict of its fields: the importer needs only their names."""
+
+
+@contextmanager
+def _stand_ins(torch: Any, names: set[str]) -> Iterator[None]:
+    """Register a ``_StandIn`` under each of ``names`` while torch reads the archive; its
+    context must be the JSON list of the field names (a ``ModelOutput``'s, a dataclass's)."""
+    pytree = torch.utils._pytree
+    made: list[type] = []
+    try:
+        for n in sorted(names):
+            cls = type(f"StandIn[{n}]", (_StandIn,), {})
+            pytree.register_pytree_node(
+                cls, lambda d: (list(d.values()), list(d)),
+                lambda vs, keys, cls=cls: cls(zip(keys, vs, strict=True)),
+                serialized_type_name=n, to_dumpable_context=json.dumps,
+                from_dumpable_context=_field_names(n))
+            made.append(cls)
+        yield
+    finally:
+        for cls in made:
+            pytree._deregister_pytree_node(cls)
+
+
+def _as_dicts(torch: Any, ep: Any) -> None:
+    """Every ``_StandIn`` node of the program's specs as a dict of the same fields, so the
+    program runs (decomposition retraces it) once the stand-ins are unregistered."""
+    pytree = torch.utils._pytree
+
+    def plain(spec: Any) -> Any:
+        if spec is None or spec.is_leaf():
+            return spec
+        kids = [plain(c) for c in spec.children()]
+        if isinstance(spec.type, type) and issubclass(spec.type, _StandIn):
+            return pytree.TreeSpec(dict, list(spec.context), kids)
+        return pytree.TreeSpec(spec.type, spec.context, kids)
+
+    for entry in ep.module_call_graph:
+        sig = entry.signature
+        if sig is not None:
+            sig.in_spec, sig.out_spec = plain(sig.in_spec), plain(sig.out_spec)
+    codegen = ep.graph_module.graph._codegen
+    info = getattr(codegen, "pytree_info", None)
+    if info is not None:
+        codegen.pytree_info = info._replace(in_spec=plain(info.in_spec),
+                                            out_spec=plain(info.out_spec))
+
+
+def _field_names(type_name: str) -> Any:
+    def read(context: str) -> list[str]:
+        try:
+            keys = json.loads(context)
+        except ValueError:
+            keys = None
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise ImporterError(
+                f"the program's output class {type_name} is not registered as a pytree node "
+                f"in this process, and its context {context[:200]!r} is not a list of field "
+                "names to read it by; import the library that defines it (it registers the "
+                "class) before loading, or export the model with plain outputs (a tuple or a "
+                "dict; return_dict=False for Hugging Face models)")
+        return keys
+    return read
 
 
 def _package() -> Any:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from spmdrules.graph.graph import Graph
 from spmdrules.importers.errors import ImporterError
+from spmdrules.importers.unmapped import UnmappedOpsError, UnmappedReport
 
 Reader = Callable[[Path], Graph]
 READERS: dict[str, Reader] = {}
@@ -36,6 +37,16 @@ def read(path: str | Path) -> Graph:
     if not p.exists():
         raise ImporterError(f"{p}: no such file")
     return fn(p)
+
+
+def check(path: str | Path) -> UnmappedReport:
+    """Every op of the model file ``path`` that cannot be mapped (an empty report when all can),
+    from one import that goes on past each of them."""
+    try:
+        g = read(path)
+    except UnmappedOpsError as e:
+        return e.report
+    return UnmappedReport(g.name)
 
 
 @reader(".pt2")

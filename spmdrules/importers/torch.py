@@ -15,8 +15,9 @@ becomes registered ops (``spmdrules.importers.aten``, ``aten_sort``, ``aten_upsa
   source, and its new value is an output ``<buffer>.updated`` (``Imported.updates``);
 * ``spatial_sharding=True`` sets the conv opt-in on every convolution (as the ONNX importer);
 * refused with a typed error naming the node: symbolic shapes, control flow (``cond``,
-  ``while_loop``, ``map``), writes into an input or a parameter, in-place ops, and any
-  op with no mapping (with the nearest mapped ops).
+  ``while_loop``, ``map``), writes into an input, parameter or buffer, in-place ops, and any
+  op with no mapping (every one at once, ``UnmappedOpsError``, with the rule family that
+  serves it).
 
 ``export`` gives the graph with the values the module holds (``Imported.feeds``); ``load`` only
 the graph. torch is imported when called, so spmdrules imports without the ``torch`` extra.
@@ -33,8 +34,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from spmdrules.core.errors import SpmdError
+from spmdrules.core.progress import progress, stage
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Tensor
+from spmdrules.importers import converters
 from spmdrules.importers.errors import (
     ControlFlowError,
     DynamicShapeError,
@@ -43,6 +47,7 @@ from spmdrules.importers.errors import (
     MissingExtraError,
     UnmappedOpError,
 )
+from spmdrules.importers.unmapped import Blocked, UnmappedReport, Untried
 
 Array = NDArray[Any]
 TORCH_VERSION = "2.13.0"
@@ -145,7 +150,8 @@ def decompose_program(ep: Any) -> Any:
     for name in KEPT_WHOLE:
         packet, overload = name.split(".")
         del table[getattr(getattr(torch.ops.aten, packet), overload)]
-    return ep.run_decompositions(table)
+    with stage("decompose", total=len(ep.graph.nodes), unit="node"):
+        return ep.run_decompositions(table)
 
 
 def from_exported(ep: Any, *, spatial_sharding: bool = False,
@@ -168,23 +174,18 @@ class _Importer:
         self.imported = Imported(self.graph)
 
     def run(self) -> Imported:
-        from spmdrules.importers import (  # noqa: F401 (register their converters)
-            aten_attention,
-            aten_indexing,
-            aten_sort,
-            aten_upsample,
-            aten_windows,
-        )
-        from spmdrules.importers.aten import ATEN, Ctx, _Unmapped, dtype_name, nearest
+        from spmdrules.importers.aten import ATEN, dtype_name
 
+        converters.load()
         ep, g = self.ep, self.graph
         sig = ep.graph_signature
         self._check_mutations(sig)
         self._check_control_flow(ep.graph)
         kinds = {s.arg.name: s for s in sig.input_specs}
         state = {**ep.state_dict, **getattr(ep, "constants", {})}
+        report = UnmappedReport(g.name)
         with g:
-            for node in ep.graph.nodes:
+            for node in progress(ep.graph.nodes, "import", total=len(ep.graph.nodes)):
                 if node.op == "placeholder":
                     self._source(node, kinds.get(node.name), state, dtype_name)
                 elif node.op == "call_function":
@@ -192,7 +193,8 @@ class _Importer:
                     target = node.target
                     if target is operator.getitem:
                         seq, i = node.args
-                        v = self.env[seq.name][i]
+                        v = self.env[seq.name]
+                        v = v if isinstance(v, Blocked) else v[i]
                         self.env[node.name] = v
                         continue
                     tname = getattr(target, "__name__", str(target))
@@ -203,28 +205,76 @@ class _Importer:
                             f"node {node.name!r}: aten.{tname} writes in place; export the "
                             "functional form (torch.export does, unless the model mutates "
                             "an input)")
-                    conv = ATEN.get(tname)
-                    if conv is None:
-                        raise UnmappedOpError(node.name, f"aten.{tname}", nearest(tname))
-                    bound = self._bind(node, _Unmapped)
-                    ctx = Ctx(g, self.torch, node, self._op_name(node),
-                              spatial_sharding=self.spatial_sharding)
-                    try:
-                        out = conv(ctx, bound)
-                    except (UnmappedOpError, ImporterError):
-                        raise
-                    except Exception as e:
-                        raise UnmappedOpError(node.name, f"aten.{tname}", nearest(tname),
-                                              f"mapping failed: {e}") from e
-                    self._check_result(node, out, dtype_name)
-                    self.env[node.name] = out
+                    self._call(node, ATEN.get(converters.key(target)), report, dtype_name)
                 elif node.op == "output":
                     self._outputs(node, sig)
                 else:
                     raise ImporterError(f"node {node.name!r}: {node.op} nodes are not "
                                         "supported; export a flat program")
+        if report:
+            raise report.error()
         g.validate()
         return self.imported
+
+    def _call(self, node: Any, conv: Any, report: UnmappedReport, dtype_name: Any) -> None:
+        """Map one op node; an op that cannot be mapped goes into ``report`` and its results
+        become stand-ins of torch's shape and dtype, so the rest of the model is tried too."""
+        from spmdrules.importers.aten import Ctx, _Unmapped, tags
+
+        op = f"{getattr(node.target, 'namespace', 'aten')}.{node.target.__name__}"
+        try:
+            if conv is None:
+                raise UnmappedOpError(node.name, op, None)
+            bound = self._bind(node, _Unmapped)
+            out = conv(Ctx(self.graph, self.torch, node, self._op_name(node),
+                           spatial_sharding=self.spatial_sharding), bound)
+        except Untried:
+            report.untried.append(self._op_name(node))
+            self.env[node.name] = self._stand_in(node, dtype_name)
+            return
+        except ImporterError as e:
+            if not isinstance(e, UnmappedOpError):
+                raise
+            report.add(UnmappedOpError(self._op_name(node), e.op, None, e.why, base=e.base,
+                                       categories=tags(node), like=self._like(node)))
+            self.env[node.name] = self._stand_in(node, dtype_name)
+            return
+        except Exception as e:
+            report.add(UnmappedOpError(self._op_name(node), op, None, f"mapping failed: {e}",
+                                       categories=tags(node), like=self._like(node)))
+            self.env[node.name] = self._stand_in(node, dtype_name)
+            return
+        self._check_result(node, out, dtype_name)
+        self.env[node.name] = out
+
+    def _like(self, node: Any) -> list[str]:
+        """The mapped ATen ops that take the same arguments as ``node``'s op (by name and type:
+        ``cumsum`` for ``cumprod``), for the suggestions."""
+        from spmdrules.importers.aten import ATEN
+
+        if not hasattr(self, "_by_args"):
+            self._by_args: dict[tuple[tuple[str, str], ...], list[str]] = {}
+            for k in ATEN:
+                name, _, overload = k.partition(".")
+                op = getattr(getattr(self.torch.ops.aten, name, None), overload, None)
+                if "." not in overload and op is not None:
+                    self._by_args.setdefault(_args(op), []).append(name)
+        return self._by_args.get(_args(node.target), []) if hasattr(node.target, "_schema") else []
+
+    def _stand_in(self, node: Any, dtype_name: Any) -> Any:
+        """A source of torch's shape and dtype for each result of an unmapped node (``Blocked``
+        where the result is no tensor)."""
+        val = node.meta.get("val")
+        vals = list(val) if isinstance(val, list | tuple) else [val]
+        outs: list[Any] = []
+        for i, v in enumerate(vals):
+            try:
+                outs.append(self.graph.input(f"{node.name}.unmapped.{i}",
+                                             [int(d) for d in v.shape],
+                                             dtype_name(v.dtype, node.name)))
+            except (AttributeError, TypeError, SpmdError):
+                outs.append(Blocked(node.name))
+        return tuple(outs) if isinstance(val, list | tuple) else outs[0]
 
     # ---- sources ------------------------------------------------------------------------------
     def _source(self, node: Any, spec: Any, state: Mapping[str, Any], dtype_name: Any) -> None:
@@ -291,6 +341,8 @@ class _Importer:
             return type(v)(self._value(x, node, unmapped) for x in v)
         if hasattr(v, "op") and hasattr(v, "name") and v.__class__.__name__ == "Node":
             got = self.env[v.name]
+            if isinstance(got, Blocked):
+                raise Untried(got.node)
             if isinstance(got, unmapped):
                 raise got.use(node.name)  # type: ignore[attr-defined]
             return got
@@ -340,6 +392,10 @@ class _Importer:
                 raise ImporterError(f"output {s.arg.name!r} is not a tensor of the graph")
             out = ops.call("assign", got, name=_SAFE.sub("_", key))
             self.imported.outputs.append(out.outputs[0].name)
+
+
+def _args(op: Any) -> tuple[tuple[str, str], ...]:
+    return tuple((a.name, str(a.type)) for a in op._schema.arguments)
 
 
 def _output_keys(ep: Any, n: int) -> list[str]:

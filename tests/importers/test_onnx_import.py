@@ -305,7 +305,7 @@ def test_control_flow_is_refused() -> None:
 def test_unmapped_ops_and_attributes_name_the_node() -> None:
     m = model([N("Resize", ["x", "", "s"], ["y"], name="up")], {"x": (1, 1, 2, 2)}, ["y"],
                {"s": np.array([1, 1, 2, 2], np.float32)})
-    with pytest.raises(errors.UnmappedOpError, match=r"node 'up': op Resize .* nearest"):
+    with pytest.raises(errors.UnmappedOpError, match=r"node 'up': op Resize cannot be mapped"):
         onnx_import.load(m)
     m = model([N("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"],
                   training_mode=1)], {"x": (2, 3, 2, 2)}, ["y"],
