@@ -37,18 +37,18 @@ def _(x: torch.Tensor) -> torch.Tensor:
 
 class Block(nn.Module):
     """Five kinds of unmapped node: a custom op, two ops without a converter, a pointwise op
-    without one, and an embedding whose converter refuses ``padding_idx``; the embedding and
-    the add read the results of unmapped nodes."""
+    without one, and an ``addmm`` whose converter refuses ``beta``; the addmm and the add read
+    the results of unmapped nodes."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.emb = nn.Embedding(10, 4, padding_idx=0)
         self.proj = nn.Linear(4, 4)
+        self.w = nn.Parameter(torch.randn(4, 4))
 
     def forward(self, x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
         y = rms_norm_rope(self.proj(x))
-        z = torch.gather(y, 1, i)
-        return torch.cumprod(z, 0) + torch.atan2(z, z) + self.emb(i).sum()
+        z = torch.sort(y, 1).values
+        return torch.cumprod(z, 0) + torch.atan2(z, z) + torch.addmm(z, z, self.w, beta=2.0)
 
 
 class Model(nn.Module):
@@ -72,20 +72,20 @@ def test_every_unmapped_torch_op_is_reported_at_once() -> None:
     err = info.value
     assert isinstance(err, UnmappedOpError) and isinstance(err, sr.SpmdError)
     assert err.report.counts() == {
-        "spmdrules_test.rms_norm_rope.default": 3, "aten.gather.default": 3,
-        "aten.cumprod.default": 3, "aten.atan2.default": 3, "aten.embedding.default": 3}
+        "spmdrules_test.rms_norm_rope.default": 3, "aten.sort.default": 3,
+        "aten.cumprod.default": 3, "aten.atan2.default": 3, "aten.addmm.default": 3}
     assert (err.node, err.op) == ("layers.0.rms_norm_rope", "spmdrules_test.rms_norm_rope.default")
-    gathers = [u.node for u in err.report.by_op()["aten.gather.default"]]
-    assert gathers == ["layers.0.gather", "layers.1.gather_1", "layers.2.gather_2"]
+    sorts = [u.node for u in err.report.by_op()["aten.sort.default"]]
+    assert sorts == ["layers.0.sort", "layers.1.sort_1", "layers.2.sort_2"]
     text = str(err)
     assert "aten.rms_norm_rope" not in text
     assert "5 op(s) in 15 node(s)" in text
-    assert "why: padding_idx=0" in text  # a refusing converter, tried on stand-ins
+    assert "beta" in text  # a refusing converter, tried on stand-ins
     for line in ("the norm family (rules/norm.py) serves a similar computation: fused_rms_norm",
-                 "the gather family (rules/gather.py) serves a similar computation: gather, ",
+                 "the sort family (rules/sort.py) serves a similar computation: ",
                  "the cumulative family (rules/cumulative.py)",
                  "the elementwise family (rules/elementwise.py)",
-                 "the embedding family (rules/embedding.py)"):
+                 "why: beta=2.0, alpha=1: only beta = alpha = 1 is mapped"):
         assert line in text
 
 
