@@ -69,6 +69,7 @@ def test_unet_keeps_h_split_through_its_up_convolutions() -> None:
          if op.type == "conv2d" and op.operands[1].shape[2] > 1})
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(400)
 def test_unet_on_4_mpi_ranks_equals_torch_forward_and_autograd() -> None:
     module = unet()
