@@ -148,11 +148,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     before = session.config.stash.get(_SHM_BEFORE, None)
     if before is None:
         return
-    after = _shm_segments()
-    if len(after) > len(before):
+    new = _shm_segments() - before
+    if new:
         session.config.stash[_SHM_LEFT] = (
-            f"/dev/shm holds {len(after)} mpich_shm_* files after the session, {len(before)} "
-            f"before; new: {sorted(after - before)}")
+            f"/dev/shm holds {len(new)} mpich_shm_* files after the session that it did not hold "
+            f"before: {sorted(new)}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

@@ -70,3 +70,49 @@ def test_without_mpiexec_the_mpi_tests_are_skipped_with_a_reason(tmp_path: Path)
     # under xdist, one worker runs every MPI test
     skipped = re.findall(r"\[(gw\d+)\][^\n]* SKIPPED (\S+)", out)
     assert len(skipped) == 7 and len({w for w, _ in skipped}) == 1, out[-3000:]
+
+
+SHM_TESTS = '''
+import os, time
+from pathlib import Path
+
+SEGMENT = Path(os.environ["FAKE_SEGMENT"])
+
+
+def test_a_job_holds_a_segment_a_while() -> None:
+    SEGMENT.write_bytes(b"")
+    time.sleep(float(os.environ["HOLD_SECONDS"]))
+    if os.environ["LEAVE_IT"] == "0":
+        SEGMENT.unlink()
+'''
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("leave", [False, True], ids=["removed", "left"])
+def test_the_whole_shm_check_sees_the_run_not_one_worker(tmp_path: Path, leave: bool) -> None:
+    """Under xdist, /dev/shm is compared before and after the whole run: a segment that a job on
+    one worker holds while another worker ends is not counted, one left at the end is."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm on this machine")
+    segment = shm / f"mpich_shm_spmdrules_test_{os.getpid()}_{leave}"
+    (tmp_path / "test_holds.py").write_text(SHM_TESTS)
+    (tmp_path / "test_quick.py").write_text("def test_quick() -> None:\n    pass\n")
+    env = {**os.environ, "SPMDRULES_SHM_CHECK": "all", "FAKE_SEGMENT": str(segment),
+           "HOLD_SECONDS": "10", "LEAVE_IT": str(int(leave)),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT / "tests" / "support")])}
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider",
+             "-n", "2", "--dist", "loadfile", "-q", "test_holds.py", "test_quick.py"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=200)
+    finally:
+        segment.unlink(missing_ok=True)
+    out = run.stdout + run.stderr
+    assert "2 passed" in out, out[-3000:]
+    # (other MPI jobs on this machine may add segments of their own: only this one is looked for)
+    if leave:
+        assert run.returncode == 1, out[-3000:]
+        assert re.search(rf"FAILED \(shared memory\): .*{segment}", out), out[-3000:]
+    else:
+        assert str(segment) not in out, out[-3000:]
