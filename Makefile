@@ -23,13 +23,15 @@ typecheck: $(STAMP)
 # while the others run the numpy tests (tests/support/xdist_mpi.py).
 WORKERS ?= auto
 XDIST = -n $(WORKERS) --dist loadfile
+# more pytest options, e.g. PYTEST_ARGS="--durations=20"
+PYTEST_ARGS ?=
 
 unit: $(STAMP)
-	$(BIN)/pytest -q $(XDIST)
+	$(BIN)/pytest -q $(XDIST) $(PYTEST_ARGS)
 
 # everything but the tests that launch mpiexec
 unit-fast: $(STAMP)
-	$(BIN)/pytest -q $(XDIST) -m "not mpi"
+	$(BIN)/pytest -q $(XDIST) -m "not mpi" $(PYTEST_ARGS)
 
 test: lint typecheck unit
 
