@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint typecheck unit conformance bench clean
+.PHONY: test demo lint typecheck unit unit-fast conformance bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,8 +18,20 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict spmdrules rules
 
+# pytest-xdist, one worker per core (WORKERS=1 for a serial run): each test file is one unit of
+# work, and every test marked mpi joins one unit, so one worker runs the mpiexec jobs one at a time
+# while the others run the numpy tests (tests/support/xdist_mpi.py).
+WORKERS ?= auto
+XDIST = -n $(WORKERS) --dist loadfile
+# more pytest options, e.g. PYTEST_ARGS="--durations=20"
+PYTEST_ARGS ?=
+
 unit: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(XDIST) $(PYTEST_ARGS)
+
+# everything but the tests that launch mpiexec
+unit-fast: $(STAMP)
+	$(BIN)/pytest -q $(XDIST) -m "not mpi" $(PYTEST_ARGS)
 
 test: lint typecheck unit
 

@@ -8,9 +8,11 @@ import contextlib
 import io
 import os
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,22 +78,100 @@ def _shm_segments() -> set[str]:
     return {str(p) for p in shm.glob("mpich_shm_*")} if shm.is_dir() else set()
 
 
+# -- MPI tests: marked, run one at a time, skipped where there is no mpiexec ---------------------
+MPI_MARKER = "mpi"
+NO_MPIEXEC = ("no mpiexec next to {python} or on PATH: install the mpi extra "
+              "(pip install -e '.[mpi]') to run the tests marked mpi")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("xdist"):
+        import xdist_mpi
+
+        config.pluginmanager.register(xdist_mpi, "spmdrules-xdist-mpi")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from spmdrules.execution.launch import mpiexec_path
+
+    mpi = [item for item in items if item.get_closest_marker(MPI_MARKER) is not None]
+    if mpiexec_path() is None:
+        for item in mpi:
+            item.add_marker(pytest.mark.skip(reason=NO_MPIEXEC.format(python=sys.executable)))
+    if config.pluginmanager.has_plugin("spmdrules-xdist-mpi"):
+        import xdist_mpi
+
+        xdist_mpi.record_mpi_tests(config, [item.nodeid for item in mpi])
+
+
+class UnmarkedMpiTest(AssertionError):
+    """A test launched mpiexec without the ``mpi`` marker."""
+
+
+@pytest.fixture(autouse=True)
+def mpi_needs_its_marker(request: pytest.FixtureRequest,
+                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test without ``@pytest.mark.mpi`` cannot start an mpiexec job in this process: it
+    would escape ``make unit-fast``'s filter, the skip where mpiexec is missing, and the one
+    worker that runs MPI jobs under xdist (two jobs at once oversubscribe the cores)."""
+    if request.node.get_closest_marker(MPI_MARKER) is not None:
+        return
+    import spmdrules.execution.launch as launch_module
+
+    def refuse(*args: object, **kwargs: object) -> object:
+        raise UnmarkedMpiTest(f"{request.node.nodeid} launches mpiexec: mark it "
+                              "@pytest.mark.mpi (tests/conftest.py)")
+
+    # every job (run_mpi's, tests/support/mpirun.py's) starts its mpiexec in launch's _run
+    monkeypatch.setattr(launch_module, "_run", refuse)
+
+
+# -- /dev/shm: no MPI job of the run leaves a shared-memory segment ------------------------------
+_SHM_BEFORE = pytest.StashKey[set[str]]()
+_SHM_LEFT = pytest.StashKey[str]()
+
+
+def _whole_shm_checked(config: pytest.Config) -> bool:
+    """The whole of /dev/shm is compared in the process that sees the run from start to end:
+    the only one, or xdist's controller (a worker that ends early would count the files of a job
+    another worker still runs)."""
+    worker = hasattr(config, "workerinput")
+    return not worker and os.environ.get("SPMDRULES_SHM_CHECK", "all") != "own"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if _whole_shm_checked(session.config) and not session.config.option.collectonly:
+        session.config.stash[_SHM_BEFORE] = _shm_segments()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    before = session.config.stash.get(_SHM_BEFORE, None)
+    if before is None:
+        return
+    new = _shm_segments() - before
+    if new:
+        session.config.stash[_SHM_LEFT] = (
+            f"/dev/shm holds {len(new)} mpich_shm_* files after the session that it did not hold "
+            f"before: {sorted(new)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    left = config.stash.get(_SHM_LEFT, None)
+    if left is not None:
+        terminalreporter.write_line(f"FAILED (shared memory): {left}", red=True, bold=True)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_leftover_shared_memory() -> Iterator[None]:
-    """After the session, /dev/shm holds no more mpich_shm_* files than before it, and none of
-    the segments that this session's MPI jobs held (tests/support/mpirun.py records them).
+    """After the session, none of the segments that this session's MPI jobs held is left
+    (tests/support/mpirun.py records them).
 
-    The first check compares the whole of /dev/shm, so on a machine where other MPI jobs run at
-    the same time it can see their files: set SPMDRULES_SHM_CHECK=own there to check only this
-    session's own segments (CI runs alone and checks both)."""
-    before = _shm_segments()
+    The whole of /dev/shm is also compared before and after the run (above), so on a machine
+    where other MPI jobs run at the same time it can see their files: set SPMDRULES_SHM_CHECK=own
+    there to check only this session's own segments (CI runs alone and checks both)."""
     yield
     import mpirun
 
     left = sorted(p for p in mpirun.SEEN_SEGMENTS if Path(p).exists())
     assert not left, f"shared-memory segments of this session's MPI jobs were left: {left}"
-    if os.environ.get("SPMDRULES_SHM_CHECK", "all") != "own":
-        after = _shm_segments()
-        assert len(after) <= len(before), (
-            f"/dev/shm holds {len(after)} mpich_shm_* files after the session, {len(before)} "
-            f"before; new: {sorted(after - before)}")

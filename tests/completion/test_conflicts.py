@@ -75,6 +75,7 @@ def test_routed_experts_run_equal_to_serial_forward_and_gradients_with_the_plans
     assert_simulated_equals_serial(g, feeds, prog=prog, loss="einsum_4")
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_routed_experts_run_on_4_mpi_ranks_equal_to_serial_with_the_plans_bytes() -> None:
     g = re_.graph()
@@ -215,6 +216,7 @@ def test_the_plans_the_cost_changed_run_equal_to_serial_forward_and_gradients(ca
     assert_simulated_equals_serial(g, feeds, prog=prog, loss=loss)
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("case", sorted(CHANGED))
 def test_the_plans_the_cost_changed_run_on_mpi_equal_to_serial(case: str) -> None:

@@ -121,6 +121,7 @@ def test_uneven_co_shards_run_as_serial_forward_and_reverse(case: str) -> None:
     assert sim.traffic.mismatches(gp) == []
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_uneven_co_shards_run_as_serial_under_mpi(case: str) -> None:

@@ -30,6 +30,7 @@ def test_demo_simulated_path_matches_serial() -> None:
     assert "demo passed" in text
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(90)
 def test_demo_command_runs_on_mpi() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}

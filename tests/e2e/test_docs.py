@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(120)
 def test_doc_code_blocks_run_and_print_what_is_shown(doc_page: Any, repo_root: Path) -> None:
     doc_page(repo_root / "docs" / "execution.md").check(min_blocks=5, min_shown=6)

@@ -85,6 +85,7 @@ def test_bad_sizes_are_refused() -> None:
         examples.llama_decoder(1, sr.ProcessMesh([0, 1]), **SIZES)
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
 def test_forward_and_reverse_on_4_mpi_ranks_equal_serial_numpy_with_the_plans_bytes(
@@ -154,6 +155,7 @@ def test_fused_sequence_parallel_splits_norms_and_residuals_by_sequence() -> Non
     assert kinds == ["all_gather"] * 5 + ["reduce_scatter"] * 5
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(240)
 def test_fused_sequence_parallel_on_4_mpi_ranks_equals_serial_with_the_plans_bytes() -> None:
     g = examples.llama_decoder(1, MESH, fused=True, sequence_parallel=True, **SIZES)

@@ -16,6 +16,8 @@ from spmdrules.execution.lowering import lower
 from spmdrules.execution.mpi import run_mpi
 from spmdrules.execution.simulated import run_simulated
 
+pytestmark = pytest.mark.mpi
+
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("case", "nprocs"), [("2d-gpt", 4), ("2d-llama", 4),

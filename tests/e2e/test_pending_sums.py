@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from sharded_runs import assert_mpi_equals_serial, assert_simulated_equals_serial
 
 import spmdrules as sr
@@ -89,6 +90,7 @@ def test_the_gradient_reduces_the_cotangent_once_and_moves_the_plans_bytes() -> 
     assert res.traffic.mismatches(gp) == []
 
 
+@pytest.mark.mpi
 def test_the_moe_combine_runs_on_4_mpi_ranks_equal_to_serial() -> None:
     g = moe_down()
     assert_mpi_equals_serial(g, _feeds(g), prog=lower(complete(g)), timeout=120)

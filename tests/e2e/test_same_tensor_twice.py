@@ -105,6 +105,7 @@ def test_the_two_slots_get_two_edges_and_two_buffers() -> None:
     assert [e.slot for e in edges] == [1] and edges[0].tensor == "sum_0"
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("op", ["multiply", "matmul"])
 def test_one_tensor_in_two_slots_on_mpi(op: str) -> None:

@@ -121,6 +121,7 @@ def test_consumers_needing_different_layouts_get_one_reshard_each() -> None:
     assert_simulated_equals_serial(g, _feeds(g), prog=prog, what="qkv+rows: ")
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(240)
 def test_a_shared_gather_on_4_mpi_ranks_equals_serial_forward_and_reverse() -> None:
     g = _three_slices()

@@ -182,6 +182,7 @@ def test_one_sided_halos_for_pooling() -> None:
     assert info.inputs[0].dims_mapping == info.outputs[0].dims_mapping == (-1, -1, -1, -1)
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(("build", "seed", "mesh"), [
     (_graph, 1, MESH_2D), (_graph, 4, MESH_1D), (_transpose_graph, 3, MESH_2D)],

@@ -41,6 +41,7 @@ def test_the_simulated_mesh_reduces_as_serial_numpy_on_every_process() -> None:
     assert rm.check(program, todo, serial, blocks) == []
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(150)
 def test_mpi_ranks_reduce_as_serial_numpy_and_agree_bit_for_bit() -> None:
     """Every case of the matrix in one ``mpiexec -n 4`` job: groups of 2 (both dims of a 2x2

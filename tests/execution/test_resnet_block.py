@@ -66,6 +66,7 @@ def test_simulated_equals_serial_forward_and_reverse(layout: str, training: bool
     assert bool(halo_predictions(prog)) == (layout != "data")
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("layout", RESNET_LAYOUTS)
 def test_mpi_equals_serial_forward_and_reverse(layout: str) -> None:

@@ -125,6 +125,7 @@ def test_simulated_equals_serial_forward_and_reverse() -> None:
     assert run_simulated(prog, feeds).traffic.halo == halo_predictions(prog)
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_mpi_equals_serial_forward_and_reverse() -> None:
     assert_mpi_equals_serial_forward_and_reverse(*_setup())

@@ -77,6 +77,7 @@ def test_unet_keeps_h_split_through_its_up_convolutions(up: str) -> None:
          or op.type == "bilinear_interp"})
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("up", list(UPS))
 def test_unet_on_4_mpi_ranks_equals_torch_forward_and_autograd(up: str) -> None:

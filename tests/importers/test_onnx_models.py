@@ -113,6 +113,7 @@ def _dummy(shape: tuple[int, ...]) -> np.ndarray:
     return (np.arange(n).reshape(shape) / n).astype(np.float32)
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("model", MODELS)
 def test_spatial_on_4_ranks_equals_the_shipped_output(model: str) -> None:
@@ -133,6 +134,7 @@ def test_spatial_on_4_ranks_equals_the_shipped_output(model: str) -> None:
     np.testing.assert_allclose(run.values[out], want, rtol=rtol, atol=atol)
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("model", MODELS)
 def test_data_parallel_on_2_ranks_batch_4_equals_serial(model: str) -> None:

@@ -27,6 +27,7 @@ from spmdrules.execution.mpi import run_mpi  # noqa: E402
 from spmdrules.importers import torch as torch_import  # noqa: E402
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(400)
 # batch 3 over dp=2: blocks of 2 and 1 rows, which keep data parallelism since issue 24.
 # GPT-2's c_attn and Phi-3's qkv_proj and gate_up_proj are chunk-aware: the graph holds their

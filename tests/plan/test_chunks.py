@@ -309,6 +309,7 @@ def test_the_simulated_and_serial_executors_take_and_give_the_users_order(
         np.testing.assert_allclose(serial[name], w, rtol=1e-12, atol=1e-12, err_msg=name)
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("source", ["python", "model file"])
 def test_on_4_mpi_ranks_the_executor_takes_and_gives_the_users_order(

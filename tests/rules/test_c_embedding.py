@@ -133,6 +133,7 @@ def test_vocab_parallel_lookup_equals_serial_forward_and_reverse() -> None:
     assert_simulated_equals_serial(g, _feeds(), prog=prog)
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(150)
 def test_vocab_parallel_lookup_on_mpi_equals_serial() -> None:
     g = _model()

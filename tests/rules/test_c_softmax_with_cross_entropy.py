@@ -75,6 +75,7 @@ def test_vocab_parallel_equals_serial_forward_and_reverse() -> None:
     assert worst_check.error <= 1e-7, worst_check
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(150)
 def test_vocab_parallel_on_mpi_equals_serial() -> None:
     g = _model()

@@ -162,6 +162,7 @@ def test_vocab_parallel_equals_serial_forward_and_reverse(summed: bool) -> None:
     assert worst_check.error <= 1e-7, worst_check
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("summed", [True, False])
 def test_vocab_parallel_on_mpi_equals_serial_forward_and_reverse(summed: bool) -> None:

@@ -132,6 +132,7 @@ def test_the_norms_sharded_equal_serial_forward_and_reverse(training: bool) -> N
     assert_simulated_equals_serial(g, feeds, prog=prog)
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(150)
 def test_the_norms_sharded_on_mpi_equal_serial() -> None:
     g = _model(True)

@@ -84,6 +84,7 @@ def test_label_smooth_sharded_equals_serial_forward_and_reverse() -> None:
     assert_simulated_equals_serial(g, feeds, prog=prog)
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(150)
 def test_label_smooth_on_mpi_equals_serial() -> None:
     g = _model()

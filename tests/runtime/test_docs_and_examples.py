@@ -29,19 +29,25 @@ def test_docs_have_blocks() -> None:
     assert len(BLOCKS) >= 7
 
 
+RUN_LINE = re.compile(r"# run: mpiexec -n (\d+)")
+
+
 @pytest.mark.timeout(TIMEOUT + 30)
-@pytest.mark.parametrize("i", range(len(BLOCKS)))
+@pytest.mark.parametrize("i", [
+    pytest.param(i, marks=[pytest.mark.mpi] if RUN_LINE.match(code) else [])
+    for i, code in enumerate(BLOCKS)])
 def test_docs_block(i: int, tmp_path: Path) -> None:
     code = BLOCKS[i]
     script = tmp_path / f"block{i}.py"
     script.write_text(code)
-    m = re.match(r"# run: mpiexec -n (\d+)", code)
+    m = RUN_LINE.match(code)
     if m:
         run_mpi(int(m.group(1)), script)
     else:
         subprocess.run([sys.executable, str(script)], check=True, timeout=TIMEOUT, cwd=REPO)
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(TIMEOUT + 30)
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_seed_example(script: Path) -> None:

@@ -14,6 +14,8 @@ from pathlib import Path
 import mpirun
 import pytest
 
+pytestmark = pytest.mark.mpi
+
 HERE = Path(__file__).resolve().parent
 
 

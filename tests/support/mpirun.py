@@ -16,11 +16,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from spmdrules.execution.launch import JobResult, launch
+from spmdrules.execution.launch import JobResult, launch, mpiexec_path
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-MPIEXEC = BIN / "mpiexec"
+# the one run_mpi uses; tests/conftest.py skips the tests marked mpi where there is none
+MPIEXEC = mpiexec_path() or BIN / "mpiexec"
 
 # MPICH: ranks on one oversubscribed node must not spin; a failing rank must end the job.
 MPI_ENV = {

@@ -21,6 +21,8 @@ import pytest
 
 from spmdrules.runtime.processes import alive, descendants, kill, rank_of, shm_files
 
+pytestmark = pytest.mark.mpi
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 CALLER = HERE / "long_caller.py"

@@ -16,6 +16,8 @@ from pathlib import Path
 import mpirun
 import pytest
 
+pytestmark = pytest.mark.mpi
+
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "fault_cases.py"
 TIMEOUT = 90.0
