@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from sharded_runs import assert_simulated_equals_serial
 
 import spmdrules as sr
@@ -92,6 +93,7 @@ def test_a_model_file_keeps_the_masks_of_a_completed_graph() -> None:
     assert back.tensor("c").attr.masks == {1: 0}
 
 
+@pytest.mark.mpi
 def test_lookups_from_split_bool_int_and_float_tables_run_on_4_mpi_ranks() -> None:
     # a bool table's pieces sum as numpy adds bools (a logical or), which MPI's sum cannot send
     from sharded_runs import assert_mpi_equals_serial

@@ -98,6 +98,7 @@ def test_nearest_at_integer_scale_moves_nothing_bilinear_one_row_each_side() -> 
         == [(0, 0), (1, 0)]
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(("seed", "mesh"), [(1, MESH_2D), (2, MESH_1D)], ids=["2d", "1d"])
 def test_upsample_halos_on_mpi_equal_serial_forward_and_reverse(

@@ -149,6 +149,7 @@ def test_hf_model_exported_to_onnx_runs_data_parallel_equal_to_torch(kind: str) 
         np.testing.assert_allclose(got, want[0], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("kind", ["llama", "bert"])
 def test_hf_model_exported_to_onnx_on_4_mpi_ranks_equals_torch_forward_and_reverse(

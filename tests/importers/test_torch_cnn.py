@@ -92,6 +92,7 @@ def test_every_activation_keeps_the_batch_and_h_split(eval_case: Case, train_cas
         assert halos == ({"conv2d", "pool2d"} if g.name == "ResNet18" else {"conv2d"})
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
 def test_on_4_mpi_ranks_equals_torch_forward_autograd_and_running_statistics(
