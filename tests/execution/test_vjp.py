@@ -88,6 +88,8 @@ CASES: dict[str, Build] = {
     "subtract-size1": lambda g: ops.subtract(_f(g, "x", [2, 3, 4]), _f(g, "y", [3, 1])),
     "multiply": lambda g: ops.multiply(_f(g, "x", [2, 1, 4]), _f(g, "y", [2, 3, 4])),
     "divide": lambda g: ops.divide(_f(g, "x", [3, 4]), _f(g, "y", [3, 4])),
+    # a positive base (below), any real exponent: torch's pow of two tensors (issue 26)
+    "elementwise_pow": lambda g: ops.elementwise_pow(_f(g, "x", [3, 4]), _f(g, "y", [3, 4])),
     "maximum": lambda g: ops.maximum(_f(g, "x", [3, 4]), _f(g, "y", [4])),
     "minimum": lambda g: ops.minimum(_f(g, "x", [3, 4]), _f(g, "y", [3, 4])),
     "softmax": lambda g: ops.softmax(_f(g, "x", [2, 3, 5]), axis=-1),
@@ -283,7 +285,8 @@ def _values(op: Op, rng: np.random.Generator) -> dict[str, Any]:
                 hi = 3 if t.name.startswith("index") else (6 if t.name == "label" else 7)
                 vals[t.name] = rng.integers(0, hi, size=t.shape)
             elif (op.type in DERIVATIVES and op.type in POSITIVE) or (
-                    op.type == "divide" and t.name == "y") or t.name == "variance":
+                    op.type == "divide" and t.name == "y") or t.name == "variance" or (
+                    op.type == "elementwise_pow" and t.name == "x"):
                 vals[t.name] = np.abs(rng.standard_normal(t.shape)) + 0.5
             elif op.type.startswith(("softmax_with", "cross_entropy")) and t.name == "x" and \
                     not op.attr_dict.get("use_softmax", True):
