@@ -24,6 +24,7 @@ from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine.attributes import A as A  # rules declare attributes with the registry's A
 from spmdrules.engine.attributes import AttrParam as AttrParam
 from spmdrules.engine.attributes import check_attr as _check_attr
+from spmdrules.engine.masks import plain
 
 TensorKind = Literal["tensor", "optional", "list"]
 RuleFn = Callable[..., SpmdInfo]
@@ -91,14 +92,14 @@ def _unmasked(args: Sequence[Any]) -> tuple[Any, ...] | None:
     if not found:
         return None
 
-    def plain(a: Any) -> Any:
+    def unmasked(a: Any) -> Any:
         if type(a) is TensorSpec:
-            return TensorSpec._make(a.shape, a.attr.without_masks()) if a.attr._masks else a
+            return plain(a)
         if type(a) in (tuple, list):
-            return type(a)(plain(t) for t in a)
+            return type(a)(unmasked(t) for t in a)
         return a
 
-    return tuple(plain(a) for a in args)
+    return tuple(unmasked(a) for a in args)
 
 
 def _plain_call(args: tuple[Any, ...], kwargs: dict[str, Any]
