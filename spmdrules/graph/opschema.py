@@ -7,12 +7,12 @@ attribute defaults from here, so they can never disagree with the rules: a rule 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Any
 
 from spmdrules.core.errors import UnknownOpError, did_you_mean
+from spmdrules.engine.attributes import INVALID, coerce_attr
 from spmdrules.engine.attributes import TYPE_WORDS as _TYPE_WORDS
-from spmdrules.engine.attributes import as_number
 from spmdrules.engine.registry import AttrParam, Rule, TensorParam, get_rule, list_rules
 from spmdrules.graph.errors import GraphUnknownOpError, OpAttributeError
 from spmdrules.graph.shapes.shape_rule import GENERIC_OPS
@@ -142,56 +142,14 @@ class OpSchema:
 
 
 def _check_attr(node: str, op: str, p: AttrParam, v: Any) -> Any:
-    import numpy as np
-
-    t = p.type
-    ok: Any = _INVALID
-    if t == "bool":
-        if isinstance(v, bool | np.bool_) or (isinstance(v, int) and v in (0, 1)):
-            ok = bool(v)
-    elif t == "int":
-        if isinstance(v, int | np.integer) and not isinstance(v, bool):
-            ok = int(v)
-    elif t == "float":
-        if isinstance(v, float | int | np.floating | np.integer) and not isinstance(v, bool):
-            ok = float(v)
-    elif t == "number":
-        n = as_number(v)
-        if n is not None:
-            ok = n
-    elif t == "str":
-        if isinstance(v, str):
-            ok = v
-    elif t == "ints":
-        if isinstance(v, int | np.integer) and not isinstance(v, bool):
-            ok = (int(v),)
-        elif isinstance(v, Sequence | np.ndarray) and not isinstance(v, str) and all(
-            isinstance(e, int | np.integer) and not isinstance(e, bool) for e in v
-        ):
-            ok = tuple(int(e) for e in v)
-    elif t == "floats":
-        if isinstance(v, Sequence | np.ndarray) and not isinstance(v, str) and all(
-            isinstance(e, float | int | np.floating | np.integer) and not isinstance(e, bool)
-            for e in v
-        ):
-            ok = tuple(float(e) for e in v)
-    elif t == "dtype":
-        if isinstance(v, str):
-            ok = v
-        elif isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic)):
-            ok = str(np.dtype(v))
-    if ok is _INVALID:
+    ok = coerce_attr(p, v)
+    if ok is INVALID:
         raise OpAttributeError(
-            f"op {node!r} ({op}): attribute {p.name!r} must be {_TYPE_WORDS[t]}, got {v!r}"
+            f"op {node!r} ({op}): attribute {p.name!r} must be {_TYPE_WORDS[p.type]}, got {v!r}"
         )
     return ok
 
 
-class _Invalid:
-    pass
-
-
-_INVALID: Final = _Invalid()
 _CACHE: dict[str, OpSchema] = {}
 
 
