@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 
 lint: $(STAMP)
 	$(BIN)/ruff check spmdrules rules tests bench examples
+	$(BIN)/vulture
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict spmdrules rules

@@ -43,7 +43,6 @@ from spmdrules.engine.windows import (
 )
 
 CONV_OPS: Final = ("conv2d", "conv3d", "depthwise_conv2d", "conv2d_transpose")
-GRAD_OPS: Final = ("conv3d_grad", "depthwise_conv2d_grad", "conv2d_transpose_grad")
 
 #: Paddle's quirks, each reproducible (see the module doc and docs/deviations/conv.md)
 SPATIAL_KEPT: Final = "spatial-kept"  # a sharded H/W/D stays sharded without a halo

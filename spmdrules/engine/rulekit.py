@@ -32,19 +32,6 @@ def shard_product(mesh_shape: Sequence[int], dims: Sequence[int]) -> int:
     return n
 
 
-def divisible_mapping(shape: Sequence[int], mdm: MultiDims, mesh_shape: Sequence[int]) -> MultiDims:
-    """Replicate every dim whose size is not divisible by the number of shards it is cut into."""
-    out: list[tuple[int, ...]] = []
-    changed = False
-    for n, dims in zip(shape, mdm, strict=True):
-        if dims and n % shard_product(mesh_shape, dims) != 0:
-            out.append(())
-            changed = True
-        else:
-            out.append(dims)
-    return tuple(out) if changed else mdm
-
-
 def normalise_axis(op: str, tensor: str, axis: int, ndim: int, *, allow_end: bool = False) -> int:
     """A non-negative axis in range for a tensor of rank ``ndim`` (or one past the end).
 

@@ -56,7 +56,6 @@ from spmdrules.graph.binding import (
 from spmdrules.graph.errors import (
     ArityError,
     DuplicateNameError,
-    GraphContextError,
     ProducerError,
     ShapeError,
     UnknownNodeError,
@@ -486,14 +485,3 @@ class Graph:
             outs = ", ".join(f"{t.name}{list(t.shape)}" for t in op.outputs)
             lines.append(f"  {outs} = {op.type}({', '.join(t.name for t in op.inputs)})")
         return "\n".join(lines)
-
-
-def current_graph(node: str) -> Graph:
-    """The graph of an enclosing ``with Graph():`` block; an error naming ``node`` otherwise."""
-    g = Graph.current()
-    if g is None:
-        raise GraphContextError(
-            f"{node}: no graph is active; build ops inside `with spmdrules.graph.graph.Graph() as g:` "
-            "or on tensors of a graph"
-        )
-    return g

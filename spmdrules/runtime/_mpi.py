@@ -114,18 +114,6 @@ PAGE_OFFSET_SLOT = STRUCTURE_LEN
 PAGE = 4096
 
 
-def encode_header(array: np.ndarray[Any, Any], what: str) -> np.ndarray[Any, np.dtype[np.int64]]:
-    """The structure header of a local array."""
-    if array.ndim > MAX_NDIM:
-        raise TensorStructureError(
-            f"{what}: arrays of dimension {array.ndim} are not supported (at most {MAX_NDIM}); "
-            "reshape the tensor to fewer dimensions"
-        )
-    header = np.zeros(HEADER_LEN, dtype=np.int64)
-    write_header(header, array, what)
-    return header
-
-
 def write_header(
     header: np.ndarray[Any, np.dtype[np.int64]], array: np.ndarray[Any, Any], what: str
 ) -> None:
@@ -143,6 +131,6 @@ def write_header(
 
 
 def decode_header(header: np.ndarray[Any, Any]) -> tuple[np.dtype[Any], tuple[int, ...]]:
-    """Inverse of :func:`encode_header`."""
+    """The dtype and shape a header written by :func:`write_header` describes."""
     ndim = int(header[1])
     return dtype_of_code(int(header[0])), tuple(int(s) for s in header[2 : 2 + ndim])

@@ -27,9 +27,11 @@ def layer_ops(g: Graph, i: int) -> list[str]:
 @pytest.mark.parametrize("num_layers", [0, 1, 2, 5])
 def test_gpt_counts(num_layers: int) -> None:
     g = examples.gpt_decoder(num_layers, MESH, **SMALL)
-    assert g.num_ops == 22 * num_layers + 7
-    assert len(g.annotated()) == 6 * num_layers + 6
-    assert examples.GPT_OPS_PER_LAYER == len(LAYER_OPS) == 22
+    assert g.num_ops == examples.GPT_OPS_PER_LAYER * num_layers + examples.GPT_OPS_OUTSIDE
+    assert len(g.annotated()) == (examples.GPT_ANNOTATED_PER_LAYER * num_layers
+                                  + examples.GPT_ANNOTATED_OUTSIDE)
+    assert (examples.GPT_OPS_PER_LAYER, examples.GPT_OPS_OUTSIDE) == (len(LAYER_OPS), 7) == (22, 7)
+    assert (examples.GPT_ANNOTATED_PER_LAYER, examples.GPT_ANNOTATED_OUTSIDE) == (6, 6)
     for i in range(num_layers):
         assert layer_ops(g, i) == LAYER_OPS
 
