@@ -198,27 +198,10 @@ class ReduceBroadcast:
                 reqs.append(comm.Isend([xflat[a:b], mtype], j, TAG_REDUCE_SCATTER))
             self.bytes_sent += p.send_bytes
         MPI.Request.Waitall(reqs)
-        target = p.target
-        if target is not None:
-            # add in source order (deterministic); this worker's own chunk is read in place
-            assert p.rows is not None
-            lo, hi = p.bounds[g.my_rank]
-            rows = p.rows
-            parts = [rows[i] if i >= 0 else xflat[lo:hi] for i in p.order]  # type: ignore[index]
+        if p.target is not None:
             if p.window is not None and not g.i_am_dest:
                 MPI.Request.Waitall(p.ready)  # the target is the destination's result
-            if len(parts) == 1:
-                np.copyto(target, parts[0])
-            elif is_half(target.dtype):
-                # float16/bfloat16 chunks are summed in float32 and rounded once
-                acc = parts[0].astype(np.float32)
-                for part in parts[1:]:
-                    acc += part
-                np.copyto(target, acc, casting="unsafe")
-            else:
-                np.add(parts[0], parts[1], out=target)
-                for part in parts[2:]:
-                    np.add(target, part, out=target)
+            _add_pieces(p, p.target, xflat, g.my_rank)
         if p.window is not None:
             if g.i_am_dest:
                 MPI.Request.Waitall(p.ready)
@@ -420,3 +403,24 @@ class Broadcast(_ReduceBroadcastLayer):
     """
 
     _forward_reduces = False
+
+
+def _add_pieces(p: GroupPlan, target: Array, xflat: Array | None, me: int) -> None:
+    """Sum this worker's piece of every source's rows into ``target``, in source order
+    (deterministic); the worker's own piece is read in place from ``xflat``."""
+    assert p.rows is not None
+    lo, hi = p.bounds[me]
+    rows = p.rows
+    parts = [rows[i] if i >= 0 else xflat[lo:hi] for i in p.order]  # type: ignore[index]
+    if len(parts) == 1:
+        np.copyto(target, parts[0])
+    elif is_half(target.dtype):
+        # float16/bfloat16 pieces are summed in float32 and rounded once
+        acc = parts[0].astype(np.float32)
+        for part in parts[1:]:
+            acc += part
+        np.copyto(target, acc, casting="unsafe")
+    else:
+        np.add(parts[0], parts[1], out=target)
+        for part in parts[2:]:
+            np.add(target, part, out=target)

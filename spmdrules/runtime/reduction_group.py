@@ -165,39 +165,57 @@ def _prepare_reduce(g: Group, p: GroupPlan) -> None:
     """The steady path of a reduce plan: persistent requests and the order of adds."""
     if g.size == 1:
         return
-    comm, mtype, me = g.comm, p.mtype, g.my_rank
-    itemsize = p.dtype.itemsize
-    lo, hi = p.bounds[me]
     assert p.rows is not None
-    direct = p.window is not None
+    lo, hi = p.bounds[g.my_rank]
     if hi > lo:
-        p.scatter_recvs = [
-            comm.Recv_init([row, mtype], src, TAG_REDUCE_SCATTER)
-            for row, src in zip(p.rows, g.remote_sources, strict=True)
-        ]
-        remote = iter(range(len(p.rows)))
-        p.order = [-1 if src == me else next(remote) for src in g.sources]
-        p.target = p.out.reshape(-1)[lo:hi] if g.i_am_dest or direct else p.acc
+        _prepare_scatter_receives(g, p, lo, hi)
     if g.i_am_source:
-        p.send_chunks = [(j, a, b) for j, (a, b) in enumerate(p.bounds) if j != me and b > a]
-        p.send_bytes = sum(b - a for _, a, b in p.send_chunks) * itemsize
-    if direct:
-        none, byte = np.empty(0, dtype=np.uint8), mpi().BYTE
-        if g.i_am_dest:
-            writers = [j for j, (a, b) in enumerate(p.bounds) if j != 0 and b > a]
-            p.ready = [comm.Send_init([none, byte], j, TAG_REDUCE_READY) for j in writers]
-            p.done = [comm.Recv_init([none, byte], j, TAG_REDUCE_DONE) for j in writers]
-        elif hi > lo:
-            p.ready = [comm.Recv_init([none, byte], 0, TAG_REDUCE_READY)]
-            p.done = [comm.Send_init([none, byte], 0, TAG_REDUCE_DONE)]
-            p.gather_bytes = (hi - lo) * itemsize
-    elif g.i_am_dest:
+        p.send_chunks = [(j, a, b) for j, (a, b) in enumerate(p.bounds)
+                         if j != g.my_rank and b > a]
+        p.send_bytes = sum(b - a for _, a, b in p.send_chunks) * p.dtype.itemsize
+    if p.window is not None:
+        _prepare_direct_handshake(g, p, hi - lo)
+    else:
+        _prepare_gather(g, p, hi - lo)
+
+
+def _prepare_scatter_receives(g: Group, p: GroupPlan, lo: int, hi: int) -> None:
+    """This rank's piece ``[lo, hi)`` of the sum: a receive per remote source, and the order in
+    which the sources' rows (``-1``: its own) are added into the target."""
+    assert p.rows is not None
+    p.scatter_recvs = [
+        g.comm.Recv_init([row, p.mtype], src, TAG_REDUCE_SCATTER)
+        for row, src in zip(p.rows, g.remote_sources, strict=True)
+    ]
+    remote = iter(range(len(p.rows)))
+    p.order = [-1 if src == g.my_rank else next(remote) for src in g.sources]
+    direct = p.window is not None
+    p.target = p.out.reshape(-1)[lo:hi] if g.i_am_dest or direct else p.acc
+
+
+def _prepare_direct_handshake(g: Group, p: GroupPlan, piece: int) -> None:
+    """Writes into the destination's window: the destination says when its output is ready
+    to be written and each writer when it has written (empty messages)."""
+    none, byte = np.empty(0, dtype=np.uint8), mpi().BYTE
+    if g.i_am_dest:
+        writers = [j for j, (a, b) in enumerate(p.bounds) if j != 0 and b > a]
+        p.ready = [g.comm.Send_init([none, byte], j, TAG_REDUCE_READY) for j in writers]
+        p.done = [g.comm.Recv_init([none, byte], j, TAG_REDUCE_DONE) for j in writers]
+    elif piece > 0:
+        p.ready = [g.comm.Recv_init([none, byte], 0, TAG_REDUCE_READY)]
+        p.done = [g.comm.Send_init([none, byte], 0, TAG_REDUCE_DONE)]
+        p.gather_bytes = piece * p.dtype.itemsize
+
+
+def _prepare_gather(g: Group, p: GroupPlan, piece: int) -> None:
+    """Without a window, the destination gathers every rank's summed piece."""
+    if g.i_am_dest:
         out_flat = p.out.reshape(-1)
         p.gather = [
-            comm.Recv_init([out_flat[a:b], mtype], j, TAG_REDUCE_GATHER)
+            g.comm.Recv_init([out_flat[a:b], p.mtype], j, TAG_REDUCE_GATHER)
             for j, (a, b) in enumerate(p.bounds)
             if j != 0 and b > a
         ]
-    elif hi > lo:
-        p.gather = [comm.Send_init([p.acc, mtype], 0, TAG_REDUCE_GATHER)]
-        p.gather_bytes = (hi - lo) * itemsize
+    elif piece > 0:
+        p.gather = [g.comm.Send_init([p.acc, p.mtype], 0, TAG_REDUCE_GATHER)]
+        p.gather_bytes = piece * p.dtype.itemsize

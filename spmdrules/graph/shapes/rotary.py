@@ -30,6 +30,14 @@ def _rope(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> S
             raise ctx.fail(name, f"has shape {list(t.shape)} but q has {list(q.shape)}",
                            f"give {name} q's shape")
         outs.append(() if t is None else t.shape)
+    _check_tables(ctx, args, q.shape, batch, seq)
+    return tuple(outs)
+
+
+def _check_tables(ctx: ShapeContext, args: Sequence[Arg], q: OutShape, batch: int,
+                  seq: int) -> None:
+    """sin and cos, both or neither, [1, seq, 1, head_dim] or [seq, head_dim] (at least seq
+    long with position_ids, which are [batch, seq])."""
     sin, cos = shape_rule.optional_arg(args, 3), shape_rule.optional_arg(args, 4)
     ids = shape_rule.optional_arg(args, 5)
     if (sin is None) != (cos is None) or (sin is not None and cos is not None
@@ -38,15 +46,14 @@ def _rope(ctx: ShapeContext, args: Sequence[Arg], attrs: Mapping[str, Any]) -> S
     if sin is not None:
         s = sin.shape
         table = (s[1], s[3]) if len(s) == 4 and s[0] == s[2] == 1 else s if len(s) == 2 else None
-        if table is None or table[1] != q.shape[3] or (
+        if table is None or table[1] != q[3] or (
                 table[0] < seq if ids is not None else table[0] != seq):
             raise ctx.fail("sin", f"has shape {list(s)}",
-                           f"give it [1, {seq}, 1, {q.shape[3]}] or [{seq}, {q.shape[3]}] "
+                           f"give it [1, {seq}, 1, {q[3]}] or [{seq}, {q[3]}] "
                            "(a longer sequence with position_ids)")
     if ids is not None and ids.shape != (batch, seq):
         raise ctx.fail("position_ids", f"has shape {list(ids.shape)}",
                        f"give it [batch, seq_len] = {[batch, seq]}")
-    return tuple(outs)
 
 
 shape_rule.register(("fused_rotary_position_embedding",), _rope, _dtype)
