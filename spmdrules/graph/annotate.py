@@ -116,17 +116,7 @@ def _parse_spec(
     if spec is None:
         return [None] * nd, {}, [False] * nd
     if isinstance(spec, DistAttr):
-        if spec.mesh != mesh:
-            raise InvalidSpecError(
-                f"{where}: the DistAttr is on {spec.mesh!r}, not on the given mesh {mesh!r}; "
-                "pass the attribute's own mesh"
-            )
-        if spec.ndim != nd:
-            raise SpecRankError(
-                f"{where}: the DistAttr {spec.mapping_str()} has {spec.ndim} dims but tensor "
-                f"{tensor.name!r} {list(tensor.shape)} has rank {nd}; give one entry per tensor dim"
-            )
-        return list(spec.multi_dims_mapping), dict(spec.partial_items), [True] * nd
+        return _from_dist_attr(where, tensor, mesh, spec)
     if isinstance(spec, str | bytes | Mapping) or not isinstance(spec, Iterable):
         raise InvalidSpecError(
             f"{where}: spec {spec!r} is not a list; write placements [Shard(0), Replicate()], a "
@@ -148,28 +138,42 @@ def _parse_spec(
             f"{list(tensor.shape)} has rank {nd}; give one entry per tensor dim (None or -1 to "
             "replicate, OPEN to leave it open)"
         )
-    dims: list[DimSpec] = []
-    explicit: list[bool] = []
-    for i, e in enumerate(entries):
-        if e is OPEN or e is Ellipsis:
-            dims.append(None)
-            explicit.append(False)
-        elif e is None or (isinstance(e, int) and not isinstance(e, bool) and e == -1):
-            dims.append(())
-            explicit.append(True)
-        elif isinstance(e, tuple | list):
-            ms = tuple(_mesh_dim(where, mesh, d, i) for d in e)
-            if len(set(ms)) != len(ms):
-                raise MeshDimReusedError(
-                    f"{where}: tensor dim {i} lists a mesh dim twice in {e!r}; "
-                    "list each mesh dim once"
-                )
-            dims.append(ms)
-            explicit.append(True)
-        else:
-            dims.append((_mesh_dim(where, mesh, e, i),))
-            explicit.append(True)
-    return dims, {}, explicit
+    per_dim = [_dim_entry(where, mesh, e, i) for i, e in enumerate(entries)]
+    return [d for d, _ in per_dim], {}, [fixed for _, fixed in per_dim]
+
+
+def _from_dist_attr(where: str, tensor: Tensor, mesh: ProcessMesh, spec: DistAttr
+                    ) -> tuple[list[DimSpec], dict[int, str], list[bool]]:
+    if spec.mesh != mesh:
+        raise InvalidSpecError(
+            f"{where}: the DistAttr is on {spec.mesh!r}, not on the given mesh {mesh!r}; "
+            "pass the attribute's own mesh"
+        )
+    if spec.ndim != tensor.ndim:
+        raise SpecRankError(
+            f"{where}: the DistAttr {spec.mapping_str()} has {spec.ndim} dims but tensor "
+            f"{tensor.name!r} {list(tensor.shape)} has rank {tensor.ndim}; give one entry per "
+            "tensor dim"
+        )
+    return list(spec.multi_dims_mapping), dict(spec.partial_items), [True] * tensor.ndim
+
+
+def _dim_entry(where: str, mesh: ProcessMesh, e: Any, i: int) -> tuple[DimSpec, bool]:
+    """Tensor dim ``i``'s entry of a per-dim spec: its mesh dims (None: open), and whether the
+    spec fixed it."""
+    if e is OPEN or e is Ellipsis:
+        return None, False
+    if e is None or (isinstance(e, int) and not isinstance(e, bool) and e == -1):
+        return (), True
+    if isinstance(e, tuple | list):
+        ms = tuple(_mesh_dim(where, mesh, d, i) for d in e)
+        if len(set(ms)) != len(ms):
+            raise MeshDimReusedError(
+                f"{where}: tensor dim {i} lists a mesh dim twice in {e!r}; "
+                "list each mesh dim once"
+            )
+        return ms, True
+    return (_mesh_dim(where, mesh, e, i),), True
 
 
 def _check_splittable(where: str, tensor: Tensor, mesh: ProcessMesh,

@@ -5,7 +5,7 @@ with less communication (docs/verify.md).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.spec import TensorSpec
@@ -88,28 +88,11 @@ def find_alternative(
             m in a.sharded_mesh_dims or a.is_partial(m) for _, _, a in flat_derived
         ):
             continue
-        given, restored = list(given0), []
-        for k, i, a in _flat_slots(given0):
-            dim = _given_dim(_spec_at(given_args, k, i), m)
-            if dim is None or m in a.sharded_mesh_dims or a.is_partial(m):
-                continue
-            given = _with(given, k, i, _shard_on(a, dim, m))
-            restored.append((k, i, dim))
+        given, restored = _restore_given(given_args, given0, m)
         if not restored:
             continue
         sizes = {_spec_at(given_args, k, i).shape[d] for k, i, d in restored}
-        choices: list[list[int | None]] = []
-        for k, i, _ in flat_derived:
-            shape = _spec_at(derived_args, k, i).shape
-            dims = sorted((d for d in range(len(shape)) if shape[d] > 1),
-                          key=lambda d: shape[d] not in sizes)
-            choices.append([*dims, None])
-        combos = (c for c in itertools.product(*choices) if any(d is not None for d in c))
-        for combo in itertools.islice(combos, MAX_ALTERNATIVES):
-            derived = list(derived0)
-            for (k, i, a), d in zip(flat_derived, combo, strict=True):
-                if d is not None:
-                    derived = _with(derived, k, i, _shard_on(a, d, m))
+        for derived in _derived_candidates(derived_args, derived0, m, sizes):
             new_ins, new_outs = (given, derived) if forward else (derived, given)
             try:
                 got = run_sharded(case, kernel, values, new_ins, new_outs, rng, collective)
@@ -119,6 +102,40 @@ def find_alternative(
                 side = "input" if forward else "output"
                 return _describe_alternative(side, m, restored, new_ins, new_outs)
     return None
+
+
+def _restore_given(given_args: Sequence[Arg], given0: Sequence[Slot], m: int
+                   ) -> tuple[list[Slot], list[tuple[int, int | None, int]]]:
+    """The given side with mesh dim ``m`` restored on every dim the call shards on ``m`` and the
+    rule freed, and those (slot, element, dim)s."""
+    given, restored = list(given0), []
+    for k, i, a in _flat_slots(given0):
+        dim = _given_dim(_spec_at(given_args, k, i), m)
+        if dim is None or m in a.sharded_mesh_dims or a.is_partial(m):
+            continue
+        given = _with(given, k, i, _shard_on(a, dim, m))
+        restored.append((k, i, dim))
+    return given, restored
+
+
+def _derived_candidates(derived_args: Sequence[Arg], derived0: Sequence[Slot], m: int,
+                        sizes: set[int]) -> Iterator[list[Slot]]:
+    """The derived side with derived dims sharded on ``m`` (at least one; dims of the restored
+    dims' sizes first), at most MAX_ALTERNATIVES of them."""
+    flat_derived = _flat_slots(derived0)
+    choices: list[list[int | None]] = []
+    for k, i, _ in flat_derived:
+        shape = _spec_at(derived_args, k, i).shape
+        dims = sorted((d for d in range(len(shape)) if shape[d] > 1),
+                      key=lambda d: shape[d] not in sizes)
+        choices.append([*dims, None])
+    combos = (c for c in itertools.product(*choices) if any(d is not None for d in c))
+    for combo in itertools.islice(combos, MAX_ALTERNATIVES):
+        derived = list(derived0)
+        for (k, i, a), d in zip(flat_derived, combo, strict=True):
+            if d is not None:
+                derived = _with(derived, k, i, _shard_on(a, d, m))
+        yield derived
 
 
 def _describe_alternative(

@@ -33,21 +33,10 @@ def conv(op: str, rng: Rng) -> Draft:
     n = int(pick(rng, (1, 2, 3, 4)))
     sp = [int(pick(rng, (3, 4, 5, 6, 7))) for _ in range(nsp)]
     k, s, p, d = _window(rng, min(sp), nsp)
-    groups = 1
-    if base == "depthwise_conv2d":
-        groups = int(pick(rng, (1, 2, 3, 4)))
-        c, m = groups, groups * int(pick(rng, (1, 2)))
-    else:
-        groups = int(pick(rng, (1, 1, 1, 2)))
-        c = groups * int(pick(rng, (1, 2, 3)))
-        m = groups * int(pick(rng, (1, 2, 3)))
+    groups, c, m = _channels(rng, base)
     letter = str(pick(rng, "ccmnu")) if size_one_probe(rng) else ""
     if letter in ("c", "m"):  # one channel: one group
-        if base == "depthwise_conv2d":
-            m, c = (m // groups, 1) if letter == "c" else (1, 1)
-        else:
-            c, m = (1, m) if letter == "c" else (c, 1)
-        groups = 1
+        groups, c, m = _one_channel(letter, base, groups, c, m)
     n = 1 if letter == "n" else n
     if letter == "u":
         k[0], d[0] = 1, 1
@@ -60,22 +49,47 @@ def conv(op: str, rng: Rng) -> Draft:
     algo = pick(rng, ("EXPLICIT", "EXPLICIT", "EXPLICIT", "SAME", "VALID"))
     if base == "conv2d_transpose":
         algo = "EXPLICIT" if algo == "SAME" else algo
-        p = [min(v, (ki - 1) * di // 2) for v, ki, di in zip(p, [x for x in k for _ in (0, 1)],
-                                                             [x for x in d for _ in (0, 1)],
-                                                             strict=True)]
+        p = _transpose_paddings(p, k, d)
         f = (c, m // groups, *k)
         if rng.random() < 0.3:
-            attrs["output_padding"] = [int(rng.integers(0, max(si, di))) for si, di
-                                       in zip(s, d, strict=True)]
+            attrs["output_padding"] = _output_padding(rng, s, d)
     else:
         f = (m, c // groups, *k)
     attrs["padding_algorithm"] = algo
     attrs["paddings"] = p if rng.random() < 0.6 else p[0::2]
-    if base == "conv2d_transpose" and attrs["paddings"] == p[0::2]:
-        attrs["paddings"] = p[0::2]
     x = (n, *sp, c) if last else (n, c, *sp)
     return Draft(base, (x, f), ("real", "real"), attrs,
                  _probe(letter, last, nsp, base == "conv2d_transpose"))
+
+
+def _transpose_paddings(p: list[int], k: list[int], d: list[int]) -> list[int]:
+    """Paddings a transposed conv takes: at most half the dilated window on each side."""
+    k2, d2 = [x for x in k for _ in (0, 1)], [x for x in d for _ in (0, 1)]
+    return [min(v, (ki - 1) * di // 2) for v, ki, di in zip(p, k2, d2, strict=True)]
+
+
+def _output_padding(rng: Rng, s: list[int], d: list[int]) -> list[int]:
+    """An output padding per spatial dim, below its stride or dilation."""
+    return [int(rng.integers(0, max(si, di))) for si, di in zip(s, d, strict=True)]
+
+
+def _channels(rng: Rng, base: str) -> tuple[int, int, int]:
+    """Groups, input channels and output channels; a depthwise conv has one input channel per
+    group."""
+    if base == "depthwise_conv2d":
+        groups = int(pick(rng, (1, 2, 3, 4)))
+        return groups, groups, groups * int(pick(rng, (1, 2)))
+    groups = int(pick(rng, (1, 1, 1, 2)))
+    return groups, groups * int(pick(rng, (1, 2, 3))), groups * int(pick(rng, (1, 2, 3)))
+
+
+def _one_channel(letter: str, base: str, groups: int, c: int, m: int) -> tuple[int, int, int]:
+    """The probed channel letter (input ``c`` or output ``m``) of size one, in one group."""
+    if base == "depthwise_conv2d":
+        m, c = (m // groups, 1) if letter == "c" else (1, 1)
+    else:
+        c, m = (1, m) if letter == "c" else (c, 1)
+    return 1, c, m
 
 
 def _probe(letter: str, last: bool, nsp: int, transpose: bool) -> tuple[Split, ...]:
