@@ -255,20 +255,10 @@ def run_sharded(
     """Scatter by ``ins``, run the kernel per coordinate, gather by ``outs`` (raises
     ``ShardMismatch`` when blocks disagree with ``outs``, ``BlockShapeMismatch`` when a block
     has another shape than ``outs`` gives it)."""
-    scattered: list[Any] = []
-    for v, a in zip(values, ins, strict=True):
-        if v is None or a is None:
-            scattered.append(None)
-        elif isinstance(v, list):
-            assert isinstance(a, tuple)
-            scattered.append([scatter(x, t, rng) for x, t in zip(v, a, strict=True)])
-        else:
-            assert isinstance(a, DistAttr)
-            scattered.append(scatter(v, a, rng))
-    coords = [tuple(int(i) for i in c) for c in np.ndindex(*case.mesh.shape)]
+    scattered = [_scatter_slot(v, a, rng) for v, a in zip(values, ins, strict=True)]
     in_shapes, out_shapes = _shapes(case.inputs), _shapes(case.outputs)
     work: dict[Coord, tuple[LocalContext, list[Block]]] = {}
-    for c in coords:
+    for c in (tuple(int(i) for i in c) for c in np.ndindex(*case.mesh.shape)):
         blocks: list[Block] = [
             None if s is None else [d[c] for d in s] if isinstance(s, list) else s[c]
             for s in scattered
@@ -283,22 +273,32 @@ def run_sharded(
         results = _run_with_collective(collective, work, len(outs))
     else:
         results = {c: _call(kernel, ctx, blocks, len(outs)) for c, (ctx, blocks) in work.items()}
-    gathered: list[Values] = []
-    for k, (arg, a) in enumerate(zip(case.outputs, outs, strict=True)):
-        if arg is None:  # an absent optional output (the gradient of an absent input)
-            gathered.append(None)
-        elif isinstance(arg, TensorSpec):
-            assert isinstance(a, DistAttr)
-            gathered.append(gather({c: _block(r[k]) for c, r in results.items()},
-                                            arg.shape, a))
-        else:
-            assert isinstance(arg, tuple) and isinstance(a, tuple)
-            parts = []
-            for i, (t, ta) in enumerate(zip(arg, a, strict=True)):
-                parts.append(gather({c: _piece(r[k], i) for c, r in results.items()},
-                                             t.shape, ta))
-            gathered.append(parts)
-    return gathered
+    return [_gather_slot(results, k, arg, a)
+            for k, (arg, a) in enumerate(zip(case.outputs, outs, strict=True))]
+
+
+def _scatter_slot(v: Values, a: Slot, rng: Rng) -> Any:
+    """One input's blocks by coordinate (a list of them for a tensor list; None if absent)."""
+    if v is None or a is None:
+        return None
+    if isinstance(v, list):
+        assert isinstance(a, tuple)
+        return [scatter(x, t, rng) for x, t in zip(v, a, strict=True)]
+    assert isinstance(a, DistAttr)
+    return scatter(v, a, rng)
+
+
+def _gather_slot(results: Mapping[Coord, Any], k: int, arg: Arg, a: Slot) -> Values:
+    """Output ``k``'s global value from every coordinate's blocks (None: an absent optional
+    output, the gradient of an absent input)."""
+    if arg is None:
+        return None
+    if isinstance(arg, TensorSpec):
+        assert isinstance(a, DistAttr)
+        return gather({c: _block(r[k]) for c, r in results.items()}, arg.shape, a)
+    assert isinstance(arg, tuple) and isinstance(a, tuple)
+    return [gather({c: _piece(r[k], i) for c, r in results.items()}, t.shape, ta)
+            for i, (t, ta) in enumerate(zip(arg, a, strict=True))]
 
 
 def _exchange_halos(case: OpCall, work: dict[Coord, tuple[LocalContext, list[Block]]],
