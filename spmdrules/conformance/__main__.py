@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from tqdm import tqdm
@@ -70,6 +71,39 @@ def _table(tallies: dict[str, runner.OpTally]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    ns = _parser().parse_args(argv)
+    try:
+        paths = ns.paths or runner.default_case_paths()
+        cases = list(runner.iter_cases(paths, ns.ops))
+    except (OSError, ValueError) as e:
+        print(f"conformance: {e}", file=sys.stderr)
+        return 2
+    bar = tqdm(
+        cases, desc="conformance", unit="case", disable=not sys.stderr.isatty(), file=sys.stderr
+    )
+    if ns.execute:
+        _execute(bar, ns.deviations, ns.show)
+        return 0
+    tallies: dict[str, runner.OpTally] = {}
+    misses: list[runner.CaseResult] = []
+    for case in bar:
+        r = runner.run_case(case)
+        tallies.setdefault(r.op, runner.OpTally()).add(r)
+        if r.verdict != "agree":
+            misses.append(r)
+    if ns.json:
+        print(json.dumps(_json(tallies)))
+    elif ns.deviations:
+        print(runner.deviation_table(runner.deviation_summary(misses)))
+    else:
+        print(_table(tallies))
+        shown = [m for m in misses if m.deviation is None][: ns.show]
+        for m in shown:
+            print(f"\n{m.case_id} [{m.verdict}]: {m.detail}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m spmdrules.conformance",
         description="Run Paddle 3.3.1 conformance cases through spmdrules and compare exactly.",
@@ -101,55 +135,34 @@ def main(argv: list[str] | None = None) -> int:
         help="run every answer, ours and Paddle's, on the simulated mesh; print per op how many "
         "execute ok, malformed or wrong, and per deviation class how Paddle's answers run",
     )
-    ns = ap.parse_args(argv)
-    try:
-        paths = ns.paths or runner.default_case_paths()
-        cases = list(runner.iter_cases(paths, ns.ops))
-    except (OSError, ValueError) as e:
-        print(f"conformance: {e}", file=sys.stderr)
-        return 2
-    bar = tqdm(
-        cases, desc="conformance", unit="case", disable=not sys.stderr.isatty(), file=sys.stderr
-    )
-    if ns.execute and ns.deviations:  # the proofs: the deviating cases' answers, run
-        runs = ((case, runner.run_case(case)) for case in bar)
+    return ap
+
+
+def _execute(cases: Iterable[dict[str, Any]], proofs_only: bool, show: int) -> None:
+    """``--execute``: run every answer on the simulated mesh; with ``--deviations``, only the
+    deviating cases' answers (the proofs)."""
+    if proofs_only:
+        runs = ((case, runner.run_case(case)) for case in cases)
         print(execution.proof_table(execution.check_result(case, r) for case, r in runs
                                     if r.verdict == "disagree"))
-        return 0
-    if ns.execute:
-        done = execution.check_cases(bar)
-        print(execution.op_table(done))
-        print()
-        print(execution.proof_table(done))
-        bad = [x for x in done if x.ours not in ("ok", "not run")][: ns.show]
-        for x in bad:
-            print(f"\n{x.case_id} [ours {x.ours}]: {x.detail}")
-        return 0
-    tallies: dict[str, runner.OpTally] = {}
-    misses: list[runner.CaseResult] = []
-    for case in bar:
-        r = runner.run_case(case)
-        tallies.setdefault(r.op, runner.OpTally()).add(r)
-        if r.verdict != "agree":
-            misses.append(r)
-    if ns.json:
-        out: dict[str, Any] = {
-            "ops": {
-                op: {"cases": t.cases, "agree": t.agree, "disagree": t.disagree, "crash": t.crash}
-                for op, t in sorted(tallies.items())
-            },
-            "cases": sum(t.cases for t in tallies.values()),
-            "agree": sum(t.agree for t in tallies.values()),
-        }
-        print(json.dumps(out))
-    elif ns.deviations:
-        print(runner.deviation_table(runner.deviation_summary(misses)))
-    else:
-        print(_table(tallies))
-        shown = [m for m in misses if m.deviation is None][: ns.show]
-        for m in shown:
-            print(f"\n{m.case_id} [{m.verdict}]: {m.detail}")
-    return 0
+        return
+    done = execution.check_cases(cases)
+    print(execution.op_table(done))
+    print()
+    print(execution.proof_table(done))
+    for x in [x for x in done if x.ours not in ("ok", "not run")][:show]:
+        print(f"\n{x.case_id} [ours {x.ours}]: {x.detail}")
+
+
+def _json(tallies: dict[str, runner.OpTally]) -> dict[str, Any]:
+    return {
+        "ops": {
+            op: {"cases": t.cases, "agree": t.agree, "disagree": t.disagree, "crash": t.crash}
+            for op, t in sorted(tallies.items())
+        },
+        "cases": sum(t.cases for t in tallies.values()),
+        "agree": sum(t.agree for t in tallies.values()),
+    }
 
 
 if __name__ == "__main__":

@@ -267,7 +267,6 @@ class MPIExecutor:
         coord = self._coords[a.mesh].get(self.rank)
         if coord is None or x is None:
             return None
-        n = a.mesh.shape[m]
         rt = step.reduce_type or "sum"
         if step.kind == "slice":
             return np.array(x[local_part(b.box(coord), a.box(coord), step.edge)])
@@ -277,41 +276,26 @@ class MPIExecutor:
             return np.zeros_like(x) if rt == "sum" else np.ones_like(x)
         group = self._groups[(a.mesh, m)]
         if step.kind == "all_reduce":
-            if rt == "sum" and x.dtype.kind == "b":
-                # numpy adds bools as a logical or (a lookup from a split bool table's pieces:
-                # the owner's rows and False), which the sum primitive cannot send
-                rt = "any"
-            if rt == "sum":
-                layer = self._sum[k]
-                before = layer.bytes_sent
-                # a copy: the layer reuses its buffer (and ascontiguousarray makes a 0-d x 1-d)
-                out = np.array(layer(np.ascontiguousarray(x)), copy=True).reshape(x.shape)
-                traffic.add(step, layer.bytes_sent - before, 2 * (n - 1), x.itemsize)
-                return out
-            traffic.add(step, 2 * (n - 1) * x.nbytes // n, 2 * (n - 1), x.itemsize)
-            return reduce_ops.allreduce(group, x, rt).reshape(x.shape)
+            return self._all_reduce(k, step, group, a.mesh.shape[m], x, rt, traffic)
         if step.kind == "reduce_scatter":
-            d = next(i for i, ms in enumerate(b.split_mesh_dims) if m in ms)
-            members = [(*coord[:m], i, *coord[m + 1:]) for i in range(n)]
-            sizes = [b.box(c)[d][1] - b.box(c)[d][0] for c in members]
-            moved = np.moveaxis(x, d, 0)
-            rest = int(np.prod(moved.shape[1:], dtype=np.int64))
-            recv = reduce_ops.reduce_scatter(group, moved, [s * rest for s in sizes], rt)
-            # the ring: a member sends every piece of its block but its own
-            traffic.add(step, x.nbytes - sizes[coord[m]] * rest * x.itemsize, n - 1, x.itemsize)
-            return np.ascontiguousarray(
-                np.moveaxis(recv.reshape(sizes[coord[m]], *moved.shape[1:]), 0, d))
-        # all_gather, all_to_all: Repartition's box exchange inside the group
-        from spmdrules.runtime.box_exchange import BoxExchange
+            return _reduce_scatter(step, group, b, coord, x, rt, traffic)
+        return _group_exchange(step, group, a, b, coord, x, traffic)
 
-        members = [(*coord[:m], i, *coord[m + 1:]) for i in range(n)]
-        owned: list[Box | None] = [a.box(c) for c in members]
-        needed: list[Box | None] = [b.box(c) for c in members]
-        ex = BoxExchange(group, coord[m], x.dtype, owned, needed)
-        out = np.empty(b.local_shape(coord), dtype=x.dtype)
-        ex.gather(x, out)
-        traffic.add(step, ex.bytes_gather, len(ex.sends), x.itemsize)
-        return out
+    def _all_reduce(self, k: int, step: Collective, group: Any, n: int, x: Array, rt: str,
+                    traffic: Traffic) -> Array:
+        if rt == "sum" and x.dtype.kind == "b":
+            # numpy adds bools as a logical or (a lookup from a split bool table's pieces:
+            # the owner's rows and False), which the sum primitive cannot send
+            rt = "any"
+        if rt == "sum":
+            layer = self._sum[k]
+            before = layer.bytes_sent
+            # a copy: the layer reuses its buffer (and ascontiguousarray makes a 0-d x 1-d)
+            out = np.array(layer(np.ascontiguousarray(x)), copy=True).reshape(x.shape)
+            traffic.add(step, layer.bytes_sent - before, 2 * (n - 1), x.itemsize)
+            return out
+        traffic.add(step, 2 * (n - 1) * x.nbytes // n, 2 * (n - 1), x.itemsize)
+        return reduce_ops.allreduce(group, x, rt).reshape(x.shape)
 
     def _p2p(self, step: Collective, a: Layout, b: Layout, x: Array | None,
              traffic: Traffic, adjoint: bool = False) -> Array | None:
@@ -411,6 +395,41 @@ class MPIExecutor:
             for k, v in r.seconds.items():
                 total.seconds[k] = max(total.seconds.get(k, 0.0), v)
         return total
+
+
+def _reduce_scatter(step: Collective, group: Any, b: Layout, coord: tuple[int, ...], x: Array,
+                    rt: str, traffic: Traffic) -> Array:
+    """The reduce-scatter over mesh dim ``step.mesh_dim`` onto ``b``'s split of its dim."""
+    m = step.mesh_dim
+    assert m is not None
+    n = b.mesh.shape[m]
+    d = next(i for i, ms in enumerate(b.split_mesh_dims) if m in ms)
+    members = [(*coord[:m], i, *coord[m + 1:]) for i in range(n)]
+    sizes = [b.box(c)[d][1] - b.box(c)[d][0] for c in members]
+    moved = np.moveaxis(x, d, 0)
+    rest = int(np.prod(moved.shape[1:], dtype=np.int64))
+    recv = reduce_ops.reduce_scatter(group, moved, [s * rest for s in sizes], rt)
+    # the ring: a member sends every piece of its block but its own
+    traffic.add(step, x.nbytes - sizes[coord[m]] * rest * x.itemsize, n - 1, x.itemsize)
+    return np.ascontiguousarray(
+        np.moveaxis(recv.reshape(sizes[coord[m]], *moved.shape[1:]), 0, d))
+
+
+def _group_exchange(step: Collective, group: Any, a: Layout, b: Layout, coord: tuple[int, ...],
+                    x: Array, traffic: Traffic) -> Array:
+    """all_gather and all_to_all: Repartition's box exchange inside the group."""
+    from spmdrules.runtime.box_exchange import BoxExchange
+
+    m = step.mesh_dim
+    assert m is not None
+    members = [(*coord[:m], i, *coord[m + 1:]) for i in range(a.mesh.shape[m])]
+    owned: list[Box | None] = [a.box(c) for c in members]
+    needed: list[Box | None] = [b.box(c) for c in members]
+    ex = BoxExchange(group, coord[m], x.dtype, owned, needed)
+    out = np.empty(b.local_shape(coord), dtype=x.dtype)
+    ex.gather(x, out)
+    traffic.add(step, ex.bytes_gather, len(ex.sends), x.itemsize)
+    return out
 
 
 __all__ = [

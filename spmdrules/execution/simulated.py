@@ -310,18 +310,8 @@ class SimulatedMesh:
             return {p: (np.array(src[p], copy=True) if ca[p][m] == 0 else _identity(rt, src[p]))
                     for p in src}
         for group in groups(a.mesh, m):
-            if kind == "all_reduce":
-                res, sent, msgs = all_reduce([src[p] for p in group], step.reduce_type or "sum")
-            elif kind == "reduce_scatter":
-                pieces = [local_part(b.box(cb[p]), a.box(ca[p]), step.edge) for p in group]
-                res, sent, msgs = reduce_scatter([src[p] for p in group],
-                                                 step.reduce_type or "sum", pieces)
-            else:  # all_gather, all_to_all
-                owned = {p: (a.box(ca[p]), src[p]) for p in group}
-                needed = {p: b.box(cb[p]) for p in group}
-                got, sent, msgs = box_exchange(owned, needed, src[group[0]].dtype,
-                                               f"{kind} of {step.edge}")
-                res = [got[p] for p in group]
+            res, sent, msgs = _group_collective(step, a, b, ca, cb, [src[p] for p in group],
+                                                group)
             out.update(zip(group, res, strict=True))
             traffic.add(step, sent, msgs, _itemsize(src))
         return out
@@ -374,6 +364,23 @@ def run_simulated(program: Program, feeds: Mapping[str, Any],
                   rng: np.random.Generator | None = None) -> SimResult:
     """Run ``program`` on the simulated mesh (a shortcut for ``SimulatedMesh(program).run``)."""
     return SimulatedMesh(program).run(feeds, rng)
+
+
+def _group_collective(step: Collective, a: Layout, b: Layout, ca: Mapping[int, tuple[int, ...]],
+                      cb: Mapping[int, tuple[int, ...]], xs: list[Array], group: Sequence[int]
+                      ) -> tuple[list[Array], int, int]:
+    """One group's share of an all-reduce, reduce-scatter, all-gather or all-to-all: each
+    member's result, the bytes sent and the messages."""
+    rt = step.reduce_type or "sum"
+    if step.kind == "all_reduce":
+        return all_reduce(xs, rt)
+    if step.kind == "reduce_scatter":
+        pieces = [local_part(b.box(cb[p]), a.box(ca[p]), step.edge) for p in group]
+        return reduce_scatter(xs, rt, pieces)
+    owned = {p: (a.box(ca[p]), x) for p, x in zip(group, xs, strict=True)}
+    needed = {p: b.box(cb[p]) for p in group}
+    got, sent, msgs = box_exchange(owned, needed, xs[0].dtype, f"{step.kind} of {step.edge}")
+    return [got[p] for p in group], sent, msgs
 
 
 __all__ = [
