@@ -117,16 +117,19 @@ def agrees_when(case: dict[str, Any], got: Any, *, absent_as_none: bool, partial
         if len(want) != len(ours):
             return False
         for i, (e, g) in enumerate(zip(want, ours, strict=True)):
-            if absent_as_none and slot == "inputs" and i in absent:
+            inputs = slot == "inputs"
+            if absent_as_none and inputs and i in absent:
                 if g is not None or e.get("process_mesh", 0) is not None:
                     return False
-                continue
-            if slot == "inputs" and i in rank0 and (g is None or not any(g.multi_dims_mapping)) \
-                    and not any(_norm(e, False)[0]):  # "nothing to shard", as calls.agrees
-                continue
-            if _norm(e, partial) != _ours(g):
+            elif not (inputs and i in rank0 and _nothing_to_shard(e, g)) \
+                    and _norm(e, partial) != _ours(g):
                 return False
     return True
+
+
+def _nothing_to_shard(e: dict[str, Any], g: DistAttr | None) -> bool:
+    """A rank-0 input that neither answer shards ("nothing to shard", as calls.agrees)."""
+    return (g is None or not any(g.multi_dims_mapping)) and not any(_norm(e, False)[0])
 
 
 def uneven_dropped(m: tuple[Any, ...], shape: Sequence[int], mesh_shape: Sequence[int]
