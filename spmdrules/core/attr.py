@@ -46,6 +46,41 @@ def _mesh_dim(mesh: ProcessMesh, d: Any, where: str) -> int:
     return int(d)
 
 
+def _from_dims_mapping(mesh: ProcessMesh, dims_mapping: Any, where: str) -> MultiDims:
+    """A dims_mapping (a mesh dim, its name, or -1/None per tensor dim) as mesh-dim tuples."""
+    if isinstance(dims_mapping, str | bytes) or not isinstance(dims_mapping, Iterable):
+        raise InvalidDistAttrError(f"{where}: dims_mapping must be a list, got {dims_mapping!r}")
+    return tuple(
+        () if d is None or (not isinstance(d, str) and not isinstance(d, bool) and d == -1)
+        else (_mesh_dim(mesh, d, where),)
+        for d in dims_mapping
+    )
+
+
+def _from_multi(mesh: ProcessMesh, multi_dims_mapping: Any, where: str) -> MultiDims:
+    """A multi_dims_mapping (mesh dims per tensor dim; a bare int reads as a dims_mapping's)."""
+    mdm: list[tuple[int, ...]] = []
+    for entry in multi_dims_mapping:
+        if isinstance(entry, int) and not isinstance(entry, bool):
+            entry = () if entry == -1 else (entry,)
+        mdm.append(tuple(_mesh_dim(mesh, d, where) for d in entry))
+    return tuple(mdm)
+
+
+def _sharding_mesh_dims(mdm: MultiDims, where: str) -> dict[int, int]:
+    """Mesh dim -> the tensor dim it shards; a mesh dim that shards two is an error."""
+    seen: dict[int, int] = {}
+    for tdim, dims in enumerate(mdm):
+        for d in dims:
+            if d in seen:
+                raise InvalidDistAttrError(
+                    f"{where}: mesh dim {d} shards both tensor dim {seen[d]} and tensor dim "
+                    f"{tdim}; a mesh dim can split one tensor dim only. Set one of them to -1"
+                )
+            seen[d] = tdim
+    return seen
+
+
 def _normalise_partial(mesh: ProcessMesh, partial: Any, where: str) -> PartialItems:
     if partial is None:
         return ()
@@ -113,32 +148,9 @@ class DistAttr:
             raise InvalidDistAttrError(
                 f"{where}: give exactly one of dims_mapping or multi_dims_mapping"
             )
-        mdm: list[tuple[int, ...]] = []
-        if dims_mapping is not None:
-            if isinstance(dims_mapping, str | bytes) or not isinstance(dims_mapping, Iterable):
-                raise InvalidDistAttrError(
-                    f"{where}: dims_mapping must be a list, got {dims_mapping!r}"
-                )
-            for d in dims_mapping:
-                if d is None or (not isinstance(d, str) and not isinstance(d, bool) and d == -1):
-                    mdm.append(())
-                else:
-                    mdm.append((_mesh_dim(mesh, d, where),))
-        else:
-            assert multi_dims_mapping is not None
-            for entry in multi_dims_mapping:
-                if isinstance(entry, int) and not isinstance(entry, bool):
-                    entry = () if entry == -1 else (entry,)
-                mdm.append(tuple(_mesh_dim(mesh, d, where) for d in entry))
-        seen: dict[int, int] = {}
-        for tdim, dims in enumerate(mdm):
-            for d in dims:
-                if d in seen:
-                    raise InvalidDistAttrError(
-                        f"{where}: mesh dim {d} shards both tensor dim {seen[d]} and tensor dim "
-                        f"{tdim}; a mesh dim can split one tensor dim only. Set one of them to -1"
-                    )
-                seen[d] = tdim
+        mdm = (_from_dims_mapping(mesh, dims_mapping, where) if dims_mapping is not None
+               else _from_multi(mesh, multi_dims_mapping, where))
+        seen = _sharding_mesh_dims(mdm, where)
         part = _normalise_partial(mesh, partial, where)
         for d, _ in part:
             if d in seen:
@@ -146,7 +158,7 @@ class DistAttr:
                     f"{where}: mesh dim {d} is partial but also shards tensor dim {seen[d]}; a mesh "
                     "dim is either a shard, a replica or a pending reduction. Drop one of them"
                 )
-        self._init(mesh, tuple(mdm), part, _normalise_masks(mesh, masks, part, len(mdm), where))
+        self._init(mesh, mdm, part, _normalise_masks(mesh, masks, part, len(mdm), where))
 
     def _init(self, mesh: ProcessMesh, mdm: MultiDims, part: PartialItems,
               masks: MaskItems = ()) -> None:
