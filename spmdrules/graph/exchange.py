@@ -29,6 +29,7 @@ and to the user's order.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, TypeVar
@@ -285,21 +286,23 @@ def from_model(m: ModelFile, source: str = "<model>") -> Graph:
     return without_gc(lambda: _build(m, source))
 
 
-def _build(m: ModelFile, source: str) -> Graph:
+def _meshes(m: ModelFile, source: str) -> dict[str, ProcessMesh]:
+    """The model file's meshes by id, each checked to hold as many processes as its shape."""
     meshes: dict[str, ProcessMesh] = {}
     for mid, mm in m.meshes.items():
+        n = math.prod(mm.shape)
+        if n != len(mm.process_ids):
+            raise ExchangeError(f"{source}: meshes.{mid}: shape {mm.shape} holds {n} "
+                                f"processes but {len(mm.process_ids)} ids are given")
         try:
-            n = 1
-            for s in mm.shape:
-                n *= s
-            if n != len(mm.process_ids):
-                raise ExchangeError(f"{source}: meshes.{mid}: shape {mm.shape} holds {n} "
-                                    f"processes but {len(mm.process_ids)} ids are given")
             meshes[mid] = ProcessMesh.from_shape(mm.shape, mm.process_ids, mm.dim_names)
         except SpmdError as e:
-            if isinstance(e, ExchangeError):
-                raise
             raise ExchangeError(f"{source}: meshes.{mid}: {e}") from None
+    return meshes
+
+
+def _build(m: ModelFile, source: str) -> Graph:
+    meshes = _meshes(m, source)
 
     def mesh(where: str, mid: str) -> ProcessMesh:
         if mid not in meshes:
