@@ -155,8 +155,7 @@ def register_op(spec: OpSpec) -> Rule:
     if spec.lowering_reverse is not None:
         register_reverse(names, spec.lowering_reverse, origin=origin)
     if spec.collective is not None:
-        for n in names:
-            COLLECTIVES.add(n, spec.collective, origin)
+        COLLECTIVES.add_all(names, spec.collective, origin)
     if spec.windows is not None:
         register_windows(names, spec.windows, origin=origin)
     if spec.weight_use is not None:

@@ -30,6 +30,10 @@ from spmdrules.core.tables import loading
 GROUP: Final = "spmdrules.plugins"
 #: modules every process loads, comma-separated (the given ones pass to child processes so)
 ENV: Final = "SPMDRULES_PLUGINS"
+#: set (non-empty), the installed plugins are not loaded; given modules still are. A process
+#: that must see the package's own ops only sets it, as pytest's PYTEST_DISABLE_PLUGIN_AUTOLOAD
+#: (the test suite: its checks over every registered op call the commands in its own process)
+NO_AUTOLOAD: Final = "SPMDRULES_DISABLE_PLUGIN_AUTOLOAD"
 
 #: what was loaded in this process: the entry point's value or the module's name -> its label
 _loaded: dict[str, str] = {}
@@ -69,8 +73,9 @@ def _module(name: str) -> None:
 
 
 def load_plugins(modules: Sequence[str] = (), *, installed: bool = True) -> tuple[str, ...]:
-    """Load the installed plugins (unless ``installed`` is False), the modules named in
-    ``SPMDRULES_PLUGINS`` and ``modules``, each once; return what this process has loaded.
+    """Load the installed plugins (unless ``installed`` is False or ``NO_AUTOLOAD`` is set),
+    the modules named in ``SPMDRULES_PLUGINS`` and ``modules``, each once; return what this
+    process has loaded.
 
     ``modules`` are added to ``SPMDRULES_PLUGINS`` in this process's environment, which the
     processes it starts inherit."""
@@ -79,7 +84,7 @@ def load_plugins(modules: Sequence[str] = (), *, installed: bool = True) -> tupl
     if bad:
         raise PluginError(f"load_plugins: {bad[0]!r} is not a module name (dotted identifiers, "
                           "as for import)")
-    if installed:
+    if installed and not os.environ.get(NO_AUTOLOAD):
         for ep in sorted(entry_points(group=GROUP), key=lambda ep: (ep.name, ep.value)):
             _entry_point(ep)
     named = [m for m in os.environ.get(ENV, "").split(",") if m.strip()]
@@ -102,4 +107,5 @@ def loaded_plugins() -> tuple[str, ...]:
     return tuple(_loaded.values())
 
 
-__all__ = ["ENV", "GROUP", "PluginError", "add_plugin_option", "load_plugins", "loaded_plugins"]
+__all__ = ["ENV", "GROUP", "NO_AUTOLOAD", "PluginError", "add_plugin_option", "load_plugins",
+           "loaded_plugins"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Generic, TypeVar
 
 from spmdrules.core.errors import DuplicateRegistrationError
@@ -48,12 +48,15 @@ class OpTable(Mapping[str, V], Generic[V]):
     """Op name -> entry, filled once per name by ``add``; ``what`` names an entry in errors
     ("kernel", "shape rule", ...)."""
 
-    __slots__ = ("_entries", "_origins", "what")
+    __slots__ = ("_entries", "_origins", "lookup", "what")
 
     def __init__(self, what: str) -> None:
         self.what = what
         self._entries: dict[str, V] = {}
         self._origins: dict[str, str] = {}
+        #: ``table.lookup(name)``: the entry or None, as fast as a dict's ``get`` (it is one),
+        #: for the lookups of every op call (a rule, a kernel)
+        self.lookup: Callable[[str], V | None] = self._entries.get
 
     def add(self, name: str, entry: V, origin: str | None = None) -> None:
         """Add ``entry`` under ``name``; ``origin`` defaults to the caller of ``add``'s caller
@@ -63,6 +66,12 @@ class OpTable(Mapping[str, V], Generic[V]):
             raise DuplicateRegistrationError(name, self.what, self._origins[name], where)
         self._entries[name] = entry
         self._origins[name] = where
+
+    def add_all(self, names: Sequence[str], entry: V, origin: str) -> None:
+        """Add ``entry`` under every name of ``names``, or under none when one is taken."""
+        self.check_new(tuple(names), origin)
+        for n in names:
+            self.add(n, entry, origin)
 
     def check_new(self, names: tuple[str, ...], origin: str) -> None:
         """Raise as ``add`` would for the first of ``names`` that has an entry already (checked
@@ -74,8 +83,8 @@ class OpTable(Mapping[str, V], Generic[V]):
     def copy(self) -> OpTable[V]:
         """A table with the same entries, to register into without touching this one."""
         out: OpTable[V] = OpTable(self.what)
-        out._entries = dict(self._entries)
-        out._origins = dict(self._origins)
+        out._entries.update(self._entries)
+        out._origins.update(self._origins)
         return out
 
     def origin(self, name: str) -> str:
@@ -84,10 +93,6 @@ class OpTable(Mapping[str, V], Generic[V]):
 
     def __getitem__(self, name: str) -> V:
         return self._entries[name]
-
-    def get(self, name: str, default: V | None = None) -> V | None:  # type: ignore[override]
-        # the hot path (a kernel or rule per op call): the dict's own get, not Mapping's
-        return self._entries.get(name, default)
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

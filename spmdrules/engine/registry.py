@@ -416,6 +416,7 @@ class Rule:
 _RULES: OpTable[Rule] = OpTable("rule")
 #: the table itself, for the registration of a whole op (``spmdrules.register_op``)
 RULES: Final = _RULES
+_lookup: Final = _RULES.lookup
 
 
 def register_rule(
@@ -461,16 +462,13 @@ def register_rule(
         op_attrs=op_attrs,
         masks=masks,
     )
-    where = origin if origin is not None else caller(1)
-    _RULES.check_new((name, *aliases), where)
-    for n in (name, *aliases):
-        _RULES.add(n, rule, where)
+    _RULES.add_all((name, *aliases), rule, origin if origin is not None else caller(1))
     return rule
 
 
 def get_rule(name: str) -> Rule:
     """The rule registered under ``name`` (or an alias). Unknown names raise UnknownOpError."""
-    rule = _RULES.get(name)
+    rule = _lookup(name)
     if rule is None:
         if not isinstance(name, str):
             raise UnknownOpError(repr(name), [])

@@ -365,7 +365,7 @@ class _Reverse:
     def own_lowering(self, call: KernelCall) -> None:
         """Ops the lowering ran without their kernel (``lowering.LOWERINGS``): their reverse
         hook (``REVERSE_LOWERINGS``) undoes the steps the lowering emitted."""
-        hook = REVERSE_LOWERINGS.get(call.op_type)
+        hook = REVERSE_LOWERINGS.lookup(call.op_type)
         if hook is None:
             raise UnsupportedError(f"op {call.op!r} ({call.op_type}): no reverse mode for its "
                                    "lowering; register one with adjoint.register_reverse")
@@ -443,10 +443,7 @@ REVERSE_LOWERINGS: Final[OpTable[ReverseHook]] = OpTable("reverse lowering hook"
 def register_reverse(names: Sequence[str], hook: ReverseHook, *,
                      origin: str | None = None) -> None:
     """Undo the lowering hook of each op of ``names`` with ``hook`` in reverse mode."""
-    where = origin if origin is not None else caller(1)
-    REVERSE_LOWERINGS.check_new(tuple(names), where)
-    for n in names:
-        REVERSE_LOWERINGS.add(n, hook, where)
+    REVERSE_LOWERINGS.add_all(names, hook, origin if origin is not None else caller(1))
 
 
 register_reverse(("cross_entropy_with_softmax", "softmax_with_cross_entropy",

@@ -57,10 +57,7 @@ HALO_OPS: Final[OpTable[HaloWindows]] = OpTable("halo window")
 def register_windows(names: Sequence[str], windows: HaloWindows, *,
                      origin: str | None = None) -> None:
     """Give each op of ``names`` a halo exchange where its input is spatially split."""
-    where = origin if origin is not None else caller(1)
-    HALO_OPS.check_new(tuple(names), where)
-    for n in names:
-        HALO_OPS.add(n, windows, where)
+    HALO_OPS.add_all(names, windows, origin if origin is not None else caller(1))
 
 
 def _spatial(xs: Shape, attrs: Mapping[str, Any]) -> list[int]:
@@ -103,7 +100,7 @@ def needed_box(op: str, attrs: Mapping[str, Any], input_shapes: Sequence[Any],
                coord: Coord) -> Box | None:
     """The global box of input 0 that the rank at ``coord`` needs, or None when its own block
     suffices (no spatial dim is cut, or the op pools whole bins)."""
-    windows = HALO_OPS.get(op)
+    windows = HALO_OPS.lookup(op)
     if windows is None:
         return None
     xs, x_attr = tuple(input_shapes[0]), input_attrs[0]

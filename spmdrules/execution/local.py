@@ -70,6 +70,8 @@ _VJPS: OpTable[Vjp] = OpTable("VJP")
 #: the tables themselves, for the registration of a whole op (``spmdrules.register_op``)
 KERNELS: Final = _KERNELS
 VJPS: Final = _VJPS
+_kernel_of: Final = _KERNELS.lookup
+_vjp_of: Final = _VJPS.lookup
 F = TypeVar("F", Kernel, Vjp)
 
 
@@ -77,9 +79,7 @@ def _register(table: OpTable[F], names: tuple[str, ...], origin: str | None) -> 
     where = origin if origin is not None else caller(2)
 
     def deco(fn: F) -> F:
-        table.check_new(names, where)
-        for n in names:
-            table.add(n, fn, where)
+        table.add_all(names, fn, where)
         return fn
 
     return deco
@@ -118,7 +118,7 @@ def register_vjp(*names: str, origin: str | None = None) -> Callable[[Vjp], Vjp]
 
 
 def get_vjp(op: str) -> Vjp:
-    fn = _VJPS.get(op)
+    fn = _vjp_of(op)
     if fn is None:
         raise UnsupportedError(
             f"{op}: no vector-Jacobian product is registered, so reverse mode cannot pass through "
@@ -132,7 +132,7 @@ def list_vjps() -> list[str]:
 
 
 def get_kernel(op: str) -> Kernel:
-    fn = _KERNELS.get(op)
+    fn = _kernel_of(op)
     if fn is None:
         raise UnsupportedError(f"{op}: no local kernel is registered; it cannot be executed")
     return fn

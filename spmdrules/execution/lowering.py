@@ -203,7 +203,7 @@ class _Lowering:
         call = KernelCall(op.name, op.type, mesh, tuple(ins), tuple(outs), tuple(in_shapes),
                           tuple(in_attrs), tuple(out_shapes), tuple(out_attrs), op.attr_dict)
         self.calls[op.name] = call
-        special = LOWERINGS.get(op.type)
+        special = LOWERINGS.lookup(op.type)
         if special is None and op.type in halo.HALO_OPS:
             special = _lower_halo
         if special is None or not special(self, call):
@@ -437,10 +437,7 @@ def register_lowering(names: Sequence[str], hook: LoweringHook, *,
                       origin: str | None = None) -> None:
     """Lower each op of ``names`` with ``hook``; its reverse (``adjoint.register_reverse``)
     undoes the steps it emits."""
-    where = origin if origin is not None else caller(1)
-    LOWERINGS.check_new(tuple(names), where)
-    for n in names:
-        LOWERINGS.add(n, hook, where)
+    LOWERINGS.add_all(names, hook, origin if origin is not None else caller(1))
 
 
 register_lowering(("cross_entropy_with_softmax", "softmax_with_cross_entropy",

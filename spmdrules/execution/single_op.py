@@ -203,7 +203,7 @@ for _op, _fn in (("cross_entropy_with_softmax", cross_entropy),
 
 def collective_for(op: str) -> Collective | None:
     """The in-op communication of ``op``'s kernel, where it has one."""
-    return COLLECTIVES.get(op)
+    return COLLECTIVES.lookup(op)
 
 
 _ALLREDUCE: Final[dict[str, Callable[[Array], Array]]] = {

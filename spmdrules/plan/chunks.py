@@ -59,10 +59,7 @@ WEIGHT_USES: Final[OpTable[WeightUse]] = OpTable("plan weight use")
 def register_weight_use(names: Sequence[str], use: WeightUse, *,
                         origin: str | None = None) -> None:
     """Let plan styles find the feature dims of a weight that each op of ``names`` reads."""
-    where = origin if origin is not None else caller(1)
-    WEIGHT_USES.check_new(tuple(names), where)
-    for n in names:
-        WEIGHT_USES.add(n, use, where)
+    WEIGHT_USES.add_all(names, use, origin if origin is not None else caller(1))
 
 
 def _matmul_dims(op: Op, nd: int) -> tuple[int, int]:
@@ -176,7 +173,7 @@ def _matmul_outputs(weight: Tensor, source: str) -> Iterator[Tensor]:
     for op in weight.consumers:
         if op.type in TRANSPOSES:
             yield from _matmul_outputs(op.outputs[0], source)
-        elif (use := WEIGHT_USES.get(op.type)) is not None and use.kind == "linear" \
+        elif (use := WEIGHT_USES.lookup(op.type)) is not None and use.kind == "linear" \
                 and op.inputs.index(weight) == 1:
             yield op.outputs[0]
         else:

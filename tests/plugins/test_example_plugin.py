@@ -20,11 +20,10 @@ from typing import Any
 import pytest
 
 import spmdrules as sr
-from spmdrules.core.plugins import ENV, GROUP
-
-from .conftest import PLUGIN
+from spmdrules.core.plugins import ENV, GROUP, NO_AUTOLOAD
 
 ROOT = Path(__file__).resolve().parents[2]
+PLUGIN = ROOT / "tests" / "plugins" / "spmdrules_example_op"
 PAGE = ROOT / "docs" / "plugins.md"
 _BLOCK = re.compile(r"^```(python|toml)\n(.*?)^```", re.S | re.M)
 
@@ -35,7 +34,9 @@ def _blocks(lang: str) -> list[str]:
 
 def _run(*argv: str, cwd: Path, env: dict[str, str] | None = None,
          timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if k != ENV}
+    # as a user's shell: no plugin named, and the installed ones loaded (the suite's own
+    # process does not load them, tests/conftest.py)
+    full = {k: v for k, v in os.environ.items() if k not in (ENV, NO_AUTOLOAD)}
     return subprocess.run([sys.executable, *argv], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={**full, **(env or {})})
 
@@ -64,6 +65,15 @@ def test_verify_proves_the_plugin_op(example_plugin: str, tmp_path: Path) -> Non
     assert (op["family"], op["status"]) == ("l2_normalize", "verified")
     assert op["forward"]["cases"] == op["reverse"]["cases"] == 20
     assert op["forward"]["wrong"] == op["reverse"]["wrong"] == 0
+
+
+def test_installed_plugins_can_be_left_unloaded(example_plugin: str, tmp_path: Path) -> None:
+    argv = ["-m", "spmdrules.verify", "--ops", "l2_normalize", "--cases", "2"]
+    off = _run(*argv, cwd=tmp_path, env={NO_AUTOLOAD: "1"})
+    assert off.returncode == 2
+    assert "no SPMD rule is registered for op 'l2_normalize'" in off.stderr
+    named = _run(*argv, "--plugin", example_plugin, cwd=tmp_path, env={NO_AUTOLOAD: "1"})
+    assert named.returncode == 0, named.stderr[-3000:]
 
 
 def test_the_cli_completes_a_model_with_the_plugin_op(example_plugin: str, tmp_path: Path) -> None:

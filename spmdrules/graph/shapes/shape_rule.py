@@ -173,10 +173,7 @@ def register(names: Sequence[str], shape: ShapeFn, dtype: DtypeFn, *, family: st
     """Add one row per op name; the row's family defaults to the module that defines ``shape``.
     A name with a row already raises ``DuplicateRegistrationError``."""
     row = ShapeRule(shape, dtype, family or shape.__module__.rsplit(".", 1)[-1])
-    where = origin if origin is not None else caller(1)
-    SHAPE_RULES.check_new(tuple(names), where)
-    for n in names:
-        SHAPE_RULES.add(n, row, where)
+    SHAPE_RULES.add_all(names, row, origin if origin is not None else caller(1))
 
 
 def has_shape_rule(op_type: str) -> bool:
@@ -219,7 +216,7 @@ def infer_meta(
 def _infer(
     op_type: str, args: Sequence[Arg], attrs: Mapping[str, Any], node: str
 ) -> list[tuple[OutShape, str]]:
-    rule = SHAPE_RULES.get(op_type)
+    rule = SHAPE_RULES.lookup(op_type)
     ctx = ShapeContext(node, op_type)
     if rule is None:
         raise ctx.fail(

@@ -137,7 +137,7 @@ def _draft_for(rule: Rule, name: str, rng: Rng) -> tuple[Draft, bool]:
             stand_in = str(pick(rng, REPLICATED_STAND_INS))
             return FAMILIES[get_rule(stand_in).family](stand_in, rng), True
         return data_parallel_draft(rng), True
-    family = FAMILIES.get(rule.family)
+    family = FAMILIES.lookup(rule.family)
     if family is None:
         raise NoCaseError(f"{name}: no case generator for family {rule.family!r}")
     return family(name, rng), False
