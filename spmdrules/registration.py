@@ -20,15 +20,14 @@ from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.tables import OpTable, caller
 from spmdrules.engine.description import Describe, ShapeArg, register_described
 from spmdrules.engine.registry import RULES, AttrParam, Rule, RuleFn, TensorParam, register_rule
-from spmdrules.execution.adjoint import REVERSE_LOWERINGS, ReverseHook, register_reverse
-from spmdrules.execution.halo import HALO_OPS, HaloWindows, register_windows
-from spmdrules.execution.local import KERNELS, VJPS, Kernel, Vjp, register_kernel, register_vjp
-from spmdrules.execution.lowering import LOWERINGS, LoweringHook, register_lowering
+from spmdrules.execution.adjoint import REVERSE_LOWERINGS, ReverseHook
+from spmdrules.execution.halo import HALO_OPS, HaloWindows
+from spmdrules.execution.local import KERNELS, VJPS, Kernel, Vjp
+from spmdrules.execution.lowering import LOWERINGS, LoweringHook
 from spmdrules.execution.single_op import COLLECTIVES, Collective
-from spmdrules.graph.shapes.shape_rule import SHAPE_RULES, DtypeFn, ShapeFn, same_dtype
-from spmdrules.graph.shapes.shape_rule import register as register_shape
-from spmdrules.plan.chunks import WEIGHT_USES, WeightUse, register_weight_use
-from spmdrules.verify.cases.case import FAMILIES, Family, register_cases
+from spmdrules.graph.shapes.shape_rule import SHAPE_RULES, DtypeFn, ShapeFn, ShapeRule, same_dtype
+from spmdrules.plan.chunks import WEIGHT_USES, WeightUse
+from spmdrules.verify.cases.case import FAMILIES, Family
 
 
 class OpSpecError(RuleArgumentError):
@@ -94,27 +93,33 @@ class OpSpec:
             raise OpSpecError(f"{where}: a described op derives its reverse rule; reverse= is "
                               "True or False there")
         hooks = ("shape", "dtype", "describe", "key", "forward", "kernel", "vjp", "cases",
-                 "lowering", "lowering_reverse", "collective")
+                 "lowering", "lowering_reverse")
         for hook in hooks:
             v = getattr(self, hook)
-            if v is not None and not callable(v) and not isinstance(v, Collective):
+            if v is not None and not callable(v):
                 raise OpSpecError(f"{where}: {hook}= must be callable, got {type(v).__name__}")
+        for hook, kind in (("windows", HaloWindows), ("weight_use", WeightUse),
+                           ("collective", Collective)):
+            v = getattr(self, hook)
+            if v is not None and not isinstance(v, kind):
+                raise OpSpecError(f"{where}: {hook}= must be a {kind.__name__}, got "
+                                  f"{type(v).__name__}")
         if self.vjp is not None and self.kernel is None:
             raise OpSpecError(f"{where}: a VJP without a kernel cannot run; give kernel= too")
 
 
-def _tables(spec: OpSpec) -> list[tuple[OpTable[Any], tuple[str, ...]]]:
-    """The tables ``spec`` writes, with the keys it writes in each."""
+def _entries(spec: OpSpec) -> list[tuple[OpTable[Any], tuple[str, ...], object]]:
+    """(table, keys, entry) of every table but the rules' that ``spec`` writes."""
     names = (spec.name, *spec.aliases)
-    out: list[tuple[OpTable[Any], tuple[str, ...]]] = [(RULES, names), (SHAPE_RULES, names)]
+    family = spec.family or spec.name
     optional: list[tuple[object, OpTable[Any], tuple[str, ...]]] = [
-        (spec.kernel, KERNELS, names), (spec.vjp, VJPS, names),
-        (spec.cases, FAMILIES, (spec.family or spec.name,)), (spec.lowering, LOWERINGS, names),
-        (spec.lowering_reverse, REVERSE_LOWERINGS, names), (spec.collective, COLLECTIVES, names),
-        (spec.windows, HALO_OPS, names), (spec.weight_use, WEIGHT_USES, names),
+        (spec.kernel, KERNELS, names), (spec.vjp, VJPS, names), (spec.cases, FAMILIES, (family,)),
+        (spec.lowering, LOWERINGS, names), (spec.lowering_reverse, REVERSE_LOWERINGS, names),
+        (spec.collective, COLLECTIVES, names), (spec.windows, HALO_OPS, names),
+        (spec.weight_use, WEIGHT_USES, names),
     ]
-    out += [(table, keys) for hook, table, keys in optional if hook is not None]
-    return out
+    return [(SHAPE_RULES, names, ShapeRule(spec.shape, spec.dtype, family)),
+            *((table, keys, hook) for hook, table, keys in optional if hook is not None)]
 
 
 def register_op(spec: OpSpec) -> Rule:
@@ -126,43 +131,32 @@ def register_op(spec: OpSpec) -> Rule:
     if not isinstance(spec, OpSpec):
         raise OpSpecError(f"register_op: expected an OpSpec, got {type(spec).__name__}")
     origin = caller(1)
-    for table, keys in _tables(spec):
+    entries = _entries(spec)
+    RULES.check_new((spec.name, *spec.aliases), origin)
+    for table, keys, _ in entries:
         table.check_new(keys, origin)
     converters = _converters(spec)
-    names = (spec.name, *spec.aliases)
-    family = spec.family or spec.name
-    if spec.describe is not None:
-        rule = register_described(
-            spec.name, spec.describe, inputs=spec.inputs, outputs=spec.outputs, attrs=spec.attrs,
-            aliases=spec.aliases, reverse=bool(spec.reverse), family=family, doc=spec.doc,
-            op_attrs=spec.op_attrs, key=spec.key, origin=origin)
-    else:
-        assert spec.forward is not None  # __post_init__: one of the two
-        rule = register_rule(
-            spec.name, forward=spec.forward,
-            reverse=None if isinstance(spec.reverse, bool) else spec.reverse,
-            inputs=spec.inputs, outputs=spec.outputs, attrs=spec.attrs, aliases=spec.aliases,
-            family=family, doc=spec.doc, op_attrs=spec.op_attrs, origin=origin)
-    register_shape(names, spec.shape, spec.dtype, family=family, origin=origin)
-    if spec.kernel is not None:
-        register_kernel(*names, origin=origin)(spec.kernel)
-    if spec.vjp is not None:
-        register_vjp(*names, origin=origin)(spec.vjp)
-    if spec.cases is not None:
-        register_cases(spec.cases, family=family, origin=origin)
-    if spec.lowering is not None:
-        register_lowering(names, spec.lowering, origin=origin)
-    if spec.lowering_reverse is not None:
-        register_reverse(names, spec.lowering_reverse, origin=origin)
-    if spec.collective is not None:
-        COLLECTIVES.add_all(names, spec.collective, origin)
-    if spec.windows is not None:
-        register_windows(names, spec.windows, origin=origin)
-    if spec.weight_use is not None:
-        register_weight_use(names, spec.weight_use, origin=origin)
+    rule = _register_rule(spec, origin)
+    for table, keys, entry in entries:
+        table.add_all(keys, entry, origin)
     for register in converters:
         register()
     return rule
+
+
+def _register_rule(spec: OpSpec, origin: str) -> Rule:
+    family = spec.family or spec.name
+    if spec.describe is not None:
+        return register_described(
+            spec.name, spec.describe, inputs=spec.inputs, outputs=spec.outputs, attrs=spec.attrs,
+            aliases=spec.aliases, reverse=bool(spec.reverse), family=family, doc=spec.doc,
+            op_attrs=spec.op_attrs, key=spec.key, origin=origin)
+    assert spec.forward is not None  # __post_init__: one of the two
+    return register_rule(
+        spec.name, forward=spec.forward,
+        reverse=None if isinstance(spec.reverse, bool) else spec.reverse,
+        inputs=spec.inputs, outputs=spec.outputs, attrs=spec.attrs, aliases=spec.aliases,
+        family=family, doc=spec.doc, op_attrs=spec.op_attrs, origin=origin)
 
 
 def _converters(spec: OpSpec) -> list[Callable[[], object]]:

@@ -104,6 +104,7 @@ def test_register_op_checks_every_table_before_it_writes_any() -> None:
     ({"reverse": _same}, "a described op derives its reverse rule"),
     ({"kernel": 3}, "kernel= must be callable, got int"),
     ({"vjp": _nothing}, "a VJP without a kernel cannot run"),
+    ({"windows": _nothing}, "windows= must be a HaloWindows, got function"),
 ])
 def test_a_spec_that_cannot_be_registered_is_refused(fields: dict[str, Any], error: str) -> None:
     base: dict[str, Any] = {"name": "plugin_bad_op", "inputs": [T("x")], "outputs": [T("out")],
