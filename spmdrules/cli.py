@@ -84,27 +84,22 @@ def _parser() -> argparse.ArgumentParser:
         description="Complete the distributed attributes of a model graph from a few "
                     "annotations, plan its reshards, and explain every decision.",
     )
+    add_plugin_option(ap)  # before the command: spmdrules --plugin my_ops complete MODEL.json
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    # every command takes --plugin, after its name: spmdrules complete --plugin mine MODEL.json
-    plugin = _Parser(add_help=False)
-    add_plugin_option(plugin)
-    c = sub.add_parser("complete", parents=[plugin],
-                       help="complete MODEL.json and print the summary table",
+    c = sub.add_parser("complete", help="complete MODEL.json and print the summary table",
                        description="Complete every tensor's attribute of MODEL.json, print the "
                                    "totals and the reshards, and write the completed model.")
     c.add_argument("model", metavar="MODEL.json", help="a model file (docs/model.schema.json)")
     c.add_argument("-o", "--output", metavar="OUT.json",
                    help="write the model with its completed attributes here")
     c.add_argument("--table", action="store_true", help="also print every tensor's attribute")
-    e = sub.add_parser("explain", parents=[plugin],
-                       help="explain where one tensor's attribute came from",
+    e = sub.add_parser("explain", help="explain where one tensor's attribute came from",
                        description="Complete MODEL.json and explain TENSOR's attribute: its "
                                    "annotation or chain of ops, the alternatives that lost, and "
                                    "the reshards it causes.")
     e.add_argument("model", metavar="MODEL.json")
     e.add_argument("tensor", metavar="TENSOR", help="a tensor name, e.g. layers.0.attn.softmax")
-    i = sub.add_parser("import", parents=[plugin],
-                       help="import a model file into the JSON exchange format",
+    i = sub.add_parser("import", help="import a model file into the JSON exchange format",
                        description="Read SOURCE with the importer of its suffix ("
                                    + ", ".join(sorted(sources.READERS)) + ") and write it as "
                                    "a model file (docs/model.schema.json), unannotated.")
@@ -118,8 +113,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="annotate the model by this plan file (docs/plan.schema.json)")
     i.add_argument("--no-progress", action="store_true",
                    help="no progress bars (they show only on a terminal, for long graphs)")
-    x = sub.add_parser("example", parents=[plugin],
-                       help="write an example model (annotated, not completed)",
+    x = sub.add_parser("example", help="write an example model (annotated, not completed)",
                        description="Write the GPT decoder or the Megatron MLP as a model file.")
     x.add_argument("which", choices=["gpt", "mlp"])
     x.add_argument("-o", "--output", metavar="OUT.json", required=True)

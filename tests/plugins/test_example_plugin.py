@@ -122,6 +122,25 @@ def test_plugin_loads_a_module_that_is_not_installed(tmp_path: Path) -> None:
     assert re.search(r"my_identity\s+my_identity", run.stdout + run.stderr), run.stdout
 
 
+def test_the_commands_take_a_plugin_module(tmp_path: Path) -> None:
+    (tmp_path / "my_ops.py").write_text(_LOCAL_PLUGIN.format(name="my_identity"))
+    build = ("import spmdrules as sr; from spmdrules.graph.exchange import dump; "
+             "sr.load_plugins(['my_ops']); mesh = sr.ProcessMesh([0, 1], dim_names=['dp'])\n"
+             "with sr.Graph() as g:\n"
+             "    x = sr.shard(g.input('x', [4, 6]), mesh, ['dp', None])\n"
+             "    sr.ops.my_identity(x, name='same')\n"
+             "dump(g, 'model.json')")
+    made = _run("-c", build, cwd=tmp_path)
+    assert made.returncode == 0, made.stderr[-3000:]
+    without = _run("-m", "spmdrules.cli", "complete", "model.json", cwd=tmp_path)
+    assert without.returncode == 1
+    assert "my_identity" in without.stderr, without.stderr
+    run = _run("-m", "spmdrules.cli", "--plugin", "my_ops", "complete", "model.json", "--table",
+               cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert re.search(r"same\s.*\[0,-1\]", run.stdout), run.stdout
+
+
 def test_the_given_plugins_pass_to_the_processes_this_one_starts(tmp_path: Path) -> None:
     (tmp_path / "my_ops.py").write_text(_LOCAL_PLUGIN.format(name="my_identity"))
     code = ("import os, subprocess, sys, spmdrules as sr; sr.load_plugins(['my_ops']); "
