@@ -6,10 +6,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test demo lint typecheck unit unit-fast conformance bench clean
 
-$(STAMP): pyproject.toml
+# the example plugin of docs/plugins.md, which tests/plugins/ runs as an installed plugin
+EXAMPLE_PLUGIN := tests/plugins/spmdrules_example_op
+
+$(STAMP): pyproject.toml $(EXAMPLE_PLUGIN)/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[mpi,onnx,torch,test]"
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e $(EXAMPLE_PLUGIN)
 	touch $(STAMP)
 
 lint: $(STAMP)

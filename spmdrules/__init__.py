@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import (
     CoShardedDimError,
+    DuplicateRegistrationError,
     InvalidDistAttrError,
     InvalidMeshError,
     RuleArgumentError,
@@ -22,6 +23,7 @@ from spmdrules.core.errors import (
 )
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.placements import REDUCE_TYPES, Partial, Placement, Replicate, Shard
+from spmdrules.core.plugins import PluginError, load_plugins
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine.registry import Rule, get_rule, list_rules, register_rule
 from spmdrules.graph import examples, ops
@@ -32,6 +34,7 @@ from spmdrules.graph.nodes import Op, Tensor
 
 if TYPE_CHECKING:
     from spmdrules.completion.result import DroppedSplitWarning
+    from spmdrules.registration import OpSpec, OpSpecError, register_op
 
 __all__ = [
     "OPEN",
@@ -40,12 +43,16 @@ __all__ = [
     "CoShardedDimError",
     "DistAttr",
     "DroppedSplitWarning",
+    "DuplicateRegistrationError",
     "Graph",
     "InvalidDistAttrError",
     "InvalidMeshError",
     "Op",
+    "OpSpec",
+    "OpSpecError",
     "Partial",
     "Placement",
+    "PluginError",
     "ProcessMesh",
     "Replicate",
     "Rule",
@@ -61,7 +68,9 @@ __all__ = [
     "examples",
     "get_rule",
     "list_rules",
+    "load_plugins",
     "ops",
+    "register_op",
     "register_rule",
     "shard",
 ]
@@ -81,6 +90,12 @@ def __getattr__(name: str) -> object:
         from spmdrules.completion.result import DroppedSplitWarning
 
         return DroppedSplitWarning
+    if name in ("OpSpec", "OpSpecError", "register_op"):
+        # the registration of a whole op reaches every layer's table, lowering and verify's
+        # included: loaded when a plugin first registers, not by every import of spmdrules
+        from spmdrules import registration
+
+        return getattr(registration, name)
     raise AttributeError(f"module 'spmdrules' has no attribute {name!r}")
 
 

@@ -25,6 +25,7 @@ from spmdrules.core import progress
 from spmdrules.core.errors import SpmdError, printable
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.output import check_target
+from spmdrules.core.plugins import add_plugin_option, load_plugins
 from spmdrules.graph import examples
 from spmdrules.graph.exchange import dump, load
 from spmdrules.graph.graph import Graph
@@ -83,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Complete the distributed attributes of a model graph from a few "
                     "annotations, plan its reshards, and explain every decision.",
     )
+    add_plugin_option(ap)  # before the command: spmdrules --plugin my_ops complete MODEL.json
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     c = sub.add_parser("complete", help="complete MODEL.json and print the summary table",
                        description="Complete every tensor's attribute of MODEL.json, print the "
@@ -122,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)  # exits with 2 on bad usage
     try:
+        load_plugins(args.plugin)  # the installed ones and --plugin's, before any op is read
         if getattr(args, "output", None):
             check_target(args.output)  # before the work, which may take minutes
         if args.command == "complete":

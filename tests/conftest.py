@@ -17,6 +17,9 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# the suite's checks over every registered op see the package's own: a command run in this
+# process loads no installed plugin (tests/plugins/ runs them in processes of their own)
+os.environ["SPMDRULES_DISABLE_PLUGIN_AUTOLOAD"] = "1"
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 _SHOWN = re.compile(r"^```text\n(.*?)^```", re.S | re.M)
 _INLINE = re.compile(r"^prints `(.*?)`", re.M)

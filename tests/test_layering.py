@@ -154,7 +154,7 @@ def import_graph(tree: Tree) -> nx.DiGraph:
 
 def layer_of(module: str) -> str | None:
     parts = module.split(".")
-    if len(parts) == 1 or parts[1] in ("cli", "demo", "phases"):
+    if len(parts) == 1 or parts[1] in ("cli", "demo", "phases", "registration"):
         return "top"
     return parts[1] if parts[1] in RANKS else None
 

@@ -81,6 +81,22 @@ class UnknownOpError(SpmdError, KeyError):
         )
 
 
+class DuplicateRegistrationError(SpmdError, ValueError):
+    """A name registered twice in one of the op tables (rules, shapes, kernels, VJPs, verify
+    cases, lowerings, converters): the message names the op, the table and where each of the
+    two registrations came from."""
+
+    def __init__(self, op: str, table: str, first: str, second: str, fix: str = "") -> None:
+        self.op = op
+        self.table = table
+        self.first = first
+        self.second = second
+        super().__init__(
+            f"{op!r}: a {table} is already registered for it, at {first}; the second "
+            f"registration, at {second}, would replace it. "
+            + (fix or "Give the new op another name, or remove one of the two registrations"))
+
+
 def did_you_mean(word: str, choices: Iterable[str], n: int = 2) -> str:
     """``"; did you mean 'a', 'b'?"`` for the choices closest to a misspelt ``word``, else ``""``
     (appended to an error that names an unknown attribute, op, tensor or dtype)."""

@@ -47,6 +47,7 @@ from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import SpmdInfo, TensorSpec
+from spmdrules.core.tables import caller
 from spmdrules.engine import einsum
 from spmdrules.engine.einsum import ALPHABET, AxisConflict, LetterMap
 from spmdrules.engine.plan import Plan, compile_plan
@@ -383,6 +384,7 @@ def register_described(
     key: Callable[[tuple[ShapeArg, ...]], Hashable] | None = None,
     check: Callable[..., None] | None = None,
     masks: bool = False,
+    origin: str | None = None,
 ) -> Rule:
     """Register ``name`` with forward (and reverse) inference derived from ``describe``.
 
@@ -455,5 +457,5 @@ def register_described(
     return register_rule(
         name, forward=forward, reverse=backward if reverse else None, inputs=inputs,
         outputs=outputs, attrs=attrs, aliases=aliases, family=family, doc=doc, op_attrs=op_attrs,
-        masks=masks,
+        masks=masks, origin=origin if origin is not None else caller(1),
     )

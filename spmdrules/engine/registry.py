@@ -21,6 +21,7 @@ from spmdrules.core.errors import (
     did_you_mean,
 )
 from spmdrules.core.spec import SpmdInfo, TensorSpec
+from spmdrules.core.tables import OpTable, caller
 from spmdrules.engine.attributes import A as A  # rules declare attributes with the registry's A
 from spmdrules.engine.attributes import AttrParam as AttrParam
 from spmdrules.engine.attributes import check_attr as _check_attr
@@ -412,7 +413,10 @@ class Rule:
 
 # Filled as the rule families (``spmdrules.rules``) import: the top package imports them, so every
 # rule is registered before any module of spmdrules can be used.
-_RULES: dict[str, Rule] = {}
+_RULES: OpTable[Rule] = OpTable("rule")
+#: the table itself, for the registration of a whole op (``spmdrules.register_op``)
+RULES: Final = _RULES
+_lookup: Final = _RULES.lookup
 
 
 def register_rule(
@@ -429,8 +433,11 @@ def register_rule(
     doc: str = "",
     op_attrs: Sequence[AttrParam] = (),
     masks: bool = False,
+    origin: str | None = None,
 ) -> Rule:
-    """Register a rule under ``name`` and each alias. Names must be new.
+    """Register a rule under ``name`` and each alias. Names must be new: a second rule for one
+    raises ``DuplicateRegistrationError`` naming where each came from (``origin``, by default the
+    caller's file and line).
 
     ``masks``: the forward rule takes masked pending sums (``spmdrules.engine.masks``); other
     rules see them unmasked.
@@ -455,17 +462,13 @@ def register_rule(
         op_attrs=op_attrs,
         masks=masks,
     )
-    for n in (name, *aliases):
-        if n in _RULES:
-            raise SpmdError(f"register_rule: a rule named {n!r} is already registered")
-    for n in (name, *aliases):
-        _RULES[n] = rule
+    _RULES.add_all((name, *aliases), rule, origin if origin is not None else caller(1))
     return rule
 
 
 def get_rule(name: str) -> Rule:
     """The rule registered under ``name`` (or an alias). Unknown names raise UnknownOpError."""
-    rule = _RULES.get(name)
+    rule = _lookup(name)
     if rule is None:
         if not isinstance(name, str):
             raise UnknownOpError(repr(name), [])

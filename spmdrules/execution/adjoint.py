@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -47,6 +47,7 @@ from numpy.typing import NDArray
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import SpmdError, UnsupportedError
 from spmdrules.core.spec import flat_slots
+from spmdrules.core.tables import OpTable, caller
 from spmdrules.execution.lowering import all_reduce_chain, class_axis
 from spmdrules.execution.program import (
     Collective,
@@ -362,14 +363,16 @@ class _Reverse:
             emit("p2p", target, None, adjoint=not counterparts)
 
     def own_lowering(self, call: KernelCall) -> None:
-        """Ops the lowering ran without their kernel: the vocab-parallel cross entropy."""
-        if call.op_type == "c_softmax_with_multi_label_cross_entropy":
-            multi_label_reverse(self, call, GRAD)
-            return
-        if call.op_type not in ("cross_entropy_with_softmax", "softmax_with_cross_entropy",
-                                "c_softmax_with_cross_entropy"):
+        """Ops the lowering ran without their kernel (``lowering.LOWERINGS``): their reverse
+        hook (``REVERSE_LOWERINGS``) undoes the steps the lowering emitted."""
+        hook = REVERSE_LOWERINGS.lookup(call.op_type)
+        if hook is None:
             raise UnsupportedError(f"op {call.op!r} ({call.op_type}): no reverse mode for its "
-                                   "lowering")
+                                   "lowering; register one with adjoint.register_reverse")
+        hook(self, call)
+
+    def vocab_parallel_ce(self, call: KernelCall) -> None:
+        """The reverse of the vocab-parallel cross entropy's lowering."""
         x_name, label_name = call.inputs[0], call.inputs[1]
         prob, loss = call.outputs[0], call.outputs[1]
         assert isinstance(x_name, str) and isinstance(label_name, str)
@@ -430,6 +433,25 @@ class _Reverse:
         return out
 
 
+#: ``reverse(adjoint, call)``: the reverse of an op's lowering hook (``lowering.LOWERINGS``),
+#: adding the cotangents of the call's inputs from those of its outputs
+ReverseHook = Callable[[_Reverse, KernelCall], None]
+#: op name -> the reverse of its lowering hook
+REVERSE_LOWERINGS: Final[OpTable[ReverseHook]] = OpTable("reverse lowering hook")
+
+
+def register_reverse(names: Sequence[str], hook: ReverseHook, *,
+                     origin: str | None = None) -> None:
+    """Undo the lowering hook of each op of ``names`` with ``hook`` in reverse mode."""
+    REVERSE_LOWERINGS.add_all(names, hook, origin if origin is not None else caller(1))
+
+
+register_reverse(("cross_entropy_with_softmax", "softmax_with_cross_entropy",
+                  "c_softmax_with_cross_entropy"), _Reverse.vocab_parallel_ce)
+register_reverse(("c_softmax_with_multi_label_cross_entropy",),
+                 lambda rev, call: multi_label_reverse(rev, call, GRAD))
+
+
 def gradient_program(program: Program, outputs: Sequence[str], wrt: Sequence[str] | None = None,
                      *, reduce_grads: bool = True) -> Program:
     """The program that runs ``program`` and then its reverse mode.
@@ -471,4 +493,5 @@ def gradient_program(program: Program, outputs: Sequence[str], wrt: Sequence[str
                    program.tensors, rev.edges, dict(program.calls), seeds, grads, rev.storage)
 
 
-__all__ = ["GRAD", "SEED", "GradientError", "dual_attr", "gradient_program"]
+__all__ = ["GRAD", "REVERSE_LOWERINGS", "SEED", "GradientError", "ReverseHook", "dual_attr",
+           "gradient_program", "register_reverse"]

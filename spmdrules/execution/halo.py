@@ -13,13 +13,15 @@ position from their own context (``needed_box``) when the op carries the attribu
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
 
 import numpy as np
 
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.blocks import block_slices
+from spmdrules.core.tables import OpTable, caller
 from spmdrules.engine.resampling import METHODS, Resampling, resampling
 from spmdrules.engine.windows import channel_axis, geometry, needed_span
 from spmdrules.graph.shapes.conv import conv_shapes
@@ -28,14 +30,64 @@ from spmdrules.runtime.windows import Window
 
 Box = tuple[tuple[int, int], ...]
 Coord = tuple[int, ...]
+Shape = tuple[int, ...]
 Array = np.ndarray[Any, Any]
 
-HALO_OPS = ("conv2d", "conv3d", "depthwise_conv2d", "conv2d_transpose", "pool2d", "pool3d",
-            *METHODS)
 #: attribute the lowering sets on an op whose input 0 is a halo-extended slab
 HALO = "_halo"
 
-__all__ = ["HALO", "HALO_OPS", "assemble", "needed_box", "slab_spans"]
+Reads = Sequence[Window | Resampling]
+
+
+@dataclass(frozen=True, slots=True)
+class HaloWindows:
+    """What a windowed op reads of its input 0: ``reads(op, x_shape, input_shapes, attrs)``
+    gives one window (or resampling) per spatial dim, None when each output block reads only its
+    own input block (a global pool); ``transposed`` reads them as a transposed conv does."""
+
+    reads: Callable[[str, Shape, Sequence[Any], Mapping[str, Any]], Reads | None]
+    transposed: bool = False
+
+
+#: op name -> the windows it reads: the ops the lowering gives a halo exchange where a spatial
+#: dim of their input is split (``register_windows``)
+HALO_OPS: Final[OpTable[HaloWindows]] = OpTable("halo window")
+
+
+def register_windows(names: Sequence[str], windows: HaloWindows, *,
+                     origin: str | None = None) -> None:
+    """Give each op of ``names`` a halo exchange where its input is spatially split."""
+    HALO_OPS.add_all(names, windows, origin if origin is not None else caller(1))
+
+
+def _spatial(xs: Shape, attrs: Mapping[str, Any]) -> list[int]:
+    return [xs[d] for d in spatial_dims(xs, attrs)]
+
+
+def _resampled(op: str, xs: Shape, _: Sequence[Any], attrs: Mapping[str, Any]) -> Reads:
+    return resampling(op, _spatial(xs, attrs), attrs)
+
+
+def _pooled(op: str, xs: Shape, _: Sequence[Any], attrs: Mapping[str, Any]) -> Reads | None:
+    if attrs.get("global_pooling", False) or attrs.get("adaptive", False):
+        return None
+    sizes = _spatial(xs, attrs)
+    return geometry(op, sizes, kernel_of(op, attrs, len(sizes)), attrs,
+                    ceil_mode=bool(attrs.get("ceil_mode", False))).windows
+
+
+def _convolved(op: str, xs: Shape, input_shapes: Sequence[Any], attrs: Mapping[str, Any]
+               ) -> Reads:
+    return conv_shapes(op, xs, tuple(input_shapes[1]), attrs)[1].windows
+
+
+register_windows(("conv2d", "conv3d", "depthwise_conv2d"), HaloWindows(_convolved))
+register_windows(("conv2d_transpose",), HaloWindows(_convolved, transposed=True))
+register_windows(("pool2d", "pool3d"), HaloWindows(_pooled))
+register_windows(tuple(METHODS), HaloWindows(_resampled))
+
+__all__ = ["HALO", "HALO_OPS", "HaloWindows", "assemble", "needed_box", "register_windows",
+           "slab_spans"]
 
 
 def spatial_dims(shape: Sequence[int], attrs: Mapping[str, Any]) -> list[int]:
@@ -48,28 +100,21 @@ def needed_box(op: str, attrs: Mapping[str, Any], input_shapes: Sequence[Any],
                coord: Coord) -> Box | None:
     """The global box of input 0 that the rank at ``coord`` needs, or None when its own block
     suffices (no spatial dim is cut, or the op pools whole bins)."""
-    if op not in HALO_OPS:
+    windows = HALO_OPS.lookup(op)
+    if windows is None:
         return None
     xs, x_attr = tuple(input_shapes[0]), input_attrs[0]
     sp = spatial_dims(xs, attrs)
     if not isinstance(x_attr, DistAttr) or not any(x_attr.multi_dims_mapping[d] for d in sp):
         return None
-    reads: Sequence[Window | Resampling]
-    if op in METHODS:
-        reads = resampling(op, [xs[d] for d in sp], attrs)
-    elif op.startswith("pool"):
-        if attrs.get("global_pooling", False) or attrs.get("adaptive", False):
-            return None
-        kernel = kernel_of(op, attrs, len(sp))
-        reads = geometry(op, [xs[d] for d in sp], kernel, attrs,
-                         ceil_mode=bool(attrs.get("ceil_mode", False))).windows
-    else:
-        reads = conv_shapes(op, xs, tuple(input_shapes[1]), attrs)[1].windows
+    reads = windows.reads(op, xs, input_shapes, attrs)
+    if reads is None:
+        return None
     own = block_slices(xs, x_attr, coord)
     outb = block_slices(tuple(out_shape), out_attr, coord)
     box = [(s.start, s.stop) for s in own]
     grown = False
-    transposed = op == "conv2d_transpose"
+    transposed = windows.transposed
     for i, d in enumerate(sp):
         o = range(outb[d].start, outb[d].stop)
         lo, hi = needed_span(reads[i], xs[d], o, transposed=transposed)

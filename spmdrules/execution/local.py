@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -37,6 +37,7 @@ from spmdrules.core.attr import DistAttr
 from spmdrules.core.blocks import ShardMismatch, block_slices
 from spmdrules.core.errors import RuleArgumentError, SpmdError, UnsupportedError
 from spmdrules.core.mesh import ProcessMesh
+from spmdrules.core.tables import OpTable, caller
 
 Array = NDArray[Any]
 Block = Array | list[Array] | list[Array | None] | None
@@ -64,17 +65,21 @@ Kernel = Callable[[LocalContext, Sequence[Block]], tuple[Block, ...]]
 #: (context, input blocks, output blocks, output cotangents) -> input cotangents
 Vjp = Callable[[LocalContext, Sequence[Block], Sequence[Block], Sequence[Block]], tuple[Block, ...]]
 
-_KERNELS: dict[str, Kernel] = {}
-_VJPS: dict[str, Vjp] = {}
+_KERNELS: OpTable[Kernel] = OpTable("kernel")
+_VJPS: OpTable[Vjp] = OpTable("VJP")
+#: the tables themselves, for the registration of a whole op (``spmdrules.register_op``)
+KERNELS: Final = _KERNELS
+VJPS: Final = _VJPS
+_kernel_of: Final = _KERNELS.lookup
+_vjp_of: Final = _VJPS.lookup
 F = TypeVar("F", Kernel, Vjp)
 
 
-def _register(table: dict[str, F], what: str, names: tuple[str, ...]) -> Callable[[F], F]:
+def _register(table: OpTable[F], names: tuple[str, ...], origin: str | None) -> Callable[[F], F]:
+    where = origin if origin is not None else caller(2)
+
     def deco(fn: F) -> F:
-        for n in names:
-            if n in table:
-                raise ValueError(f"a {what} for {n!r} is already registered")
-            table[n] = fn
+        table.add_all(names, fn, where)
         return fn
 
     return deco
@@ -101,18 +106,19 @@ def arrays(ctx: LocalContext, blocks: Sequence[Block], i: int, name: str) -> lis
     return [a for a in b if a is not None]  # none is None: checked above
 
 
-def register_kernel(*names: str) -> Callable[[Kernel], Kernel]:
-    """Register one kernel function under one or more op names."""
-    return _register(_KERNELS, "kernel", names)
+def register_kernel(*names: str, origin: str | None = None) -> Callable[[Kernel], Kernel]:
+    """Register one kernel function under one or more op names (each new: a second kernel for
+    one raises ``DuplicateRegistrationError``)."""
+    return _register(_KERNELS, names, origin)
 
 
-def register_vjp(*names: str) -> Callable[[Vjp], Vjp]:
-    """Register one vector-Jacobian product under one or more op names."""
-    return _register(_VJPS, "VJP", names)
+def register_vjp(*names: str, origin: str | None = None) -> Callable[[Vjp], Vjp]:
+    """Register one vector-Jacobian product under one or more op names (each new)."""
+    return _register(_VJPS, names, origin)
 
 
 def get_vjp(op: str) -> Vjp:
-    fn = _VJPS.get(op)
+    fn = _vjp_of(op)
     if fn is None:
         raise UnsupportedError(
             f"{op}: no vector-Jacobian product is registered, so reverse mode cannot pass through "
@@ -126,7 +132,7 @@ def list_vjps() -> list[str]:
 
 
 def get_kernel(op: str) -> Kernel:
-    fn = _KERNELS.get(op)
+    fn = _kernel_of(op)
     if fn is None:
         raise UnsupportedError(f"{op}: no local kernel is registered; it cannot be executed")
     return fn

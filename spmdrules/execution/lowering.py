@@ -37,6 +37,7 @@ from spmdrules.completion.result import ReshardEdge
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.progress import progress
 from spmdrules.core.spec import flat_slots
+from spmdrules.core.tables import OpTable, caller
 from spmdrules.execution import halo
 from spmdrules.execution.program import (
     Array,
@@ -202,7 +203,9 @@ class _Lowering:
         call = KernelCall(op.name, op.type, mesh, tuple(ins), tuple(outs), tuple(in_shapes),
                           tuple(in_attrs), tuple(out_shapes), tuple(out_attrs), op.attr_dict)
         self.calls[op.name] = call
-        special = _SPECIAL.get(op.type)
+        special = LOWERINGS.lookup(op.type)
+        if special is None and op.type in halo.HALO_OPS:
+            special = _lower_halo
         if special is None or not special(self, call):
             self.code.append(call)
         for e, src, dst in after:
@@ -420,13 +423,26 @@ def _lower_halo(lw: _Lowering, call: KernelCall) -> bool:
     return True
 
 
-_SPECIAL: Final[dict[str, Callable[[_Lowering, KernelCall], bool]]] = {
-    "cross_entropy_with_softmax": _lower_vocab_parallel_ce,
-    "softmax_with_cross_entropy": _lower_vocab_parallel_ce,
-    "c_softmax_with_cross_entropy": _lower_vocab_parallel_ce,
-    "c_softmax_with_multi_label_cross_entropy": _lower_vocab_parallel_multi_label,
-    **{op: _lower_halo for op in halo.HALO_OPS},
-}
+#: the public name of the lowering in progress, which a lowering hook receives
+Lowering = _Lowering
+#: ``hook(lowering, call)``: emit the op's own steps instead of its kernel call and return True,
+#: or return False to run the kernel (the vocab-parallel cross entropy: only with classes split)
+LoweringHook = Callable[[Lowering, KernelCall], bool]
+#: op name -> its lowering hook; an op without one runs as one kernel call (a windowed op of
+#: ``halo.HALO_OPS`` with a halo exchange first, where its input is spatially split)
+LOWERINGS: Final[OpTable[LoweringHook]] = OpTable("lowering hook")
+
+
+def register_lowering(names: Sequence[str], hook: LoweringHook, *,
+                      origin: str | None = None) -> None:
+    """Lower each op of ``names`` with ``hook``; its reverse (``adjoint.register_reverse``)
+    undoes the steps it emits."""
+    LOWERINGS.add_all(names, hook, origin if origin is not None else caller(1))
+
+
+register_lowering(("cross_entropy_with_softmax", "softmax_with_cross_entropy",
+                   "c_softmax_with_cross_entropy"), _lower_vocab_parallel_ce)
+register_lowering(("c_softmax_with_multi_label_cross_entropy",), _lower_vocab_parallel_multi_label)
 
 
 def lower(result: Completion) -> Program:

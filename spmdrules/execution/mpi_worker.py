@@ -27,6 +27,7 @@ def main(argv: list[str]) -> int:
 
     comm = MPI.COMM_WORLD
     try:
+        from spmdrules.core.plugins import load_plugins
         from spmdrules.execution.mpi import MPIExecutor
         from spmdrules.execution.mpi_faults import watched
         from spmdrules.runtime.progress import at
@@ -34,6 +35,9 @@ def main(argv: list[str]) -> int:
         job = Path(argv[0])
         timeout = float(argv[1]) if len(argv) > 1 else None
         with watched(comm, timeout, "the run_mpi job"):
+            at("setup: loading the plugins")
+            # the program names its ops' kernels; a plugin's are registered only once it loads
+            load_plugins()
             at("setup: loading the job")
             with open(job / "program.pkl", "rb") as f:
                 program = pickle.load(f)

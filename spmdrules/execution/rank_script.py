@@ -14,6 +14,7 @@ import sys
 
 
 def main(argv: list[str]) -> int:
+    from spmdrules.core.plugins import load_plugins
     from spmdrules.execution.launch import mark_done
     from spmdrules.runtime.abort import abort_on_error
     from spmdrules.runtime.progress import at
@@ -22,6 +23,7 @@ def main(argv: list[str]) -> int:
     sys.argv = list(argv)
     at(f"the script {script}")  # the first place, in the launcher's report of a stuck job
     with abort_on_error(where=script):
+        load_plugins()  # the script may run ops that plugins register, as its launcher does
         try:
             runpy.run_path(script, run_name="__main__")
         except SystemExit as e:

@@ -29,6 +29,7 @@ from spmdrules.core.dtypes import is_bfloat16, is_inexact
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import AttrSlot, SpmdInfo, TensorSpec
+from spmdrules.core.tables import OpTable, caller
 from spmdrules.engine.registry import TensorParam
 from spmdrules.execution import halo
 from spmdrules.execution.domains import Arg, Values
@@ -190,15 +191,19 @@ def _class_dims(ctx: LocalContext) -> tuple[int, ...]:
     return tuple(a.multi_dims_mapping[axis])
 
 
+#: op name -> the in-op communication of its kernel, for ops lowered with collectives inside
+#: (``lowering.LOWERINGS``): one op run on the simulated mesh runs it so
+COLLECTIVES: Final[OpTable[Collective]] = OpTable("in-op collective")
+for _op, _fn in (("cross_entropy_with_softmax", cross_entropy),
+                 ("softmax_with_cross_entropy", cross_entropy),
+                 ("c_softmax_with_cross_entropy", c_softmax_cross_entropy),
+                 ("c_softmax_with_multi_label_cross_entropy", multi_label_cross_entropy)):
+    COLLECTIVES.add(_op, Collective(_fn, _class_dims), caller(0))
+
+
 def collective_for(op: str) -> Collective | None:
     """The in-op communication of ``op``'s kernel, where it has one."""
-    if op in ("cross_entropy_with_softmax", "softmax_with_cross_entropy"):
-        return Collective(cross_entropy, _class_dims)
-    if op == "c_softmax_with_cross_entropy":
-        return Collective(c_softmax_cross_entropy, _class_dims)
-    if op == "c_softmax_with_multi_label_cross_entropy":
-        return Collective(multi_label_cross_entropy, _class_dims)
-    return None
+    return COLLECTIVES.lookup(op)
 
 
 _ALLREDUCE: Final[dict[str, Callable[[Array], Array]]] = {

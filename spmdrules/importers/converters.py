@@ -22,7 +22,8 @@ import pkgutil
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from spmdrules.core.errors import SpmdError
+from spmdrules.core.errors import DuplicateRegistrationError, SpmdError
+from spmdrules.core.tables import caller
 
 F = TypeVar("F", bound=Callable[..., Any])
 _loaded: dict[str, bool] = {}
@@ -30,6 +31,10 @@ _loaded: dict[str, bool] = {}
 
 class ConverterError(SpmdError, ValueError):
     """A converter registration names no op, or an op that has a converter already."""
+
+
+class DuplicateConverterError(DuplicateRegistrationError, ConverterError):
+    """A converter for an op that has one already, without ``replace=True``."""
 
 
 def load() -> None:
@@ -106,8 +111,10 @@ def _register(keys: list[str], table: dict[str, Any], decorator: Callable[..., A
         raise ConverterError(f"{who}: name at least one op")
     taken = [k for k in keys if k in table]
     if taken and not replace:
-        raise ConverterError(f"{who}: {', '.join(taken)} has a converter already; pass "
-                             "replace=True to put yours in its place")
+        first = table[taken[0]]
+        raise DuplicateConverterError(
+            taken[0], "converter", f"{first.__module__}.{first.__qualname__}", caller(2),
+            f"{who}: pass replace=True to put yours in its place")
 
     def reg(fn: F) -> F:
         decorator(*keys)(fn)
@@ -115,4 +122,4 @@ def _register(keys: list[str], table: dict[str, Any], decorator: Callable[..., A
     return reg
 
 
-__all__ = ["ConverterError", "aten_converter", "key", "load", "onnx_converter"]
+__all__ = ["ConverterError", "DuplicateConverterError", "aten_converter", "key", "load", "onnx_converter"]

@@ -32,7 +32,7 @@ from spmdrules.graph.annotation import Annotation
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Op, Tensor
 from spmdrules.graph.storage import Interleaved
-from spmdrules.plan.chunks import MATMULS, TRANSPOSES, ChunkRewrite, plan_rewrite
+from spmdrules.plan.chunks import TRANSPOSES, WEIGHT_USES, ChunkRewrite, plan_rewrite
 from spmdrules.plan.errors import (
     PlanConflictError,
     PlanError,
@@ -54,8 +54,6 @@ from spmdrules.plan.styles import (
     VocabParallel,
     describe,
 )
-
-_EMBEDDINGS = frozenset({"embedding", "lookup_table_v2"})
 
 
 @dataclass(frozen=True)
@@ -331,19 +329,15 @@ def _tied(module: str, weight: Tensor) -> Tensor:
 def _feature_uses(weight: Tensor, source: str) -> list[tuple[str, int, int, Op]]:
     """(kind, output-feature dim, input-feature dim, op) for each op using ``weight`` as its
     weight, through transposes; for an embedding the "input" dim is the vocabulary."""
-    found = []
+    found: list[tuple[str, int, int, Op]] = []
     for op, perm, read in _uses(weight, tuple(range(weight.ndim))):
         if op.inputs.index(read) != 1:
             raise PlanTargetError(
                 f"{source}: {weight.name!r} is not the weight operand of {op.type} op "
                 f"{op.name!r}; annotate it with a raw spec instead")
-        if op.type in _EMBEDDINGS:
-            found.append(("embedding", perm[1], perm[0], op))
-            continue
-        nd = read.ndim
-        trans = op.type != "bmm" and bool(op.attr("trans_y"))
-        n, k = (nd - 2, nd - 1) if trans else (nd - 1, nd - 2)
-        found.append(("linear", perm[n], perm[k], op))
+        use = WEIGHT_USES[op.type]
+        n, k = use.dims(op, read.ndim)
+        found.append((use.kind, perm[n], perm[k], op))
     if not found:
         raise PlanTargetError(
             f"{source}: no matmul or embedding uses {weight.name!r} {list(weight.shape)} as its "
@@ -393,5 +387,5 @@ def _uses(t: Tensor, perm: tuple[int, ...]) -> Iterable[tuple[Op, tuple[int, ...
         if op.type in TRANSPOSES:
             p = op.attr("perm")
             yield from _uses(op.outputs[0], tuple(perm[j] for j in p))
-        elif op.type in MATMULS or op.type in _EMBEDDINGS:
+        elif op.type in WEIGHT_USES:
             yield op, perm, t

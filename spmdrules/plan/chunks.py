@@ -26,9 +26,11 @@ whole entry fits.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Final, Literal
 
+from spmdrules.core.tables import OpTable, caller
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Op, Tensor
 from spmdrules.graph.storage import Interleaved, StorageError
@@ -36,7 +38,37 @@ from spmdrules.plan.errors import PlanTargetError
 
 #: ops that only permute a weight's dims on its way to the matmul that uses it
 TRANSPOSES = frozenset({"transpose", "transpose2"})
-MATMULS = frozenset({"matmul", "matmul_v2", "bmm"})
+
+
+@dataclass(frozen=True, slots=True)
+class WeightUse:
+    """How an op reads the weight a plan style splits, always its second input: ``kind``
+    ``"linear"`` (features in, features out) or ``"embedding"`` (rows looked up by id), and
+    ``dims(op, ndim)``, the (output-feature, input-feature) dims of the tensor it reads (for an
+    embedding the "input" dim is the vocabulary)."""
+
+    kind: Literal["linear", "embedding"]
+    dims: Callable[[Op, int], tuple[int, int]]
+
+
+#: op name -> how it reads a weight: the ops ColwiseParallel, RowwiseParallel and VocabParallel
+#: find a weight's feature dims through (``register_weight_use``)
+WEIGHT_USES: Final[OpTable[WeightUse]] = OpTable("plan weight use")
+
+
+def register_weight_use(names: Sequence[str], use: WeightUse, *,
+                        origin: str | None = None) -> None:
+    """Let plan styles find the feature dims of a weight that each op of ``names`` reads."""
+    WEIGHT_USES.add_all(names, use, origin if origin is not None else caller(1))
+
+
+def _matmul_dims(op: Op, nd: int) -> tuple[int, int]:
+    trans = op.type != "bmm" and bool(op.attr("trans_y"))
+    return (nd - 2, nd - 1) if trans else (nd - 1, nd - 2)
+
+
+register_weight_use(("matmul", "matmul_v2", "bmm"), WeightUse("linear", _matmul_dims))
+register_weight_use(("embedding", "lookup_table_v2"), WeightUse("embedding", lambda op, nd: (1, 0)))
 
 
 @dataclass(frozen=True)
@@ -141,7 +173,8 @@ def _matmul_outputs(weight: Tensor, source: str) -> Iterator[Tensor]:
     for op in weight.consumers:
         if op.type in TRANSPOSES:
             yield from _matmul_outputs(op.outputs[0], source)
-        elif op.type in MATMULS and op.inputs.index(weight) == 1:
+        elif (use := WEIGHT_USES.lookup(op.type)) is not None and use.kind == "linear" \
+                and op.inputs.index(weight) == 1:
             yield op.outputs[0]
         else:
             raise PlanTargetError(

@@ -7,7 +7,8 @@ import json
 import sys
 from collections.abc import Sequence
 
-from spmdrules.core.errors import UnknownOpError
+from spmdrules.core.errors import SpmdError, UnknownOpError
+from spmdrules.core.plugins import add_plugin_option, load_plugins
 from spmdrules.engine.registry import get_rule, list_rules
 from spmdrules.verify.report import format_text, markdown_table, report_row, to_json
 from spmdrules.verify.runner import OpReport, verify
@@ -27,14 +28,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, metavar="S", help="the random seed (default 0)")
     p.add_argument("--no-alternatives", action="store_true",
                    help="skip the search for sharded alternatives (over-replication)")
+    add_plugin_option(p)
     args = p.parse_args(argv)
     if args.cases < 1:
         p.error("--cases must be >= 1")
     try:
+        load_plugins(args.plugin)  # before --ops is checked: a plugin's op is a name to verify
         for n in args.ops or ():
             get_rule(n)
     except UnknownOpError as e:
         p.error(str(e))
+    except SpmdError as e:  # a plugin that fails to load, or registers a name that is taken
+        print(f"python -m spmdrules.verify: error: {e}", file=sys.stderr)
+        return 1
     names: list[str] = list(args.ops) if args.ops else list_rules()
     bar = None
     if sys.stderr.isatty():

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 import spmdrules as sr
+from spmdrules.core.errors import DuplicateRegistrationError
 from spmdrules.engine import registry
 from spmdrules.engine.registry import A, T, Vec, register_rule
 
@@ -82,7 +83,7 @@ def test_memoised_answers_are_identical_objects() -> None:
 
 
 def test_register_rule_with_list_argument_and_duplicates(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "_RULES", dict(registry._RULES))
+    monkeypatch.setattr(registry, "_RULES", registry._RULES.copy())
 
     def fwd(xs: tuple[sr.TensorSpec, ...], axis: int) -> sr.SpmdInfo:
         return sr.SpmdInfo([tuple(t.attr for t in xs)], [xs[0].attr])
@@ -98,7 +99,8 @@ def test_register_rule_with_list_argument_and_duplicates(monkeypatch: pytest.Mon
     info = rule.infer_forward([x, x], axis=1)
     assert info.inputs[0] == (x.attr, x.attr)
     assert rule.infer_forward([x, x], 1) is rule.infer_forward([x, x], axis=1)
-    with pytest.raises(sr.SpmdError, match="already registered"):
+    with pytest.raises(DuplicateRegistrationError, match="'test_only_listy': a rule is already "
+                       r"registered for it, at .*test_registry.py:\d+; the second registration"):
         register_rule("test_only_listy", forward=fwd, inputs=[Vec("xs")], outputs=[T("out")])
 
 

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch", reason="needs the torch extra (make test in
 onnx = pytest.importorskip("onnx", reason="needs the onnx extra (make test installs it)")
 from onnx import TensorProto, helper  # noqa: E402
 
+from spmdrules.core.errors import DuplicateRegistrationError  # noqa: E402
 from spmdrules.execution.executor import run_serial  # noqa: E402
 from spmdrules.importers import converters  # noqa: E402
 from spmdrules.importers import onnx as onnx_import  # noqa: E402
@@ -102,7 +103,9 @@ def test_an_aten_op_of_the_same_name_is_not_the_custom_ops_converter() -> None:
 def test_registration_spellings_and_refusals(tables: None) -> None:
     aten_converter(torch.ops.spmdrules_plugin.scaled_silu)(_silu)  # the packet: every overload
     assert ATEN["spmdrules_plugin.scaled_silu.default"] is _silu
-    with pytest.raises(ConverterError, match="has a converter already; pass replace=True"):
+    with pytest.raises(DuplicateRegistrationError,
+                       match=r"'spmdrules_plugin\.scaled_silu\.default': a converter is already "
+                             r"registered for it, at .*_silu; .*aten_converter: pass replace=True"):
         aten_converter("spmdrules_plugin::scaled_silu.default")(_silu)
     aten_converter(torch.ops.spmdrules_plugin.scaled_silu.default, replace=True)(_silu)
     with pytest.raises(ConverterError, match="names no namespace"):
@@ -111,7 +114,7 @@ def test_registration_spellings_and_refusals(tables: None) -> None:
         aten_converter("::relu")
     with pytest.raises(ConverterError, match="is not a torch op"):
         aten_converter(42)
-    with pytest.raises(ConverterError, match="Relu has a converter already"):
+    with pytest.raises(ConverterError, match="'Relu': a converter is already registered"):
         onnx_converter("Relu")(lambda c: [])
     with pytest.raises(ConverterError, match="give op types as strings"):
         onnx_converter()

@@ -20,6 +20,7 @@ from typing import Any, Final, NamedTuple
 import numpy as np
 
 from spmdrules.core.spec import flat_slots
+from spmdrules.core.tables import OpTable, caller
 from spmdrules.graph.errors import ShapeError
 
 Shape = tuple[int, ...]
@@ -164,16 +165,15 @@ GENERIC_OPS: Final = ("default_", "default_data_parallel", "replicated")
 
 
 #: op name -> ShapeRule; each family module adds its rows with ``register``
-SHAPE_RULES: Final[dict[str, ShapeRule]] = {}
+SHAPE_RULES: Final[OpTable[ShapeRule]] = OpTable("shape rule")
 
 
-def register(names: Sequence[str], shape: ShapeFn, dtype: DtypeFn) -> None:
-    """Add one row per op name; the row's family is the module that defines ``shape``."""
-    family = shape.__module__.rsplit(".", 1)[-1]
-    for n in names:
-        if n in SHAPE_RULES:
-            raise AssertionError(f"register: {n!r} has a shape rule already")
-        SHAPE_RULES[n] = ShapeRule(shape, dtype, family)
+def register(names: Sequence[str], shape: ShapeFn, dtype: DtypeFn, *, family: str | None = None,
+             origin: str | None = None) -> None:
+    """Add one row per op name; the row's family defaults to the module that defines ``shape``.
+    A name with a row already raises ``DuplicateRegistrationError``."""
+    row = ShapeRule(shape, dtype, family or shape.__module__.rsplit(".", 1)[-1])
+    SHAPE_RULES.add_all(names, row, origin if origin is not None else caller(1))
 
 
 def has_shape_rule(op_type: str) -> bool:
@@ -216,7 +216,7 @@ def infer_meta(
 def _infer(
     op_type: str, args: Sequence[Arg], attrs: Mapping[str, Any], node: str
 ) -> list[tuple[OutShape, str]]:
-    rule = SHAPE_RULES.get(op_type)
+    rule = SHAPE_RULES.lookup(op_type)
     ctx = ShapeContext(node, op_type)
     if rule is None:
         raise ctx.fail(

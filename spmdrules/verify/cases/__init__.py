@@ -21,6 +21,7 @@ index), so one op's cases do not depend on which other ops are drawn.
 """
 
 from spmdrules.verify.cases.case import (
+    FAMILIES,
     MESH_SHAPES,
     Arg,
     Case,
@@ -34,7 +35,6 @@ from spmdrules.verify.cases.case import (
     draw_values,
 )
 from spmdrules.verify.cases.drawing import (
-    FAMILIES,
     case_rng,
     draft_case,
     draw_case,

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from spmdrules.verify.cases.case import Draft, Rng, pick
+from spmdrules.verify.cases.case import Draft, Rng, pick, register_cases
 
 
+@register_cases
 def attention(op: str, rng: Rng) -> Draft:
     b = int(pick(rng, (1, 2, 3, 4)))
     hk = int(pick(rng, (1, 2, 2, 3, 4)))

@@ -13,6 +13,7 @@ from numpy.typing import NDArray
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import SpmdInfo, TensorSpec, flat_slots
+from spmdrules.core.tables import OpTable, caller
 from spmdrules.engine.registry import get_rule
 
 # the value domains, re-exported for the family generators
@@ -159,6 +160,19 @@ class Draft:
 
 
 Family = Callable[[str, Rng], Draft]
+
+#: the case generator of each rule family (``Rule.family``); each family module of this package
+#: adds its own with ``register_cases``, and ``spmdrules.register_op`` an op's from outside
+FAMILIES: Final[OpTable[Family]] = OpTable("verify case generator")
+
+
+def register_cases(generator: Family, *, family: str | None = None,
+                   origin: str | None = None) -> Family:
+    """Make ``generator`` the case generator of ``family`` (by default the name of the module
+    that defines it, as the rule's family is); a family has one (``DuplicateRegistrationError``)."""
+    FAMILIES.add(family or generator.__module__.rsplit(".", 1)[-1], generator,
+                 origin if origin is not None else caller(1))
+    return generator
 
 
 def pick(rng: Rng, seq: Sequence[Any]) -> Any:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape, pick
+from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape, pick, register_cases
 
 
+@register_cases
 def cast(op: str, rng: Rng) -> Draft:
     x = draw_shape(rng, draw_rank(rng, 0, 3))
     domain = str(pick(rng, ("real", "int", "bool")))

@@ -11,10 +11,12 @@ from spmdrules.verify.cases.case import (
     draw_rank,
     draw_shape,
     pick,
+    register_cases,
     size_one_probe,
 )
 
 
+@register_cases
 def channel_norm(op: str, rng: Rng) -> Draft:
     x = draw_shape(rng, draw_rank(rng, 2, 4))
     last = rng.random() < 0.3 and op != "instance_norm"

@@ -12,10 +12,12 @@ from spmdrules.verify.cases.case import (
     draw_shape,
     negative_axis,
     pick,
+    register_cases,
 )
 
 
 # ---- concat / split ----------------------------------------------------------------------------
+@register_cases
 def concat_split(op: str, rng: Rng) -> Draft:
     if op in ("concat", "stack", "add_n"):
         k = draw_rank(rng, 1, 3)

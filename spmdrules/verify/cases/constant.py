@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape, pick
+from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape, pick, register_cases
 
 _DTYPES = ("float64", "float32", "int64", "int32", "bool")
 
 
+@register_cases
 def constant(op: str, rng: Rng) -> Draft:
     value = float(pick(rng, (0.0, 1.0, -2.5, 3.0)))
     if op == "full":

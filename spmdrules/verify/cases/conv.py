@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spmdrules.verify.cases.case import Draft, Rng, Split, pick, size_one_probe
+from spmdrules.verify.cases.case import Draft, Rng, Split, pick, register_cases, size_one_probe
 
 
 def _window(rng: Rng, n: int, nsp: int) -> tuple[list[int], list[int], list[int], list[int]]:
@@ -26,6 +26,7 @@ def _window(rng: Rng, n: int, nsp: int) -> tuple[list[int], list[int], list[int]
     return k, s, p, d
 
 
+@register_cases
 def conv(op: str, rng: Rng) -> Draft:
     base = op.removesuffix("_grad")
     nsp = 3 if base == "conv3d" else 2

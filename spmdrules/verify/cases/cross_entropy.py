@@ -13,6 +13,7 @@ from spmdrules.verify.cases.case import (
     draw_rank,
     draw_shape,
     negative_axis,
+    register_cases,
     size_one_probe,
 )
 
@@ -24,6 +25,7 @@ def _classes(rng: Rng) -> tuple[Shape, bool]:
     return ((*x[:-1], 1) if probe else x), probe
 
 
+@register_cases
 def cross_entropy(op: str, rng: Rng) -> Draft:
     if op == "c_softmax_with_cross_entropy":
         return c_softmax_cross_entropy(op, rng)

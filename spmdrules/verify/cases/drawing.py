@@ -3,25 +3,25 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
-from typing import Any, Final
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import SpmdError
+from spmdrules.core.families import import_families
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import TensorSpec
 from spmdrules.engine.registry import Rule, get_rule
 from spmdrules.graph.shapes.shape_rule import TensorMeta, infer_meta
-from spmdrules.verify.cases.attention import attention
 from spmdrules.verify.cases.case import (
+    FAMILIES,
     Arg,
     Case,
     Direction,
     DomainArg,
     Draft,
-    Family,
     NoCaseError,
     Rng,
     ShapeArg,
@@ -31,84 +31,10 @@ from spmdrules.verify.cases.case import (
     draw_spec,
     pick,
 )
-from spmdrules.verify.cases.cast import cast
-from spmdrules.verify.cases.channel_norm import channel_norm
-from spmdrules.verify.cases.concat_split import concat_split
-from spmdrules.verify.cases.constant import constant
-from spmdrules.verify.cases.conv import conv
-from spmdrules.verify.cases.cross_entropy import cross_entropy
-from spmdrules.verify.cases.cumulative import cumulative
-from spmdrules.verify.cases.einsum_op import einsum
-from spmdrules.verify.cases.elementwise import elementwise
-from spmdrules.verify.cases.embedding import embedding
-from spmdrules.verify.cases.fused_dropout import fused_dropout
-from spmdrules.verify.cases.fused_linear import fused_linear
-from spmdrules.verify.cases.gather import gather
 from spmdrules.verify.cases.generic import REPLICATED_STAND_INS, data_parallel_draft
-from spmdrules.verify.cases.label_smooth import label_smooth
-from spmdrules.verify.cases.lrn import lrn
-from spmdrules.verify.cases.matmul import matmul
-from spmdrules.verify.cases.moe import moe
-from spmdrules.verify.cases.norm import norm
-from spmdrules.verify.cases.one_hot import one_hot
-from spmdrules.verify.cases.pad import pad
-from spmdrules.verify.cases.pool import pool
-from spmdrules.verify.cases.reduction import reduction
-from spmdrules.verify.cases.reshape import reshape
-from spmdrules.verify.cases.roi_align import roi_align
-from spmdrules.verify.cases.roll import roll
-from spmdrules.verify.cases.rotary import rotary
-from spmdrules.verify.cases.scatter import scatter_family
-from spmdrules.verify.cases.selection import selection
-from spmdrules.verify.cases.slice import slice_family
-from spmdrules.verify.cases.softmax import softmax
-from spmdrules.verify.cases.sort import sort_family
-from spmdrules.verify.cases.tile import tile
-from spmdrules.verify.cases.transpose import transpose
-from spmdrules.verify.cases.triangular import triangular
-from spmdrules.verify.cases.upsample import upsample
-from spmdrules.verify.cases.where import where
 
-#: the case generator of each rule family (``Rule.family``, the name of its rules/ module)
-FAMILIES: Final[Mapping[str, Family]] = {
-    "elementwise": elementwise,
-    "concat_split": concat_split,
-    "reduction": reduction,
-    "matmul": matmul,
-    "einsum_op": einsum,
-    "reshape": reshape,
-    "transpose": transpose,
-    "softmax": softmax,
-    "norm": norm,
-    "attention": attention,
-    "rotary": rotary,
-    "moe": moe,
-    "roi_align": roi_align,
-    "channel_norm": channel_norm,
-    "fused_linear": fused_linear,
-    "fused_dropout": fused_dropout,
-    "label_smooth": label_smooth,
-    "embedding": embedding,
-    "cross_entropy": cross_entropy,
-    "constant": constant,
-    "slice": slice_family,
-    "tile": tile,
-    "where": where,
-    "triangular": triangular,
-    "cast": cast,
-    "cumulative": cumulative,
-    "sort": sort_family,
-    "gather": gather,
-    "pad": pad,
-    "roll": roll,
-    "one_hot": one_hot,
-    "selection": selection,
-    "scatter": scatter_family,
-    "conv": conv,
-    "pool": pool,
-    "lrn": lrn,
-    "upsample": upsample,
-}
+# every family module registers its generator as it is imported (``register_cases``)
+import_families(__package__ or "", [str(Path(__file__).parent)], besides=("case", "drawing"))
 
 
 def is_gradient_rule(name: str) -> bool:
@@ -211,7 +137,7 @@ def _draft_for(rule: Rule, name: str, rng: Rng) -> tuple[Draft, bool]:
             stand_in = str(pick(rng, REPLICATED_STAND_INS))
             return FAMILIES[get_rule(stand_in).family](stand_in, rng), True
         return data_parallel_draft(rng), True
-    family = FAMILIES.get(rule.family)
+    family = FAMILIES.lookup(rule.family)
     if family is None:
         raise NoCaseError(f"{name}: no case generator for family {rule.family!r}")
     return family(name, rng), False

@@ -10,10 +10,12 @@ from spmdrules.verify.cases.case import (
     Split,
     draw_rank,
     pick,
+    register_cases,
     size_one_probe,
 )
 
 
+@register_cases
 def einsum(op: str, rng: Rng) -> Draft:
     """A random equation of one or two operands; sometimes a diagonal (``ii->i``)."""
     pool = "abcde"

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from spmdrules.engine.registry import get_rule
-from spmdrules.verify.cases.case import Draft, Rng, Shape, draw_rank, draw_shape
+from spmdrules.verify.cases.case import Draft, Rng, Shape, draw_rank, draw_shape, register_cases
 
 # ---- elementwise -------------------------------------------------------------------------------
 _UNARY_DOMAINS: Final[Mapping[str, str]] = {
@@ -53,6 +53,7 @@ def binary(op: str, rng: Rng) -> Draft:
     return Draft(op, (x, y), _BINARY_DOMAINS.get(op, ("real", "real")), {})
 
 
+@register_cases
 def elementwise(op: str, rng: Rng) -> Draft:
     """A unary or a binary case, by the number of tensors the op's rule takes."""
     return (unary if len(get_rule(op).inputs) == 1 else binary)(op, rng)

@@ -11,10 +11,12 @@ from spmdrules.verify.cases.case import (
     draw_rank,
     draw_shape,
     pick,
+    register_cases,
     size_one_probe,
 )
 
 
+@register_cases
 def embedding(op: str, rng: Rng) -> Draft:
     vocab, hidden = int(pick(rng, SIZES[2:])), int(pick(rng, SIZES))
     ids = draw_shape(rng, draw_rank(rng, 0, 2))

@@ -11,10 +11,12 @@ from spmdrules.verify.cases.case import (
     draw_rank,
     draw_shape,
     pick,
+    register_cases,
     size_one_probe,
 )
 
 
+@register_cases
 def fused_linear(op: str, rng: Rng) -> Draft:
     x = draw_shape(rng, draw_rank(rng, 1 if op == "linear_v2" else 2, 3))
     n = int(pick(rng, (1, 2, 3, 4, 6, 8)))

@@ -14,10 +14,12 @@ from spmdrules.verify.cases.case import (
     draw_shape,
     negative_axis,
     pick,
+    register_cases,
     size_one_probe,
 )
 
 
+@register_cases
 def gather(op: str, rng: Rng) -> Draft:
     x = draw_shape(rng, draw_rank(rng, 1, 3))
     if op == "gather_nd":

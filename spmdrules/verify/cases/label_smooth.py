@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape
+from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape, register_cases
 
 
+@register_cases
 def label_smooth(op: str, rng: Rng) -> Draft:
     label = draw_shape(rng, draw_rank(rng, 1, 3))
     u = rng.random()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape
+from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape, register_cases
 
 
+@register_cases
 def lrn(op: str, rng: Rng) -> Draft:
     x = draw_shape(rng, draw_rank(rng, 3, 5))
     last = bool(rng.integers(2))

@@ -13,6 +13,7 @@ from spmdrules.verify.cases.case import (
     draw_rank,
     draw_shape,
     pick,
+    register_cases,
     size_one_probe,
 )
 
@@ -21,6 +22,7 @@ _BMM_DIMS = {"m": ((0, 1), (2, 1)), "k": ((0, 2), (1, 1)), "n": ((1, 2), (2, 2))
 
 
 # ---- matrix products ---------------------------------------------------------------------------
+@register_cases
 def matmul(op: str, rng: Rng) -> Draft:
     m, k, n = (int(pick(rng, SIZES)) for _ in range(3))
     probe = size_one_probe(rng)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
-from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape
+from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape, register_cases
 
 
+@register_cases
 def norm(op: str, rng: Rng) -> Draft:
     x = draw_shape(rng, draw_rank(rng, 1, 3))
     if op == "fused_rms_norm":

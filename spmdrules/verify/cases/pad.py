@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape
+from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape, register_cases
 
 
+@register_cases
 def pad(op: str, rng: Rng) -> Draft:
     x = draw_shape(rng, draw_rank(rng, 1, 3))
     paddings = [int(rng.integers(0, 3)) if rng.random() < 0.5 else 0 for _ in range(2 * len(x))]

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from spmdrules.verify.cases.case import Draft, Rng, Split, pick, size_one_probe
+from spmdrules.verify.cases.case import Draft, Rng, Split, pick, register_cases, size_one_probe
 
 
+@register_cases
 def pool(op: str, rng: Rng) -> Draft:
     nsp = 3 if op == "pool3d" else 2
     last = rng.random() < 0.3

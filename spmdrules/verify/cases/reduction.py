@@ -15,6 +15,7 @@ from spmdrules.verify.cases.case import (
     draw_shape,
     negative_axis,
     pick,
+    register_cases,
     size_one_probe,
 )
 
@@ -30,6 +31,7 @@ def _axes(rng: Rng, ndim: int) -> list[int]:
     return [negative_axis(rng, int(a), ndim) for a in rng.permutation(ndim)[:k]]
 
 
+@register_cases
 def reduction(op: str, rng: Rng) -> Draft:
     x = draw_shape(rng, draw_rank(rng, 0, 3))
     nd = len(x)

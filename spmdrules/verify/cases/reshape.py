@@ -13,6 +13,7 @@ from spmdrules.verify.cases.case import (
     draw_shape,
     negative_axis,
     pick,
+    register_cases,
 )
 
 
@@ -33,6 +34,7 @@ def _factor(rng: Rng, n: int) -> list[int]:
     return out
 
 
+@register_cases
 def reshape(op: str, rng: Rng) -> Draft:
     x = draw_shape(rng, draw_rank(rng, 0, 3))
     nd = len(x)

@@ -3,9 +3,10 @@ sum to the number of boxes, both sampling modes, aligned or not."""
 
 from __future__ import annotations
 
-from spmdrules.verify.cases.case import Draft, Rng, pick
+from spmdrules.verify.cases.case import Draft, Rng, pick, register_cases
 
 
+@register_cases
 def roi_align(op: str, rng: Rng) -> Draft:
     n, c = int(pick(rng, (1, 2, 3))), int(pick(rng, (1, 2, 3, 4, 5)))
     h, w = int(pick(rng, (2, 3, 5))), int(pick(rng, (2, 4, 5)))

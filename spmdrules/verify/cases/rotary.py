@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from spmdrules.verify.cases.case import DomainArg, Draft, Rng, ShapeArg, pick
+from spmdrules.verify.cases.case import DomainArg, Draft, Rng, ShapeArg, pick, register_cases
 
 
+@register_cases
 def rotary(op: str, rng: Rng) -> Draft:
     b, s, h = (int(pick(rng, (1, 2, 3, 4, 5))) for _ in range(3))
     d = int(pick(rng, (2, 4, 6)))

@@ -13,11 +13,13 @@ from spmdrules.verify.cases.case import (
     draw_shape,
     negative_axis,
     pick,
+    register_cases,
 )
 
 REDUCES = ("assign", "add", "mul", "mean", "amin", "amax")
 
 
+@register_cases
 def scatter_family(op: str, rng: Rng) -> Draft:
     x = draw_shape(rng, draw_rank(rng, 1, 3))
     if op == "scatter":

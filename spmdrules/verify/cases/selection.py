@@ -6,9 +6,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape, negative_axis
+from spmdrules.verify.cases.case import (
+    Draft,
+    Rng,
+    draw_rank,
+    draw_shape,
+    negative_axis,
+    register_cases,
+)
 
 
+@register_cases
 def selection(op: str, rng: Rng) -> Draft:
     x = draw_shape(rng, draw_rank(rng, 1, 3))
     size = math.prod(x) + int(rng.integers(0, 3))

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape, negative_axis
+from spmdrules.verify.cases.case import (
+    Draft,
+    Rng,
+    draw_rank,
+    draw_shape,
+    negative_axis,
+    register_cases,
+)
 
 
 def _bound(rng: Rng, n: int) -> int:
@@ -16,6 +23,7 @@ def _bound(rng: Rng, n: int) -> int:
     return v - n if u < 0.4 else v
 
 
+@register_cases
 def slice_family(op: str, rng: Rng) -> Draft:
     x = draw_shape(rng, draw_rank(rng, 1, 3))
     k = draw_rank(rng, 1, len(x))

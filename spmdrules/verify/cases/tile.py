@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from spmdrules.verify.cases.case import SIZES, Draft, Rng, draw_rank, draw_shape, pick
+from spmdrules.verify.cases.case import (
+    SIZES,
+    Draft,
+    Rng,
+    draw_rank,
+    draw_shape,
+    pick,
+    register_cases,
+)
 
 
 def _target(rng: Rng, x: tuple[int, ...]) -> list[int]:
@@ -11,6 +19,7 @@ def _target(rng: Rng, x: tuple[int, ...]) -> list[int]:
     return lead + [int(pick(rng, SIZES[1:])) if n == 1 else n for n in x]
 
 
+@register_cases
 def tile(op: str, rng: Rng) -> Draft:
     x = draw_shape(rng, draw_rank(rng, 0, 3))
     if op == "tile":

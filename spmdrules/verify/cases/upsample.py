@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from spmdrules.engine.resampling import SIZE_ATTRS
-from spmdrules.verify.cases.case import Draft, Rng, Split, pick
+from spmdrules.verify.cases.case import Draft, Rng, Split, pick, register_cases
 
 _FORMATS = {1: ("NCW", "NWC"), 2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
 
 
+@register_cases
 def upsample(op: str, rng: Rng) -> Draft:
     nsp = 2 if op == "bilinear_interp" else int(pick(rng, (1, 2, 2, 3)))
     last = rng.random() < 0.3

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape
+from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape, register_cases
 
 
 def _operand(rng: Rng, out: tuple[int, ...]) -> tuple[int, ...]:
@@ -11,6 +11,7 @@ def _operand(rng: Rng, out: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(1 if rng.random() < 0.3 else n for n in out[len(out) - k:])
 
 
+@register_cases
 def where(op: str, rng: Rng) -> Draft:
     out = draw_shape(rng, draw_rank(rng, 0, 3))
     shapes = [out, _operand(rng, out), _operand(rng, out)]
