@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine import einsum
+from spmdrules.engine.policy import Policy
 
 
 class Description(Protocol):
@@ -52,6 +53,8 @@ class Description(Protocol):
     def reverse_merge(self) -> tuple[int, ...] | None: ...
     @property
     def replicated_dims(self) -> frozenset[tuple[int, int]]: ...
+    @property
+    def policy(self) -> Policy: ...
 
 #: per merged tensor: (argument index, its letters, the dims that take part in the merge)
 Merged = tuple[tuple[int, str, tuple[int, ...]], ...]
@@ -71,9 +74,14 @@ class Plan:
     #: a one-tensor op whose outputs carry its letters (a scan, a mask, a slice that keeps every
     #: dim): the positions whose shard it drops; the other shards pass through unchanged
     unary: frozenset[int] | None = None
+    #: the op passes some inputs' pending results (``linear``): a call with one takes the
+    #: general path
+    linear: bool = False
 
     def forward(self, args: Sequence[Any]) -> SpmdInfo | None:
         """The forward answer, or None when the general path must give it."""
+        if self.linear and any(type(a) is TensorSpec and a.attr._partial for a in args):
+            return None
         if self.unary is not None and len(args) == 1 and type(a := args[0]) is TensorSpec:
             at = a.attr
             if len(at._mdm) == len(self.inputs[0]):  # type: ignore[arg-type]
@@ -148,7 +156,7 @@ class Plan:
 
 def compile_plan(desc: Description) -> Plan:
     single = all(ls is None or isinstance(ls, str) for ls in (*desc.inputs, *desc.outputs))
-    fast = (single and not desc.linear and not desc.divisible and not desc.grouped
+    fast = (single and not desc.divisible and not desc.grouped and not desc.policy.unread
             and desc.reverse_merge is None and not desc.replicated_dims and not desc.claimed
             and desc.mask is None)
     kept = frozenset("".join(ls for ls in desc.outputs if isinstance(ls, str)))
@@ -169,7 +177,7 @@ def compile_plan(desc: Description) -> Plan:
         unary = frozenset(p for p, ch in enumerate(ls) if ch in desc.whole or ch == "1")
     return Plan(ins, outs, merged(ins, order) if fast else None,
                 merged(outs, range(len(outs))) if fast else None, kept, desc.pending,
-                desc.priority, unary)
+                desc.priority, unary, bool(desc.linear))
 
 
 def _dropped(a: DistAttr, positions: frozenset[int]) -> DistAttr:
