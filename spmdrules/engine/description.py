@@ -168,7 +168,7 @@ def _blank(ls: str, m: MultiDims, whole: frozenset[str], claim: bool = False) ->
 
 def _letter_map(
     desc: Description, flat: Sequence[tuple[int, str, TensorSpec, str]], sources: Iterable[int] | None,
-    every: Sequence[tuple[int, str, TensorSpec, str]] = (),
+    every: Sequence[tuple[int, str, TensorSpec, str]] = (), reverse: bool = False,
 ) -> LetterMap:
     # in the order ``merge`` gives them: the first to claim a mesh dim keeps it
     chosen = list(flat) if sources is None else [f for i in sources for f in flat if f[0] == i]
@@ -177,8 +177,9 @@ def _letter_map(
     whole = desc.whole
     if desc.grouped and guard_uneven(desc.grouped_guard, every or flat):
         whole = whole | desc.grouped
+    claim = desc.claim_broadcast or (reverse and desc.policy.reverse_claims_broadcast)
     lm = einsum.merge(
-        [(ls, _blank(ls, t.attr.multi_dims_mapping, whole, desc.claim_broadcast))
+        [(ls, _blank(ls, t.attr.multi_dims_mapping, whole, claim))
          for _, ls, t, _ in chosen],
         on_axis_conflict=desc.on_axis_conflict, names=[nm for *_, nm in chosen],
     )
@@ -286,9 +287,9 @@ def infer_reverse(desc: Description, args: Sequence[Arg], outputs: Sequence[Arg]
     n = len(desc.inputs)
     every = [*flat_in, *((i + n, ls, t, nm) for i, ls, t, nm in flat_out)]
     if desc.reverse_merge is None:
-        lm = _letter_map(desc, flat_out, None, every)
+        lm = _letter_map(desc, flat_out, None, every, reverse=True)
     else:
-        lm = _letter_map(desc, every, desc.reverse_merge)
+        lm = _letter_map(desc, every, desc.reverse_merge, reverse=True)
     rep, unread = desc.replicated_dims, desc.policy.unread
     ins = _rebuild(desc.inputs, args,
                    lambda i, ls, t: t.attr if i in unread else _attr(t, ls, lm, (), i, rep))
@@ -363,6 +364,7 @@ def register_described(
     check: Callable[..., None] | None = None,
     masks: bool = False,
     check_reverse: Callable[..., None] | None = None,
+    check_forward: Callable[..., None] | None = None,
 ) -> Rule:
     """Register ``name`` with forward (and reverse) inference derived from ``describe``.
 
@@ -379,7 +381,8 @@ def register_described(
     attribute values in the rule's order) runs on every call before the remembered description is
     used: the errors that depend on more than the key (a slice's range against its dim's size)
     belong there. ``check_reverse(*shapes, *output shapes, *attrs)`` runs likewise on every
-    reverse call: the outputs must be what the inputs give (a broadcast's result shape).
+    reverse call, before ``check``: the outputs must be what the inputs give (a broadcast's
+    result shape); ``check_forward(*shapes, *attrs)`` on every forward call, before ``check``.
     ``masks``: the rule takes masked pending sums; the description's ``policy.masks`` says which
     results stay masked.
     """
@@ -423,6 +426,8 @@ def register_described(
 
     def forward(*call: Any) -> SpmdInfo:
         args = call[:n]
+        if check_forward is not None:
+            check_forward(*map(_shape_of, args), *call[n:])
         desc, plan = described(args, call[n:])
         if masks and desc.policy.masks != "none" and _masked(args):
             return _carried(desc, args)

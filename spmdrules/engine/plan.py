@@ -161,9 +161,9 @@ def compile_plan(desc: Description) -> Plan:
             and desc.mask is None)
     kept = frozenset("".join(ls for ls in desc.outputs if isinstance(ls, str)))
 
-    def merged(letters: Sequence[str | None], order: Sequence[int]) -> Merged:
+    def merged(letters: Sequence[str | None], order: Sequence[int], claim: bool) -> Merged:
         return tuple((i, ls, tuple(p for p, ch in enumerate(ls) if ch not in desc.whole and (
-            ch != "1" or desc.claim_broadcast)))
+            ch != "1" or claim)))
             for i in order if isinstance(ls := letters[i], str))
 
     ins: tuple[str | None, ...] = tuple(ls if isinstance(ls, str) else None for ls in desc.inputs)
@@ -175,8 +175,10 @@ def compile_plan(desc: Description) -> Plan:
             and all(o == ls for o in outs) and len(set(ls)) == len(ls.replace("1", "")) + (
                 "1" in ls)):
         unary = frozenset(p for p, ch in enumerate(ls) if ch in desc.whole or ch == "1")
-    return Plan(ins, outs, merged(ins, order) if fast else None,
-                merged(outs, range(len(outs))) if fast else None, kept, desc.pending,
+    claim = desc.claim_broadcast
+    return Plan(ins, outs, merged(ins, order, claim) if fast else None,
+                merged(outs, range(len(outs)), claim or desc.policy.reverse_claims_broadcast)
+                if fast else None, kept, desc.pending,
                 desc.priority, unary, bool(desc.linear))
 
 

@@ -51,6 +51,10 @@ class Policy:
     #: inputs whose values the op does not read (full_like reads x's shape only): they keep
     #: their own attribute, pending results included, in both directions
     unread: tuple[int, ...] = ()
+    #: in reverse, a ``'1'`` dim's shard claims its mesh dim, as ``claim_broadcast`` does in both
+    #: directions (Paddle's norms merge the outputs' normalised dims as one shared letter; their
+    #: forward ignores x's normalised dims)
+    reverse_claims_broadcast: bool = False
 
     def passed(self, linear: Sequence[int], args: Sequence[Any], used: set[int]
                ) -> dict[int, PartialItems]:
