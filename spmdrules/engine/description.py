@@ -188,9 +188,10 @@ def _letter_map(
         lm = ungrouped(lm, sizes_of, chosen[0][2].attr.mesh.shape if chosen else ())
     if desc.claimed:
         lm = {ch: dims for ch, dims in lm.items() if ch not in desc.claimed}
-    if desc.divisible:
+    if desc.divisible or desc.policy.even:
         sizes = einsum.letter_sizes((ls, t.shape) for _, ls, t, _ in flat)
-        lm = einsum.drop_indivisible(lm, sizes, flat[0][2].attr.mesh.shape if flat else ())
+        lm = einsum.drop_indivisible(lm, sizes, flat[0][2].attr.mesh.shape if flat else (),
+                                     None if desc.divisible else desc.policy.even)
     return lm
 
 
@@ -291,10 +292,20 @@ def infer_reverse(desc: Description, args: Sequence[Arg], outputs: Sequence[Arg]
     else:
         lm = _letter_map(desc, every, desc.reverse_merge, reverse=True)
     rep, unread = desc.replicated_dims, desc.policy.unread
-    ins = _rebuild(desc.inputs, args,
-                   lambda i, ls, t: t.attr if i in unread else _attr(t, ls, lm, (), i, rep))
-    outs = _rebuild(desc.outputs, outputs, lambda i, ls, t: _attr(t, ls, lm, (), i + n, rep))
+    kept = _reverse_kept(desc, outputs)
+    ins = _rebuild(desc.inputs, args, lambda i, ls, t: t.attr if i in unread else _attr(
+        t, ls, lm, kept if i in desc.linear else (), i, rep))
+    outs = _rebuild(desc.outputs, outputs, lambda i, ls, t: _attr(t, ls, lm, kept, i + n, rep))
     return SpmdInfo(ins, outs)
+
+
+def _reverse_kept(desc: Description, outputs: Sequence[Arg]) -> PartialItems:
+    """The outputs' pending results that stay pending in reverse (``policy.reverse_linear``)."""
+    if not desc.policy.reverse_linear:
+        return ()
+    types = desc.policy.linear_types
+    return tuple(sorted({p for o in outputs if isinstance(o, TensorSpec)
+                         for p in o.attr.partial_items if p[1] in types}))
 
 
 def _each(ls: Letters) -> str:
@@ -365,6 +376,7 @@ def register_described(
     masks: bool = False,
     check_reverse: Callable[..., None] | None = None,
     check_forward: Callable[..., None] | None = None,
+    reverse_attrs: Sequence[AttrParam] | None = None,
 ) -> Rule:
     """Register ``name`` with forward (and reverse) inference derived from ``describe``.
 
@@ -383,6 +395,8 @@ def register_described(
     belong there. ``check_reverse(*shapes, *output shapes, *attrs)`` runs likewise on every
     reverse call, before ``check``: the outputs must be what the inputs give (a broadcast's
     result shape); ``check_forward(*shapes, *attrs)`` on every forward call, before ``check``.
+    ``reverse_attrs``: the reverse rule takes fewer attributes (see ``register_rule``); the
+    others keep their defaults when the op is described in reverse.
     ``masks``: the rule takes masked pending sums; the description's ``policy.masks`` says which
     results stay masked.
     """
@@ -433,11 +447,17 @@ def register_described(
             return _carried(desc, args)
         return (Switches.fast and plan.forward(args)) or infer_forward(desc, args)
 
+    rev_names = None if reverse_attrs is None else tuple(a.name for a in reverse_attrs)
+
     def backward(*call: Any) -> SpmdInfo:
         args, outs = call[:n], call[n : n + len(outputs)]
+        values = call[n + len(outputs):]
         if check_reverse is not None:
-            check_reverse(*map(_shape_of, args), *map(_shape_of, outs), *call[n + len(outputs):])
-        desc, plan = described(args, call[n + len(outputs):])
+            check_reverse(*map(_shape_of, args), *map(_shape_of, outs), *values)
+        if rev_names is not None:
+            given = dict(zip(rev_names, values, strict=True))
+            values = tuple(given.get(a.name, a.default) for a in attrs)
+        desc, plan = described(args, values)
         return (Switches.fast and plan.reverse(args, outs)) or infer_reverse(desc, args, outs)
 
     # the op's entry points lead to its description, which lives in the family's module
@@ -447,7 +467,7 @@ def register_described(
     rule = register_rule(
         name, forward=forward, reverse=backward if reverse else None, inputs=inputs,
         outputs=outputs, attrs=attrs, aliases=aliases, family=family, doc=doc, op_attrs=op_attrs,
-        masks=masks,
+        masks=masks, reverse_attrs=reverse_attrs,
     )
     mark_derived((name, *aliases), "description")
     return rule

@@ -77,6 +77,9 @@ class Plan:
     #: the op passes some inputs' pending results (``linear``): a call with one takes the
     #: general path
     linear: bool = False
+    #: the outputs' pending results stay pending in reverse: a call with one takes the general
+    #: path
+    reverse_linear: bool = False
 
     def forward(self, args: Sequence[Any]) -> SpmdInfo | None:
         """The forward answer, or None when the general path must give it."""
@@ -131,6 +134,8 @@ class Plan:
 
     def reverse(self, args: Sequence[Any], outs: Sequence[Any]) -> SpmdInfo | None:
         """The reverse answer, or None when the general path must give it."""
+        if self.reverse_linear and any(type(o) is TensorSpec and o.attr._partial for o in outs):
+            return None
         if (self.unary is not None and len(outs) == 1 == len(args)
                 and type(o := outs[0]) is TensorSpec and type(a := args[0]) is TensorSpec):
             n = len(self.inputs[0])  # type: ignore[arg-type]
@@ -157,6 +162,7 @@ class Plan:
 def compile_plan(desc: Description) -> Plan:
     single = all(ls is None or isinstance(ls, str) for ls in (*desc.inputs, *desc.outputs))
     fast = (single and not desc.divisible and not desc.grouped and not desc.policy.unread
+            and not desc.policy.even
             and desc.reverse_merge is None and not desc.replicated_dims and not desc.claimed
             and desc.mask is None)
     kept = frozenset("".join(ls for ls in desc.outputs if isinstance(ls, str)))
@@ -179,7 +185,7 @@ def compile_plan(desc: Description) -> Plan:
     return Plan(ins, outs, merged(ins, order, claim) if fast else None,
                 merged(outs, range(len(outs)), claim or desc.policy.reverse_claims_broadcast)
                 if fast else None, kept, desc.pending,
-                desc.priority, unary, bool(desc.linear))
+                desc.priority, unary, bool(desc.linear), desc.policy.reverse_linear)
 
 
 def _dropped(a: DistAttr, positions: frozenset[int]) -> DistAttr:

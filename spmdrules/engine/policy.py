@@ -55,6 +55,12 @@ class Policy:
     #: directions (Paddle's norms merge the outputs' normalised dims as one shared letter; their
     #: forward ignores x's normalised dims)
     reverse_claims_broadcast: bool = False
+    #: in reverse too, the outputs' pending results of ``linear_types`` stay pending and each
+    #: ``linear`` input takes them (a pending sum of x gives a pending sum of x's sum)
+    reverse_linear: bool = False
+    #: letters replicated unless their mesh dims divide their size (a mean of unequal blocks is
+    #: not the mean of the whole); ``Description.divisible`` asks it of every letter
+    even: frozenset[str] = frozenset()
 
     def passed(self, linear: Sequence[int], args: Sequence[Any], used: set[int]
                ) -> dict[int, PartialItems]:
