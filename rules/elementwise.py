@@ -158,6 +158,17 @@ def product(x: tuple[int, ...], y: tuple[int, ...]) -> Description:
                        policy=PRODUCT_POLICY)
 
 
+def broadcast_key(shapes: tuple[tuple[int, ...], ...]) -> tuple[tuple[bool, ...], ...]:
+    """What a binary op's notation depends on once ``_check_broadcast`` has passed: each
+    operand's rank and which of its dims have size 1."""
+    return tuple(tuple(n == 1 for n in s) for s in shapes)
+
+
+def _check_broadcast(x: tuple[int, ...], y: tuple[int, ...], *_: object) -> None:
+    if x != y:
+        notations(x, y)  # raises where the sizes do not broadcast
+
+
 def _check_binary_out(x: tuple[int, ...], y: tuple[int, ...], out: tuple[int, ...],
                       *_: object) -> None:
     """The answer is a consistent pair: out as these inputs produce it, so its size-1 dims are
@@ -284,9 +295,11 @@ register_described("gelu_grad", gelu_grad, inputs=[T("x"), T("out_grad")], outpu
 
 for _name in BINARY_OPS:
     register_described(_name, binary, inputs=[T("x"), T("y")], outputs=_OUT,
+                       key=broadcast_key, check=_check_broadcast,  # type: ignore[arg-type]
                        check_reverse=_check_binary_out)
 
 register_described("multiply", product, inputs=[T("x"), T("y")], outputs=_OUT, masks=True,
+                   key=broadcast_key, check=_check_broadcast,  # type: ignore[arg-type]
                    check_reverse=_check_binary_out)
 register_rule("swiglu", forward=swiglu_forward, reverse=swiglu_reverse,
               inputs=[T("x"), Opt("y")], outputs=_OUT)

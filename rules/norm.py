@@ -93,14 +93,14 @@ def layer_norm(x: Shape, scale: Shape | None, bias: Shape | None, begin_norm_axi
     return norm(x, (scale, bias), 2, begin_norm_axis)
 
 
-def _layer_norm_forward(x: Shape, scale: Shape | None, bias: Shape | None, epsilon: float,
+def _check_layer_norm_forward(x: Shape, scale: Shape | None, bias: Shape | None, epsilon: float,
                         begin_norm_axis: int) -> None:
     _check_x(x, begin_norm_axis, "begin_norm_axis")
     _check_param("scale", scale, x, begin_norm_axis)
     _check_param("bias", bias, x, begin_norm_axis)
 
 
-def _layer_norm_reverse(x: Shape, scale: Shape | None, bias: Shape | None, out: Shape,
+def _check_layer_norm_reverse(x: Shape, scale: Shape | None, bias: Shape | None, out: Shape,
                         mean: Shape, variance: Shape, epsilon: float, begin_norm_axis: int
                         ) -> None:
     _check_reverse(x, (("scale", scale), ("bias", bias)), out,
@@ -112,13 +112,13 @@ def rms_norm(x: Shape, scale: Shape) -> Description:
     return norm(x, (scale,), 1, len(x) - 1)
 
 
-def _rms_norm_forward(x: Shape, scale: Shape, epsilon: float) -> None:
+def _check_rms_norm_forward(x: Shape, scale: Shape, epsilon: float) -> None:
     _check_x(x, len(x) - 1, "the last dim")
     _check_param("scale", scale, x, len(x) - 1)
 
 
-def _rms_norm_reverse(x: Shape, scale: Shape, out: Shape, invvar: Shape, epsilon: float) -> None:
-    _rms_norm_forward(x, scale, epsilon)  # a 0-d scale is no "absent" here: the scale is required
+def _check_rms_norm_reverse(x: Shape, scale: Shape, out: Shape, invvar: Shape, epsilon: float) -> None:
+    _check_rms_norm_forward(x, scale, epsilon)  # a 0-d scale is no "absent" here: the scale is required
     _check_reverse(x, (("scale", scale),), out,
                    {"invvar": invvar}, len(x) - 1, "the last dim")
 
@@ -127,12 +127,12 @@ register_described(
     "layer_norm", layer_norm, inputs=[T("x"), Opt("scale"), Opt("bias")],
     outputs=[T("out"), T("mean"), T("variance")],
     attrs=[A("epsilon", "float", 1e-5), A("begin_norm_axis", "int", 1)], key=ranks,
-    check_forward=_layer_norm_forward, check_reverse=_layer_norm_reverse,
+    check_forward=_check_layer_norm_forward, check_reverse=_check_layer_norm_reverse,
     doc="LayerNormInferSpmd: dims from begin_norm_axis on are replicated; scale/bias replicated.",
 )
 register_described(
     "fused_rms_norm", rms_norm, inputs=[T("x"), T("scale")], outputs=[T("out"), T("invvar")],
     attrs=[A("epsilon", "float", 1e-5)], key=ranks,
-    check_forward=_rms_norm_forward, check_reverse=_rms_norm_reverse,
+    check_forward=_check_rms_norm_forward, check_reverse=_check_rms_norm_reverse,
     doc="RmsNormInferSpmd: the last dim is replicated; scale replicated.",
 )

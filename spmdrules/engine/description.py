@@ -23,7 +23,10 @@ letter (the Einsum notation, one string per tensor) and states the op's policy i
 * ``replicated_dims``: dims of given tensors that merge but are replicated (a broadcast mask);
 * ``claim_broadcast``: a ``'1'`` dim's shard still claims its mesh dim (Paddle's shared ``'1'``
   letter: it is never sharded itself, but it keeps its mesh dim from the other letters, and two
-  ``'1'`` dims on different mesh dims conflict); by default a ``'1'`` dim takes no part.
+  ``'1'`` dims on different mesh dims conflict); by default a ``'1'`` dim takes no part;
+* ``policy``: Paddle's choices beyond the letters, as named fields of one typed
+  :class:`spmdrules.engine.policy.Policy` (which pending results pass, whether a masked sum
+  stays masked, which inputs are not read, what an uneven mean does).
 
 An op registers a ``describe`` function from the call's shapes and attributes to its Description
 (``register_described``); forward inference merges the inputs' letters and reads every tensor off
