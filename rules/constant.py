@@ -12,41 +12,45 @@ is needed.
 
 from __future__ import annotations
 
-from spmdrules.core.spec import SpmdInfo, TensorSpec
-from spmdrules.engine.registry import A, T, register_rule
+from spmdrules.core.errors import RuleArgumentError
+from spmdrules.engine.description import Description, letters, ranks, register_described
+from spmdrules.engine.policy import Policy
+from spmdrules.engine.registry import A, T
+
+#: full_like reads only x's shape: x keeps its own attribute, pending results included
+SHAPE_ONLY = Policy(unread=(0,))
 
 
-def placed(out: TensorSpec, *_: object) -> SpmdInfo:
-    """A constant with no tensor input, reversed: the result as its consumer needs it."""
-    return SpmdInfo((), (out.attr.without_partial(),))
+def full(*, shape: tuple[int, ...] | None, **_: object) -> Description:
+    """No input, a result of ``shape``'s rank, placed by its consumer."""
+    if shape is None:
+        raise RuleArgumentError("attribute 'shape' is required: give the constant's sizes")
+    return Description((), (letters(len(shape)),))
 
 
-def unplaced(*_: object) -> SpmdInfo:
-    return SpmdInfo((), (None,))
+def arange() -> Description:
+    return Description((), ("a",))
 
 
-def full_like_forward(x: TensorSpec, *_: object) -> SpmdInfo:
-    return SpmdInfo((x.attr,), (x.attr.without_partial(),))
-
-
-def full_like_reverse(x: TensorSpec, out: TensorSpec, *_: object) -> SpmdInfo:
-    return SpmdInfo((x.attr,), (out.attr.without_partial(),))
+def full_like(x: tuple[int, ...]) -> Description:
+    ls = letters(len(x))
+    return Description((ls,), (ls,), policy=SHAPE_ONLY)
 
 
 # An int value stays an int (a "number"), so an int64 constant is exact.
 VALUE = A("value", "number", 0.0)
-register_rule(
-    "full", forward=unplaced, reverse=placed, inputs=[], outputs=[T("out")],
+register_described(
+    "full", full, inputs=[], outputs=[T("out")], key=ranks,
     attrs=[A("shape", "ints", None), VALUE, A("dtype", "dtype", "float32")],
     doc="A tensor of `shape` filled with `value`: placed as its consumer needs, else replicated.",
 )
-register_rule(
-    "full_like", forward=full_like_forward, reverse=full_like_reverse, inputs=[T("x")],
-    outputs=[T("out")], attrs=[VALUE, A("dtype", "dtype", "")],
+register_described(
+    "full_like", full_like, inputs=[T("x")], outputs=[T("out")], key=ranks,
+    attrs=[VALUE, A("dtype", "dtype", "")],
     doc="x's shape filled with `value` (dtype '' keeps x's): takes x's dims, or its consumer's.",
 )
-register_rule(
-    "arange", forward=unplaced, reverse=placed, inputs=[], outputs=[T("out")],
+register_described(
+    "arange", arange, inputs=[], outputs=[T("out")], key=ranks,
     attrs=[A("start", "number", 0.0), A("end", "number", None), A("step", "number", 1.0),
            A("dtype", "dtype", "")],
     doc="start, start+step, ... before end (dtype '': int64 when all three are integral, else "

@@ -9,14 +9,23 @@ mesh dims conflict), and an output dim is ``1`` where every input is size 1 or a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Final
 
-from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
-from spmdrules.core.errors import RuleArgumentError, ShardingConflictError
+from spmdrules.core.attr import MultiDims
+from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
-from spmdrules.engine.einsum import BROADCAST, LetterMap
-from spmdrules.engine.masks import any_masked, carry, plain
+from spmdrules.engine.description import (
+    Description,
+    infer_forward,
+    infer_reverse,
+    letters,
+    ranks,
+    register_described,
+)
+from spmdrules.engine.einsum import BROADCAST
+from spmdrules.engine.policy import LINEAR_REDUCTIONS, Policy
 from spmdrules.engine.registry import A, AttrParam, Opt, T, register_rule
 from spmdrules.engine.rulekit import attr
 
@@ -51,62 +60,45 @@ ZERO_PRESERVING: Final = frozenset({
 
 # Letters for broadcast dims; the digit '1' is the shared letter of size-1 dims.
 _LETTERS: Final = "abcdefghijklmnopqrstuvwxyz"
-# A partial operand of a product may stay partial only where the reduction is linear.
-_LINEAR_REDUCTIONS: Final = frozenset({"sum", "avg"})
+#: a zero-preserving unary op keeps a masked sum masked; a product keeps one factor's pending
+#: sum (or mean) pending, and a masked sum times a factor whole on its mesh dim stays masked
+ZERO_PRESERVING_POLICY: Final = Policy(masks="single")
+PRODUCT_POLICY: Final = Policy(linear_types=LINEAR_REDUCTIONS, factors=True, masks="product")
 
 
-def _attr_for(t: TensorSpec, m: MultiDims) -> DistAttr:
-    """``t``'s own attribute when it already says ``m`` (no copy), else a new one."""
-    a = t.attr
-    return a if m == a.multi_dims_mapping and not a.partial_items else attr(t, m)
+# ---- unary: a...->a..., the shards pass through, pending results are resolved first --------------
+def unary(x: tuple[int, ...]) -> Description:
+    ls = letters(len(x))
+    return Description((ls,), (ls,))
 
 
-# ---- unary: a...->a..., sharded dims must divide evenly (Paddle replicates them otherwise) -------
-def _unary_mapping(t: TensorSpec) -> MultiDims:
-    return t.attr.multi_dims_mapping
-
-
-def unary_forward(x: TensorSpec) -> SpmdInfo:
-    a = _attr_for(x, _unary_mapping(x))
-    return SpmdInfo([a], [a])
-
-
-def zero_preserving_forward(x: TensorSpec) -> SpmdInfo:
+def zero_preserving(x: tuple[int, ...]) -> Description:
     """A unary op with f(0) = 0: a masked pending sum stays one (``ZERO_PRESERVING``)."""
-    if not x.attr._masks:
-        return unary_forward(x)
-    ls = _LETTERS[:x.ndim]
-    return carry(unary_forward(plain(x)), [(x, ls)], [ls])
+    ls = letters(len(x))
+    return Description((ls,), (ls,), policy=ZERO_PRESERVING_POLICY)
 
 
-def unary_reverse(x: TensorSpec, out: TensorSpec) -> SpmdInfo:
-    _same_shape("x", x, "out", out)
-    a = _attr_for(out, _unary_mapping(out))
-    return SpmdInfo([a], [a])
-
-
-def _same_shape(a_name: str, a: TensorSpec, b_name: str, b: TensorSpec) -> None:
-    if a.shape != b.shape:
+def _same_shape(a_name: str, a: tuple[int, ...], b_name: str, b: tuple[int, ...]) -> None:
+    if a != b:
         raise RuleArgumentError(
-            f"{a_name!r} has shape {list(a.shape)} but {b_name!r} has {list(b.shape)}; an "
-            "elementwise op keeps the shape"
+            f"{a_name!r} has shape {list(a)} but {b_name!r} has {list(b)}; an elementwise op "
+            "keeps the shape"
         )
 
 
-# ---- binary: broadcasting notation ---------------------------------------------------------------
+def _check_unary_out(x: tuple[int, ...], out: tuple[int, ...], *_: object) -> None:
+    _same_shape("x", x, "out", out)
+
+
+# ---- binary: Paddle's broadcasting notation --------------------------------------------------------
 Notations = tuple[str, str, str, tuple[int, ...]]
-_NOTATIONS: dict[tuple[tuple[int, ...], tuple[int, ...]], Notations] = {}
 
 
-def _notations(x: TensorSpec, y: TensorSpec) -> Notations:
-    """(x letters, y letters, out letters, out shape), memoised on the two shapes."""
-    key = (x.shape, y.shape)
-    got = _NOTATIONS.get(key)
-    if got is None:
-        got = _suffix_notations(*key) or _build_notations(*key)
-        if len(_NOTATIONS) < 4096:
-            _NOTATIONS[key] = got
-    return got
+def notations(xs: tuple[int, ...], ys: tuple[int, ...]) -> Notations:
+    """(x letters, y letters, out letters, out shape), right-aligned. As in Paddle, *every* size-1
+    input dim has the shared letter '1' (never sharded in a result, it still claims its mesh dim:
+    two size-1 dims on different mesh dims conflict), and an output dim is '1' where both are."""
+    return _suffix_notations(xs, ys) or _build_notations(xs, ys)
 
 
 def _suffix_notations(xs: tuple[int, ...], ys: tuple[int, ...]) -> Notations | None:
@@ -131,7 +123,7 @@ def _build_notations(xs: tuple[int, ...], ys: tuple[int, ...]) -> Notations:
             f"broadcasting over {n} dims exceeds the {len(_LETTERS)} supported; reshape the "
             "operands to fewer dims"
         )
-    letters = _LETTERS[:n]
+    ls = _LETTERS[:n]
     out_shape = []
     out_letters = []
     for i in range(n):
@@ -143,124 +135,56 @@ def _build_notations(xs: tuple[int, ...], ys: tuple[int, ...]) -> Notations:
                 "do not broadcast; sizes must match or one of them must be 1"
             )
         out_shape.append(a if b == 1 else b)
-        out_letters.append(BROADCAST if a == 1 and b == 1 else letters[i])
+        out_letters.append(BROADCAST if a == 1 and b == 1 else ls[i])
 
     def notation(shape: tuple[int, ...]) -> str:
         off = n - len(shape)
-        return "".join(BROADCAST if s == 1 else letters[off + i] for i, s in enumerate(shape))
+        return "".join(BROADCAST if s == 1 else ls[off + i] for i, s in enumerate(shape))
 
     return notation(xs), notation(ys), "".join(out_letters), tuple(out_shape)
 
 
-def _merge(operands: tuple[tuple[str, str, MultiDims], ...]) -> LetterMap:
-    """Per letter, the mesh dims the operands shard it on; a contested mesh dim stays with the letter
-    that claimed it first (argument order, then dim order), as in Paddle."""
-    letters: LetterMap = {}
-    where: dict[str, tuple[str, int]] = {}
-    for name, notation, mdm in operands:
-        for i, ch in enumerate(notation):
-            dims = mdm[i]
-            if not dims:
-                continue
-            prev = letters.get(ch)
-            if prev is None:
-                letters[ch] = dims
-                where[ch] = (name, i)
-            elif prev != dims:
-                raise _conflict(ch, where[ch], prev, (name, i), dims)
-    owner: dict[int, str] = {}
-    for ch, dims in letters.items():
-        kept = tuple(d for d in dims if owner.setdefault(d, ch) == ch)
-        if kept != dims:
-            letters[ch] = kept
-    return letters
+def binary(x: tuple[int, ...], y: tuple[int, ...]) -> Description:
+    xn, yn, on, _ = notations(x, y)
+    return Description((xn, yn), (on,), claim_broadcast=True)
 
 
-def _conflict(
-    ch: str, first: tuple[str, int], a: tuple[int, ...], second: tuple[str, int], b: tuple[int, ...]
-) -> ShardingConflictError:
-    (t1, d1), (t2, d2) = first, second
-    if ch == BROADCAST:
-        return ShardingConflictError(
-            f"size-1 dims {t1!r} dim {d1} and {t2!r} dim {d2} are sharded by different mesh dims "
-            f"{list(a)} and {list(b)}; a size-1 dim holds nothing to split: replicate it (-1)"
-        )
-    return ShardingConflictError(
-        f"{t1!r} dim {d1} is sharded by mesh dims {list(a)} but {t2!r} dim {d2}, the same "
-        f"broadcast axis, by {list(b)}; shard them the same way or replicate one of them"
-    )
+def product(x: tuple[int, ...], y: tuple[int, ...]) -> Description:
+    """multiply: one pending factor may stay pending, and the product is then pending too. It is
+    resolved first when one of its mesh dims also shards the result, or when its reduction is
+    not linear (max(a, b) * y != max(a*y, b*y)); y's only when x has none."""
+    xn, yn, on, _ = notations(x, y)
+    return Description((xn, yn), (on,), claim_broadcast=True, linear=(0, 1),
+                       policy=PRODUCT_POLICY)
 
 
-def _mapping(notation: str, letters: LetterMap) -> MultiDims:
-    if not letters:
-        return ((),) * len(notation)
-    get = letters.get
-    if BROADCAST in letters:
-        return tuple([() if ch == BROADCAST else get(ch, ()) for ch in notation])
-    return tuple([get(ch, ()) for ch in notation])
+def broadcast_key(shapes: tuple[tuple[int, ...], ...]) -> tuple[tuple[bool, ...], ...]:
+    """What a binary op's notation depends on once ``_check_broadcast`` has passed: each
+    operand's rank and which of its dims have size 1."""
+    return tuple(tuple(n == 1 for n in s) for s in shapes)
 
 
-def binary_forward(x: TensorSpec, y: TensorSpec) -> SpmdInfo:
-    xn, yn, outn, _ = _notations(x, y)
-    letters = _merge((("x", xn, x.attr.multi_dims_mapping), ("y", yn, y.attr.multi_dims_mapping)))
-    xa = _attr_for(x, _mapping(xn, letters))
-    out_m = _mapping(outn, letters)
-    return SpmdInfo(
-        [xa, _attr_for(y, _mapping(yn, letters))],
-        [xa if out_m == xa.multi_dims_mapping else attr(x, out_m)],
-    )
+def _check_broadcast(x: tuple[int, ...], y: tuple[int, ...], *_: object) -> None:
+    if x != y:
+        notations(x, y)  # raises where the sizes do not broadcast
 
 
-def binary_reverse(x: TensorSpec, y: TensorSpec, out: TensorSpec) -> SpmdInfo:
-    xn, yn, outn, out_shape = _notations(x, y)
-    if out.shape != out_shape:
+def _check_binary_out(x: tuple[int, ...], y: tuple[int, ...], out: tuple[int, ...],
+                      *_: object) -> None:
+    """The answer is a consistent pair: out as these inputs produce it, so its size-1 dims are
+    replicated like theirs (Paddle echoes them sharded; binary-reverse-size1-out-replicated)."""
+    want = notations(x, y)[3]
+    if out != want:
         raise RuleArgumentError(
-            f"'out' has shape {list(out.shape)} but broadcasting 'x' {list(x.shape)} and 'y' "
-            f"{list(y.shape)} gives {list(out_shape)}; pass the op's real output"
+            f"'out' has shape {list(out)} but broadcasting 'x' {list(x)} and 'y' {list(y)} gives "
+            f"{list(want)}; pass the op's real output"
         )
-    letters = _merge((("out", outn, out.attr.multi_dims_mapping),))
-    # The answer is a consistent pair: out as these inputs produce it, so its size-1 dims are
-    # replicated like theirs (Paddle echoes them sharded; binary-reverse-size1-out-replicated).
-    return SpmdInfo(
-        [attr(x, _mapping(xn, letters)), attr(y, _mapping(yn, letters))],
-        [_attr_for(out, _mapping(outn, letters))],
-    )
-
-
-# ---- multiply: one partial operand may stay partial, and the product is then partial too ---------
-def multiply_forward(x: TensorSpec, y: TensorSpec) -> SpmdInfo:
-    """x's pending sum stays pending through the product (y's is resolved first); x without one
-    lets y's stay. It is dropped (resolved before the op) when one of its mesh dims also shards the
-    result, or when its reduction is not linear (max, min, ...: max(a, b) * y != max(a*y, b*y)).
-    A masked sum times a factor whole on its mesh dim, or times a sum masked by the same letter,
-    is a masked sum (``spmdrules.engine.masks``)."""
-    if any_masked(x, y):
-        xn, yn, on, _ = _notations(x, y)
-        info = _plain_product(plain(x), plain(y))
-        return carry(info, [(x, xn), (y, yn)], [on], product=True)
-    return _plain_product(x, y)
-
-
-def _plain_product(x: TensorSpec, y: TensorSpec) -> SpmdInfo:
-    info = binary_forward(x, y)
-    kept = x.attr.partial_items or y.attr.partial_items
-    if not kept:
-        return info
-    (xa, ya), (oa,) = info.inputs, info.outputs
-    assert isinstance(xa, DistAttr) and isinstance(ya, DistAttr) and isinstance(oa, DistAttr)
-    used = xa.sharded_mesh_dims | ya.sharded_mesh_dims
-    if any(d in used or rt not in _LINEAR_REDUCTIONS for d, rt in kept):
-        return info
-    x_part: PartialItems = kept if x.attr.partial_items else ()
-    y_part: PartialItems = () if x_part else kept
-    return SpmdInfo(
-        [attr(x, xa.multi_dims_mapping, x_part), attr(y, ya.multi_dims_mapping, y_part)],
-        [attr(x, oa.multi_dims_mapping, kept)],
-    )
 
 
 # ---- swiglu(x, y?) = silu(x) * y; without y, x's last dim holds both halves [gate | value] -------
-def _halves_mapping(m: MultiDims) -> MultiDims:
+# Hand-written: with a rank-0 y, which of two descriptions holds depends on the shape of the
+# given output (Paddle's flash-attention convention reads a rank-0 y as "no y").
+def halves_mapping(m: MultiDims) -> MultiDims:
     """Without y, x's last dim must stay whole: a block of it is not a [gate | value] pair (Paddle
     keeps it sharded; see docs/deviations/elementwise.md, swiglu-halves-replicated)."""
     return (*m[:-1], ()) if m and m[-1] else m
@@ -274,16 +198,20 @@ def _check_halves(x: TensorSpec) -> None:
         )
 
 
+def _binary_of(x: TensorSpec, y: TensorSpec) -> Description:
+    return dataclasses.replace(binary(x.shape, y.shape), names=("x", "y", "out"))
+
+
 def swiglu_forward(x: TensorSpec, y: TensorSpec | None) -> SpmdInfo:
     if y is not None:
         if y.ndim == 0 and x.ndim:
             # A rank-0 y stands for "no y" (a present y has x's shape): the halves dim is whole
             # in both directions. No divisibility check, as in the reverse rule.
-            m = _halves_mapping(_unary_mapping(x))
+            m = halves_mapping(x.attr.multi_dims_mapping)
             return SpmdInfo([attr(x, m), attr(y, ())], [attr(x, m)])
-        return binary_forward(x, y)
+        return infer_forward(_binary_of(x, y), (x, y))
     _check_halves(x)
-    m = _halves_mapping(_unary_mapping(x))
+    m = halves_mapping(x.attr.multi_dims_mapping)
     return SpmdInfo([attr(x, m), None], [attr(x, m)])
 
 
@@ -296,32 +224,28 @@ def swiglu_reverse(x: TensorSpec, y: TensorSpec | None, out: TensorSpec) -> Spmd
         if y.ndim == 0 and x.ndim and out.shape != x.shape and out.shape == _halved(x):
             # A rank-0 y standing for "no y" (Paddle's flash-attention convention): Paddle runs
             # the broadcasting rule on it, so no divisibility check here, unlike a None y.
-            m = _halves_mapping(out.attr.multi_dims_mapping)
+            m = halves_mapping(out.attr.multi_dims_mapping)
             return SpmdInfo([attr(x, m), attr(y, ())], [attr(out, m)])
-        return binary_reverse(x, y, out)
+        _check_binary_out(x.shape, y.shape, out.shape)
+        return infer_reverse(_binary_of(x, y), (x, y), (out,))
     _check_halves(x)
     if out.shape != _halved(x):
         raise RuleArgumentError(
             f"'out' has shape {list(out.shape)} but swiglu of 'x' {list(x.shape)} without 'y' "
             f"gives {list(_halved(x))}; pass the op's real output"
         )
-    m = _halves_mapping(_unary_mapping(out))
+    m = halves_mapping(out.attr.multi_dims_mapping)
     return SpmdInfo([attr(x, m), None], [attr(out, m)])
 
 
 # ---- gelu's gradient rule: x and out_grad follow out_grad (no divisibility check, as Paddle) -----
-def gelu_grad(x: TensorSpec, out_grad: TensorSpec, approximate: bool) -> SpmdInfo:
+def gelu_grad(x: tuple[int, ...], out_grad: tuple[int, ...]) -> Description:
+    ls = letters(len(out_grad))
+    return Description((ls, ls), (ls,), merge=(1,))
+
+
+def _check_gelu_grad(x: tuple[int, ...], out_grad: tuple[int, ...], *_: object) -> None:
     _same_shape("x", x, "out_grad", out_grad)
-    a = attr(out_grad, out_grad.attr.multi_dims_mapping)
-    return SpmdInfo([a, a], [a])
-
-
-def _gelu_forward(x: TensorSpec, approximate: bool) -> SpmdInfo:
-    return zero_preserving_forward(x)
-
-
-def _gelu_reverse(x: TensorSpec, out: TensorSpec, approximate: bool) -> SpmdInfo:
-    return unary_reverse(x, out)
 
 
 # ---- registration --------------------------------------------------------------------------------
@@ -355,28 +279,30 @@ UNARY_OP_ATTRS: dict[str, tuple[AttrParam, ...]] = {
     "poisson": (A("seed", "int", 0),),
 }
 
+_X, _OUT = [T("x")], [T("out")]
 for _name in UNARY_OPS:
     _zero = _name in ZERO_PRESERVING
-    register_rule(_name, forward=zero_preserving_forward if _zero else unary_forward,
-                  reverse=unary_reverse, inputs=[T("x")], outputs=[T("out")],
-                  op_attrs=UNARY_OP_ATTRS.get(_name, ()), masks=_zero)
+    register_described(_name, zero_preserving if _zero else unary, inputs=_X, outputs=_OUT,
+                       op_attrs=UNARY_OP_ATTRS.get(_name, ()), masks=_zero, key=ranks,
+                       check_reverse=_check_unary_out)
 
-register_rule("gelu", forward=_gelu_forward, reverse=_gelu_reverse, inputs=[T("x")],
-              outputs=[T("out")], attrs=[A("approximate", "bool", False)], masks=True)
-register_rule("gelu_grad", forward=gelu_grad, inputs=[T("x"), T("out_grad")],
-              outputs=[T("x_grad")], attrs=[A("approximate", "bool", False)],
-              doc="GeluGradInferSpmd: x and out_grad follow out_grad.")
+register_described("gelu", zero_preserving, inputs=_X, outputs=_OUT,
+                   attrs=[A("approximate", "bool", False)], masks=True, key=ranks,
+                   check_reverse=_check_unary_out)
+register_described("gelu_grad", gelu_grad, inputs=[T("x"), T("out_grad")], outputs=[T("x_grad")],
+                   attrs=[A("approximate", "bool", False)], reverse=False, key=ranks,
+                   check=_check_gelu_grad, doc="GeluGradInferSpmd: x and out_grad follow out_grad.")
 
 for _name in BINARY_OPS:
-    register_rule(_name, forward=binary_forward, reverse=binary_reverse, inputs=[T("x"), T("y")],
-                  outputs=[T("out")])
+    register_described(_name, binary, inputs=[T("x"), T("y")], outputs=_OUT,
+                       key=broadcast_key, check=_check_broadcast,  # type: ignore[arg-type]
+                       check_reverse=_check_binary_out)
 
-register_rule("multiply", forward=multiply_forward, reverse=binary_reverse,
-              inputs=[T("x"), T("y")], outputs=[T("out")], masks=True)
+register_described("multiply", product, inputs=[T("x"), T("y")], outputs=_OUT, masks=True,
+                   key=broadcast_key, check=_check_broadcast,  # type: ignore[arg-type]
+                   check_reverse=_check_binary_out)
 register_rule("swiglu", forward=swiglu_forward, reverse=swiglu_reverse,
-              inputs=[T("x"), Opt("y")], outputs=[T("out")])
+              inputs=[T("x"), Opt("y")], outputs=_OUT)
 
-__all__ = [
-    "BINARY_OPS", "UNARY_OPS", "UNARY_OP_ATTRS", "ZERO_PRESERVING", "binary_forward",
-    "binary_reverse", "multiply_forward",
-]
+__all__ = ["BINARY_OPS", "UNARY_OPS", "UNARY_OP_ATTRS", "ZERO_PRESERVING", "halves_mapping",
+           "notations"]

@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Final
 
-from spmdrules.core.attr import DistAttr, PartialItems
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
+from spmdrules.engine.description import Description, letters, ranks, register_described
+from spmdrules.engine.policy import Policy
 from spmdrules.engine.registry import A, T, register_rule
-from spmdrules.engine.rulekit import attr, replicated_like, shard_product
+from spmdrules.engine.rulekit import attr, replicated_like
 
 #: The reduce type that combines per-shard results; None: none does (replicate the reduced dims).
 Combine = str | None
@@ -57,14 +58,14 @@ DEGENERATE: Final[dict[str, Combine]] = {"frobenius_norm": "sum"}
 REDUCE_BASE_TYPES: Final = ("sum", "max", "min", "product", "avg", "any", "all")
 
 
+Shape = tuple[int, ...]
+
+
 # ---- the notation: which dims of x are reduced ---------------------------------------------------
-def _reduced_mask(x: TensorSpec, axis: tuple[int, ...]) -> tuple[bool, ...]:
-    """Per dim of x: is it reduced? ``axis=[]`` reduces every dim; negative axes count from the end."""
-    return _mask(len(x.shape), axis)
-
-
 @functools.lru_cache(maxsize=1024)
-def _mask(nd: int, axis: tuple[int, ...]) -> tuple[bool, ...]:
+def reduced_dims(nd: int, axis: tuple[int, ...]) -> tuple[bool, ...]:
+    """Per dim of a rank-``nd`` x: is it reduced? ``axis=()`` reduces every dim; negative axes
+    count from the end."""
     if not axis:
         return (True,) * nd
     mask = [False] * nd
@@ -86,133 +87,74 @@ def _mask(nd: int, axis: tuple[int, ...]) -> tuple[bool, ...]:
     return tuple(mask)
 
 
-def _stays_partial(combine: Combine, n: int, dims: tuple[int, ...], mesh_shape: Sequence[int]) -> bool:
-    """Can a reduced dim of size ``n`` sharded on ``dims`` stay sharded, leaving a partial?"""
+def reduction(x: Shape, reduced: tuple[bool, ...], keep_dim: bool, combine: Combine,
+              degenerate: Combine = None, linear: bool = False) -> Description:
+    """``abcd->ac`` (``a1c1`` with ``keep_dim``): a sharded reduced letter leaves a pending
+    ``combine`` of the blocks' results. Without a combine it is whole, but where a
+    ``degenerate`` one holds (a size-1 dim: one block has the element, the others are empty).
+    A mean of means is the mean only over equal blocks: an "avg" letter must divide evenly. A
+    ``linear`` reduction passes x's pending sums in both directions."""
+    ls = letters(len(x))
+    out = "".join("1" if r else ch for ch, r in zip(ls, reduced, strict=True) if keep_dim or not r)
+    red = [(ch, n) for ch, n, r in zip(ls, x, reduced, strict=True) if r]
+    pending = combine
+    whole: frozenset[str] = frozenset()
     if combine is None:
-        return False
-    # A mean of means is the mean only when every block has the same number of entries.
-    return combine != "avg" or n % shard_product(mesh_shape, dims) == 0
+        pending = degenerate
+        whole = frozenset(ch for ch, n in red if degenerate is None or n != 1)
+    policy = Policy(reverse_linear=linear,
+                    even=frozenset(ch for ch, _ in red) if combine == "avg" else frozenset())
+    return Description((ls,), (out,), whole=whole, pending=pending,
+                       linear=(0,) if linear else (), policy=policy)
 
 
-# ---- forward and reverse, derived from the notation ----------------------------------------------
-def _carried(partials: PartialItems, linear: bool) -> PartialItems:
-    """The pending sums a reduction linear in x carries through (none for the others)."""
-    return tuple((d, rt) for d, rt in partials if rt == "sum") if linear else ()
-
-
-def reduce_forward(
-    x: TensorSpec, reduced: tuple[bool, ...], keep_dim: bool, combine: Combine,
-    degenerate: Combine = None, linear: bool = False,
-) -> SpmdInfo:
-    """x keeps its shardings (partial inputs are resharded to replicated first, except the pending
-    sums that a ``linear`` reduction carries to the output); the output keeps the kept dims' and
-    is partial, with ``combine``, on the reduced dims' mesh dims. Without a combine, a sharded
-    reduced dim of size 1 may still leave a ``degenerate`` partial."""
-    a = x.attr
-    carried = _carried(a.partial_items, linear)
-    mdm = a.multi_dims_mapping
-    x_m = mdm
-    out_m: list[tuple[int, ...]] = []
-    pending: list[int] = []
-    for i, (dims, r) in enumerate(zip(mdm, reduced, strict=True)):
-        if not r:
-            out_m.append(dims)
-        else:
-            if keep_dim:
-                out_m.append(())
-            if dims:
-                if _stays_partial(combine, x.shape[i], dims, a.mesh.shape):
-                    pending += dims
-                elif combine is None and degenerate is not None and x.shape[i] == 1:
-                    pending += dims  # one block holds the element, the others are empty
-                else:
-                    x_m = (*x_m[:i], (), *x_m[i + 1 :])
-    partial: PartialItems = carried
-    kind = combine if combine is not None else degenerate
-    if pending and kind is not None:
-        partial = tuple(sorted((*carried, *((d, kind) for d in pending))))
-    x_attr = a if x_m is mdm and a.partial_items == carried else attr(a, x_m, carried)
-    return SpmdInfo((x_attr,), (attr(a, tuple(out_m), partial),))
-
-
-def reduce_reverse(
-    x: TensorSpec, out: TensorSpec, reduced: tuple[bool, ...], keep_dim: bool,
-    linear: bool = False,
-) -> SpmdInfo:
-    """x takes the output's kept dims' shardings; its reduced dims are replicated. The output is
-    what that x produces: its size-1 reduced dims replicated and no partial but the pending sums
-    of out that a ``linear`` reduction of an equally pending x makes (Paddle echoes ``out``)."""
-    _check_out_shape(x, out, reduced, keep_dim)
-    out_mdm = out.attr.multi_dims_mapping
-    x_m: list[tuple[int, ...]] = []
-    out_m: list[tuple[int, ...]] = []
-    j = 0
-    for r in reduced:
-        if not r:
-            x_m.append(out_mdm[j])
-            out_m.append(out_mdm[j])
-            j += 1
-            continue
-        x_m.append(())
-        if keep_dim:
-            out_m.append(())
-            j += 1
-    carried = _carried(out.attr.partial_items, linear)
-    return SpmdInfo([attr(x, tuple(x_m), carried)], [attr(out, tuple(out_m), carried)])
-
-
-def _check_out_shape(
-    x: TensorSpec, out: TensorSpec, reduced: tuple[bool, ...], keep_dim: bool
-) -> None:
-    want = tuple(
-        1 if r else n for n, r in zip(x.shape, reduced, strict=True) if keep_dim or not r
-    )
-    if out.shape != want:
+def _check_out(x: Shape, out: Shape, reduced: tuple[bool, ...], keep_dim: bool) -> None:
+    """The reverse rule answers the output that x produces: ``out`` must have its shape."""
+    want = tuple(1 if r else n for n, r in zip(x, reduced, strict=True) if keep_dim or not r)
+    if out != want:
         raise RuleArgumentError(
-            f"'out' has shape {list(out.shape)} but reducing 'x' of shape {list(x.shape)} over "
+            f"'out' has shape {list(out)} but reducing 'x' of shape {list(x)} over "
             f"dims {[i for i, r in enumerate(reduced) if r]} (keep_dim={keep_dim}) gives "
             f"{list(want)}"
         )
 
 
 # ---- the ops' signatures -------------------------------------------------------------------------
-def _axis_rule(combine: Combine, degenerate: Combine = None, linear: bool = False
-               ) -> tuple[Any, Any]:
-    def forward(x: TensorSpec, axis: tuple[int, ...], keep_dim: bool) -> SpmdInfo:
-        return reduce_forward(x, _reduced_mask(x, axis), keep_dim, combine, degenerate, linear)
-
-    def reverse(x: TensorSpec, out: TensorSpec, axis: tuple[int, ...], keep_dim: bool) -> SpmdInfo:
-        return reduce_reverse(x, out, _reduced_mask(x, axis), keep_dim, linear)
-
-    return forward, reverse
+def axis_reduction(op: str, x: Shape, axis: tuple[int, ...], keep_dim: bool) -> Description:
+    """The description of an op of ``AXIS_OPS`` (or ``mean``) on x."""
+    combine = AXIS_OPS["sum" if op == "mean" else op]
+    return reduction(x, reduced_dims(len(x), axis), keep_dim, combine, DEGENERATE.get(op),
+                     op in LINEAR)
 
 
-def reverse_axis(x: TensorSpec, out: TensorSpec, axis: tuple[int, ...], keep_dim: bool) -> SpmdInfo:
-    return reduce_reverse(x, out, _reduced_mask(x, axis), keep_dim)
+def _axis_rule(op: str) -> tuple[Callable[..., Description], Callable[..., None]]:
+    def describe(x: Shape, *, axis: tuple[int, ...], keep_dim: bool) -> Description:
+        return axis_reduction(op, x, axis, keep_dim)
+
+    def check(x: Shape, out: Shape, axis: tuple[int, ...], keep_dim: bool) -> None:
+        _check_out(x, out, reduced_dims(len(x), axis), keep_dim)
+
+    return describe, check
 
 
-def reduce_base_forward(
-    x: TensorSpec, axis: tuple[int, ...], keep_dim: bool, reduce_type: int
-) -> SpmdInfo:
+def reduce_base(x: Shape, *, axis: tuple[int, ...], keep_dim: bool, reduce_type: int
+                ) -> Description:
     if not 0 <= reduce_type < len(REDUCE_BASE_TYPES):
         raise RuleArgumentError(
             f"reduce_type {reduce_type} is not a reduce type; use 0..{len(REDUCE_BASE_TYPES) - 1} "
             f"for {', '.join(REDUCE_BASE_TYPES)}"
         )
-    return reduce_forward(x, _reduced_mask(x, axis), keep_dim, REDUCE_BASE_TYPES[reduce_type])
+    return reduction(x, reduced_dims(len(x), axis), keep_dim, REDUCE_BASE_TYPES[reduce_type])
 
 
-def logsumexp_forward(
-    x: TensorSpec, axis: tuple[int, ...], keepdims: bool, reduce_all: bool
-) -> SpmdInfo:
+def logsumexp(x: Shape, *, axis: tuple[int, ...], keepdims: bool) -> Description:
     # reduce_all is not read: Paddle's kernel reduces over ``axis`` whatever its value.
-    return reduce_forward(x, _reduced_mask(x, axis), keepdims, None)
+    return reduction(x, reduced_dims(len(x), axis), keepdims, None)
 
 
-def logsumexp_reverse(
-    x: TensorSpec, out: TensorSpec, axis: tuple[int, ...], keepdims: bool, reduce_all: bool
-) -> SpmdInfo:
-    return reduce_reverse(x, out, _reduced_mask(x, axis), keepdims)
+def _check_logsumexp(x: Shape, out: Shape, axis: tuple[int, ...], keepdims: bool, _: bool
+                     ) -> None:
+    _check_out(x, out, reduced_dims(len(x), axis), keepdims)
 
 
 def p_norm_combine(porder: float) -> Combine:
@@ -225,28 +167,24 @@ def p_norm_combine(porder: float) -> Combine:
     return None
 
 
-def _p_norm_mask(x: TensorSpec, axis: int, asvector: bool) -> tuple[bool, ...]:
-    return _reduced_mask(x, () if asvector else (axis,))
+def _p_norm_dims(x: Shape, axis: int, asvector: bool) -> tuple[bool, ...]:
+    return reduced_dims(len(x), () if asvector else (axis,))
 
 
-def p_norm_forward(
-    x: TensorSpec, porder: float, axis: int, epsilon: float, keepdims: bool, asvector: bool
-) -> SpmdInfo:
+def p_norm(x: Shape, *, porder: float, axis: int, keepdims: bool, asvector: bool) -> Description:
     combine = p_norm_combine(porder)
     # a p-norm (p > 0) of an empty block is 0: over sharded size-1 dims it adds up exactly
-    return reduce_forward(x, _p_norm_mask(x, axis, asvector), keepdims, combine,
-                          "sum" if combine is None and porder > 0 else None)
+    return reduction(x, _p_norm_dims(x, axis, asvector), keepdims, combine,
+                     "sum" if combine is None and porder > 0 else None)
 
 
-def p_norm_reverse(
-    x: TensorSpec, out: TensorSpec, porder: float, axis: int, epsilon: float, keepdims: bool,
-    asvector: bool,
-) -> SpmdInfo:
-    return reduce_reverse(x, out, _p_norm_mask(x, axis, asvector), keepdims)
+def _check_p_norm(x: Shape, out: Shape, porder: float, axis: int, epsilon: float,
+                  keepdims: bool, asvector: bool) -> None:
+    _check_out(x, out, _p_norm_dims(x, axis, asvector), keepdims)
 
 
-def mean_all_forward(x: TensorSpec) -> SpmdInfo:
-    return reduce_forward(x, (True,) * len(x.shape), False, "avg")
+def mean_all(x: Shape) -> Description:
+    return reduction(x, (True,) * len(x), False, "avg")
 
 
 def mean_all_grad(x: TensorSpec, out_grad: TensorSpec) -> SpmdInfo:
@@ -320,33 +258,38 @@ _X = [T("x")]
 _OUT = [T("out")]
 
 for _name, _combine in AXIS_OPS.items():
-    _fwd, _rev = _axis_rule(_combine, DEGENERATE.get(_name), _name in LINEAR)
-    register_rule(_name, forward=_fwd, reverse=_rev, inputs=_X, outputs=_OUT, attrs=_AXIS_ATTRS,
-                  doc=f"ReductionInferSpmd; sharded reduced dims leave a {_combine or 'no'} partial.")
+    _describe, _check = _axis_rule(_name)
+    register_described(
+        _name, _describe, inputs=_X, outputs=_OUT, attrs=_AXIS_ATTRS, check_reverse=_check,
+        key=None if _name in DEGENERATE else ranks,
+        doc=f"ReductionInferSpmd; sharded reduced dims leave a {_combine or 'no'} partial.")
 
-register_rule("reduce_base", forward=reduce_base_forward, reverse=reverse_axis, inputs=_X,
-              outputs=_OUT, attrs=[*_AXIS_ATTRS, A("reduce_type", "int", 0)],
-              reverse_attrs=_AXIS_ATTRS,
-              doc="ReductionInferSpmdBase: reduce_type 0..6 = sum, max, min, product, avg, any, all.")
-register_rule("logsumexp", forward=logsumexp_forward, reverse=logsumexp_reverse, inputs=_X,
-              outputs=_OUT,
-              attrs=[A("axis", "ints", ()), A("keepdims", "bool", False),
-                     A("reduce_all", "bool", False)],
-              doc="LogSumExpInferSpmd; sharded reduced dims are replicated.")
-register_rule("p_norm", forward=p_norm_forward, reverse=p_norm_reverse, inputs=_X, outputs=_OUT,
-              attrs=[A("porder", "float", 2.0), A("axis", "int", -1), A("epsilon", "float", 1e-12),
-                     A("keepdims", "bool", False), A("asvector", "bool", False)],
-              doc="PNormInferSpmd; the partial type depends on porder.")
+register_described(
+    "reduce_base", reduce_base, inputs=_X, outputs=_OUT,
+    attrs=[*_AXIS_ATTRS, A("reduce_type", "int", 0)], reverse_attrs=_AXIS_ATTRS,
+    check_reverse=_axis_rule("reduce_base")[1], key=ranks,
+    doc="ReductionInferSpmdBase: reduce_type 0..6 = sum, max, min, product, avg, any, all.")
+register_described(
+    "logsumexp", logsumexp, inputs=_X, outputs=_OUT,
+    attrs=[A("axis", "ints", ()), A("keepdims", "bool", False), A("reduce_all", "bool", False)],
+    check_reverse=_check_logsumexp, key=ranks,
+    doc="LogSumExpInferSpmd; sharded reduced dims are replicated.")
+register_described(
+    "p_norm", p_norm, inputs=_X, outputs=_OUT,
+    attrs=[A("porder", "float", 2.0), A("axis", "int", -1), A("epsilon", "float", 1e-12),
+           A("keepdims", "bool", False), A("asvector", "bool", False)],
+    check_reverse=_check_p_norm,
+    doc="PNormInferSpmd; the partial type depends on porder.")
 # mean (no Paddle rule): the kernel divides its local sum by the *global* count, so a sharded
 # reduced dim leaves an exact pending sum, uneven blocks included (an avg of uneven blocks is not).
-_mean_fwd, _mean_rev = _axis_rule("sum", linear=True)
-register_rule(
-    "mean", forward=lambda x, axis, keepdim: _mean_fwd(x, axis, keepdim),
-    reverse=lambda x, out, axis, keepdim: _mean_rev(x, out, axis, keepdim), inputs=_X,
+_mean, _mean_check = _axis_rule("mean")
+register_described(
+    "mean", lambda x, *, axis, keepdim: _mean(x, axis=axis, keep_dim=keepdim), inputs=_X,
     outputs=_OUT, attrs=[A("axis", "ints", ()), A("keepdim", "bool", False)],
+    check_reverse=_mean_check, key=ranks,
     doc="x averaged over `axis` (every dim when empty): sharded reduced dims leave a pending sum.")
-register_rule("mean_all", forward=mean_all_forward, inputs=_X, outputs=_OUT,
-              doc="MeanAllInferSpmd: an avg partial over the mesh dims of x.")
+register_described("mean_all", mean_all, inputs=_X, outputs=_OUT, reverse=False, key=ranks,
+                   doc="MeanAllInferSpmd: an avg partial over the mesh dims of x.")
 register_rule("mean_all_grad", forward=mean_all_grad, inputs=[T("x"), T("out_grad")],
               outputs=[T("x_grad")], doc="MeanAllGradInferSpmd.")
 for _name in ("argmax", "argmin"):
@@ -355,5 +298,5 @@ for _name in ("argmax", "argmin"):
                          A("flatten", "bool", False)],
                   doc="ArgMax/ArgMinInferSpmdBase: the axis is replicated.")
 
-__all__ = ["AXIS_OPS", "LINEAR", "REDUCE_BASE_TYPES", "DistAttr", "p_norm_combine", "reduce_forward",
-           "reduce_reverse"]
+__all__ = ["AXIS_OPS", "LINEAR", "REDUCE_BASE_TYPES", "axis_reduction", "p_norm_combine",
+           "reduced_dims", "reduction"]

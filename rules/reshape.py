@@ -20,6 +20,7 @@ from typing import Any
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine import dim_trans
+from spmdrules.engine.derived import mark_derived
 from spmdrules.engine.dim_trans import SINGLETON, DimTrans, InputDim, Transformation
 from spmdrules.engine.masks import carry, plain
 from spmdrules.engine.registry import A, T, register_rule
@@ -238,6 +239,7 @@ def _register(names: tuple[str, ...], op: ShapeOp, attrs: list[Any], doc: str) -
             doc=doc,
             masks=True,
         )
+    mark_derived(names, "dim_trans")
 
 
 _register(("reshape", "reshape2"), RESHAPE, [A("shape", "ints", None)],

@@ -8,11 +8,13 @@ replicates a non-divisible dim on the output only; see docs/deviations/shape.md)
 from __future__ import annotations
 
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.core.spec import SpmdInfo, TensorSpec
-from spmdrules.engine.registry import A, T, register_rule
-from spmdrules.engine.rulekit import attr
+from spmdrules.engine.description import Description, letters, ranks, register_described
+from spmdrules.engine.policy import EVERY_REDUCTION, Policy
+from spmdrules.engine.registry import A, T
 
 TRANSPOSE_OPS = ("transpose", "transpose2")
+#: a permutation of dims passes every pending result, whatever its reduce type
+PERMUTATION = Policy(linear_types=EVERY_REDUCTION)
 
 
 def normalise_perm(perm: tuple[int, ...] | None, ndim: int) -> tuple[int, ...]:
@@ -33,34 +35,25 @@ def normalise_perm(perm: tuple[int, ...] | None, ndim: int) -> tuple[int, ...]:
     return out
 
 
-def transpose_forward(x: TensorSpec, perm: tuple[int, ...] | None) -> SpmdInfo:
-    p = normalise_perm(perm, len(x.shape))
-    a = x.attr
-    m = a.multi_dims_mapping
-    return SpmdInfo([a], [attr(x, tuple(m[d] for d in p), a.partial_items)])
+def transpose(x: tuple[int, ...], perm: tuple[int, ...] | None) -> Description:
+    """``abc->cab``: out dim i is x dim perm[i], with its shards and x's pending results."""
+    p = normalise_perm(perm, len(x))
+    ls = letters(len(x))
+    return Description((ls,), ("".join(ls[d] for d in p),), linear=(0,), policy=PERMUTATION)
 
 
-def transpose_reverse(x: TensorSpec, out: TensorSpec, perm: tuple[int, ...] | None) -> SpmdInfo:
-    p = normalise_perm(perm, len(x.shape))
-    if out.shape != tuple(x.shape[d] for d in p):
+def _check_out(x: tuple[int, ...], out: tuple[int, ...], perm: tuple[int, ...] | None) -> None:
+    p = normalise_perm(perm, len(x))
+    if out != tuple(x[d] for d in p):
         raise RuleArgumentError(
-            f"'out' has shape {list(out.shape)} but transposing 'x' of shape {list(x.shape)} by "
-            f"perm {list(p)} gives {[x.shape[d] for d in p]}; pass the op's real output"
+            f"'out' has shape {list(out)} but transposing 'x' of shape {list(x)} by "
+            f"perm {list(p)} gives {[x[d] for d in p]}; pass the op's real output"
         )
-    om = out.attr.multi_dims_mapping
-    xm: list[tuple[int, ...]] = [()] * len(p)
-    for i, d in enumerate(p):
-        xm[d] = om[i]
-    return SpmdInfo([attr(x, tuple(xm))], [attr(out, om)])
 
 
 for _name in TRANSPOSE_OPS:
-    register_rule(
-        _name,
-        forward=transpose_forward,
-        reverse=transpose_reverse,
-        inputs=[T("x")],
-        outputs=[T("out")],
-        attrs=[A("perm", "ints", None)],
+    register_described(
+        _name, transpose, inputs=[T("x")], outputs=[T("out")], attrs=[A("perm", "ints", None)],
+        key=ranks, check_reverse=_check_out,
         doc="TransposeInferSpmd: out dim i carries x dim perm[i] and its sharding.",
     )

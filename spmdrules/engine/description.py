@@ -23,7 +23,10 @@ letter (the Einsum notation, one string per tensor) and states the op's policy i
 * ``replicated_dims``: dims of given tensors that merge but are replicated (a broadcast mask);
 * ``claim_broadcast``: a ``'1'`` dim's shard still claims its mesh dim (Paddle's shared ``'1'``
   letter: it is never sharded itself, but it keeps its mesh dim from the other letters, and two
-  ``'1'`` dims on different mesh dims conflict); by default a ``'1'`` dim takes no part.
+  ``'1'`` dims on different mesh dims conflict); by default a ``'1'`` dim takes no part;
+* ``policy``: Paddle's choices beyond the letters, as named fields of one typed
+  :class:`spmdrules.engine.policy.Policy` (which pending results pass, whether a masked sum
+  stays masked, which inputs are not read, what an uneven mean does).
 
 An op registers a ``describe`` function from the call's shapes and attributes to its Description
 (``register_described``); forward inference merges the inputs' letters and reads every tensor off
@@ -49,8 +52,12 @@ from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.core.tables import caller
 from spmdrules.engine import einsum
+from spmdrules.engine.derived import mark_derived
 from spmdrules.engine.einsum import ALPHABET, AxisConflict, LetterMap
+from spmdrules.engine.grouped import grouped_sizes, guard_uneven, ungrouped
+from spmdrules.engine.masks import carry, plain
 from spmdrules.engine.plan import Plan, compile_plan
+from spmdrules.engine.policy import PLAIN, Policy
 from spmdrules.engine.registry import AttrParam, Rule, TensorParam, register_rule
 
 #: one tensor argument's letters: a string, None for an absent optional, a tuple for a list
@@ -97,6 +104,9 @@ class Description:
     #: (argument, dim) pairs, arguments indexed over inputs + outputs, that merge but are
     #: replicated in the answer (a mask's size-1 heads dim, which broadcasts)
     replicated_dims: frozenset[tuple[int, int]] = frozenset()
+    #: what the results keep of pending sums and masks, and which inputs are not read
+    #: (:class:`spmdrules.engine.policy.Policy`)
+    policy: Policy = PLAIN
     #: names of the tensor arguments and outputs, for errors (filled by register_described)
     names: tuple[str, ...] = field(default=(), compare=False)
 
@@ -162,71 +172,31 @@ def _blank(ls: str, m: MultiDims, whole: frozenset[str], claim: bool = False) ->
 
 def _letter_map(
     desc: Description, flat: Sequence[tuple[int, str, TensorSpec, str]], sources: Iterable[int] | None,
-    every: Sequence[tuple[int, str, TensorSpec, str]] = (),
+    every: Sequence[tuple[int, str, TensorSpec, str]] = (), reverse: bool = False,
 ) -> LetterMap:
     # in the order ``merge`` gives them: the first to claim a mesh dim keeps it
     chosen = list(flat) if sources is None else [f for i in sources for f in flat if f[0] == i]
-    sizes_of = _grouped_sizes(desc.grouped, every or flat, desc.replicated_dims) \
+    sizes_of = grouped_sizes(desc.grouped, every or flat, desc.replicated_dims) \
         if desc.grouped else None
     whole = desc.whole
-    if desc.grouped and _guard_uneven(desc.grouped_guard, every or flat):
+    if desc.grouped and guard_uneven(desc.grouped_guard, every or flat):
         whole = whole | desc.grouped
+    claim = desc.claim_broadcast or (reverse and desc.policy.reverse_claims_broadcast)
     lm = einsum.merge(
-        [(ls, _blank(ls, t.attr.multi_dims_mapping, whole, desc.claim_broadcast))
+        [(ls, _blank(ls, t.attr.multi_dims_mapping, whole, claim))
          for _, ls, t, _ in chosen],
         on_axis_conflict=desc.on_axis_conflict, names=[nm for *_, nm in chosen],
     )
     lm = einsum.resolve_mesh_conflicts(lm, desc.priority)
     if sizes_of:
-        lm = _ungrouped(lm, sizes_of, chosen[0][2].attr.mesh.shape if chosen else ())
+        lm = ungrouped(lm, sizes_of, chosen[0][2].attr.mesh.shape if chosen else ())
     if desc.claimed:
         lm = {ch: dims for ch, dims in lm.items() if ch not in desc.claimed}
-    if desc.divisible:
+    if desc.divisible or desc.policy.even:
         sizes = einsum.letter_sizes((ls, t.shape) for _, ls, t, _ in flat)
-        lm = einsum.drop_indivisible(lm, sizes, flat[0][2].attr.mesh.shape if flat else ())
+        lm = einsum.drop_indivisible(lm, sizes, flat[0][2].attr.mesh.shape if flat else (),
+                                     None if desc.divisible else desc.policy.even)
     return lm
-
-
-def _grouped_sizes(grouped: frozenset[str], tensors: Sequence[tuple[int, str, TensorSpec, str]],
-                   broadcast: frozenset[tuple[int, int]]) -> dict[str, set[int]]:
-    """Every size each grouped letter has over the tensors, but a ``broadcast`` dim's (a mask's
-    size-1 heads, never split: it pairs with every block of heads)."""
-    sizes: dict[str, set[int]] = {ch: set() for ch in grouped}
-    for i, ls, t, _ in tensors:
-        for p, (ch, n) in enumerate(zip(ls, t.shape, strict=True)):
-            if ch in sizes and (i, p) not in broadcast:
-                sizes[ch].add(n)
-    return sizes
-
-
-def _guard_uneven(guard: tuple[int, int] | None,
-                  tensors: Sequence[tuple[int, str, TensorSpec, str]]) -> bool:
-    """Is the guard tensor's dim split by a count its size does not divide?"""
-    if guard is None:
-        return False
-    arg, dim = guard
-    for i, _, t, _ in tensors:
-        if i == arg:
-            count = 1
-            for d in t.attr.multi_dims_mapping[dim]:
-                count *= t.attr.mesh.shape[d]
-            return t.shape[dim] % count != 0
-    return False
-
-
-def _ungrouped(lm: LetterMap, sizes_of: dict[str, set[int]], mesh_shape: tuple[int, ...]
-               ) -> LetterMap:
-    """The letters without a grouped letter whose merged mesh dims do not divide every size it
-    has (a block of q's heads must meet the k head its group shares): it is whole."""
-    out = dict(lm)
-    for ch, sizes in sizes_of.items():
-        dims = out.get(ch, ())
-        count = 1
-        for d in dims:
-            count *= mesh_shape[d]
-        if dims and any(n % count for n in sizes):
-            out[ch] = ()
-    return out
 
 
 def _attr(t: TensorSpec, ls: str, lm: LetterMap, partial: PartialItems = (),
@@ -280,6 +250,8 @@ def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
     """The inputs' letters merged; every tensor read off them; pending letters give partials."""
     flat = _flat(desc.inputs, args, desc.names, "inputs")
     if not flat:
+        if not desc.inputs:  # a constant: nothing to go on, its consumer places it
+            return SpmdInfo((), (None,) * len(desc.outputs))
         raise RuleArgumentError("the op needs at least one tensor argument")
     lm = _letter_map(desc, flat, desc.merge)
     partial: dict[int, str] = {}
@@ -299,18 +271,16 @@ def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
                 masked = tuple(sorted(lm[ch][0] for ch in contracted if len(lm[ch]) == 1))
     linear_partial: dict[int, PartialItems] = {}
     if desc.linear:
-        used = {d for dims in lm.values() for d in dims}
-        for i in desc.linear:
-            a = args[i]
-            if isinstance(a, TensorSpec):
-                items = tuple(p for p in a.attr.partial_items if p[1] == "sum" and p[0] not in used)
-                linear_partial[i] = items
-                for d, rt in items:
-                    partial.setdefault(d, rt)
+        used = {d for ch, dims in lm.items() if ch != "1" for d in dims}
+        linear_partial = desc.policy.passed(desc.linear, args, used)
+        for items in linear_partial.values():
+            for d, rt in items:
+                partial.setdefault(d, rt)
     out_partial: PartialItems = tuple(sorted(partial.items())) if partial else ()
     rep = desc.replicated_dims
-    ins = _rebuild(desc.inputs, args,
-                   lambda i, ls, t: _attr(t, ls, lm, linear_partial.get(i, ()), i, rep))
+    unread = desc.policy.unread
+    ins = _rebuild(desc.inputs, args, lambda i, ls, t: t.attr if i in unread
+                   else _attr(t, ls, lm, linear_partial.get(i, ()), i, rep))
     return SpmdInfo(ins, _out_attrs(desc, flat[0][2].attr.mesh, lm, out_partial, masked))
 
 
@@ -322,19 +292,43 @@ def infer_reverse(desc: Description, args: Sequence[Arg], outputs: Sequence[Arg]
     n = len(desc.inputs)
     every = [*flat_in, *((i + n, ls, t, nm) for i, ls, t, nm in flat_out)]
     if desc.reverse_merge is None:
-        lm = _letter_map(desc, flat_out, None, every)
+        lm = _letter_map(desc, flat_out, None, every, reverse=True)
     else:
-        lm = _letter_map(desc, every, desc.reverse_merge)
-    rep = desc.replicated_dims
-    ins = _rebuild(desc.inputs, args, lambda i, ls, t: _attr(t, ls, lm, (), i, rep))
-    outs = _rebuild(desc.outputs, outputs, lambda i, ls, t: _attr(t, ls, lm, (), i + n, rep))
+        lm = _letter_map(desc, every, desc.reverse_merge, reverse=True)
+    rep, unread = desc.replicated_dims, desc.policy.unread
+    kept = _reverse_kept(desc, outputs)
+    ins = _rebuild(desc.inputs, args, lambda i, ls, t: t.attr if i in unread else _attr(
+        t, ls, lm, kept if i in desc.linear else (), i, rep))
+    outs = _rebuild(desc.outputs, outputs, lambda i, ls, t: _attr(t, ls, lm, kept, i + n, rep))
     return SpmdInfo(ins, outs)
+
+
+def _reverse_kept(desc: Description, outputs: Sequence[Arg]) -> PartialItems:
+    """The outputs' pending results that stay pending in reverse (``policy.reverse_linear``)."""
+    if not desc.policy.reverse_linear:
+        return ()
+    types = desc.policy.linear_types
+    return tuple(sorted({p for o in outputs if isinstance(o, TensorSpec)
+                         for p in o.attr.partial_items if p[1] in types}))
 
 
 def _each(ls: Letters) -> str:
     if ls is None:
         return ""
     return ls if isinstance(ls, str) else "".join(ls)
+
+
+def _masked(args: Sequence[Arg]) -> bool:
+    return any(type(a) is TensorSpec and a.attr._masks for a in args)
+
+
+def _carried(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
+    """The answer for the inputs as plain sums, with the masks ``desc.policy.masks`` keeps."""
+    info = infer_forward(desc, [plain(a) if type(a) is TensorSpec else a for a in args])
+    operands = [(a, ls) if type(a) is TensorSpec and isinstance(ls, str) else None
+                for a, ls in zip(args, desc.inputs, strict=True)]
+    outs = [ls for ls in desc.outputs if isinstance(ls, str)]
+    return carry(info, operands, outs, product=desc.policy.masks == "product")
 
 
 # ---- registering an op by its description -------------------------------------------------------
@@ -384,6 +378,9 @@ def register_described(
     key: Callable[[tuple[ShapeArg, ...]], Hashable] | None = None,
     check: Callable[..., None] | None = None,
     masks: bool = False,
+    check_reverse: Callable[..., None] | None = None,
+    check_forward: Callable[..., None] | None = None,
+    reverse_attrs: Sequence[AttrParam] | None = None,
     origin: str | None = None,
 ) -> Rule:
     """Register ``name`` with forward (and reverse) inference derived from ``describe``.
@@ -400,7 +397,13 @@ def register_described(
     something the description needs shows as a wrong case. ``check(*shapes, *attrs)`` (the
     attribute values in the rule's order) runs on every call before the remembered description is
     used: the errors that depend on more than the key (a slice's range against its dim's size)
-    belong there.
+    belong there. ``check_reverse(*shapes, *output shapes, *attrs)`` runs likewise on every
+    reverse call, before ``check``: the outputs must be what the inputs give (a broadcast's
+    result shape); ``check_forward(*shapes, *attrs)`` on every forward call, before ``check``.
+    ``reverse_attrs``: the reverse rule takes fewer attributes (see ``register_rule``); the
+    others keep their defaults when the op is described in reverse.
+    ``masks``: the rule takes masked pending sums; the description's ``policy.masks`` says which
+    results stay masked.
     """
     n = len(inputs)
     attr_names = tuple(a.name for a in attrs)
@@ -442,20 +445,35 @@ def register_described(
 
     def forward(*call: Any) -> SpmdInfo:
         args = call[:n]
+        if check_forward is not None:
+            check_forward(*map(_shape_of, args), *call[n:])
         desc, plan = described(args, call[n:])
+        if masks and desc.policy.masks != "none" and _masked(args):
+            return _carried(desc, args)
         return (Switches.fast and plan.forward(args)) or infer_forward(desc, args)
+
+    rev_names = None if reverse_attrs is None else tuple(a.name for a in reverse_attrs)
 
     def backward(*call: Any) -> SpmdInfo:
         args, outs = call[:n], call[n : n + len(outputs)]
-        desc, plan = described(args, call[n + len(outputs):])
+        values = call[n + len(outputs):]
+        if check_reverse is not None:
+            check_reverse(*map(_shape_of, args), *map(_shape_of, outs), *values)
+        if rev_names is not None:
+            given = dict(zip(rev_names, values, strict=True))
+            values = tuple(given.get(a.name, a.default) for a in attrs)
+        desc, plan = described(args, values)
         return (Switches.fast and plan.reverse(args, outs)) or infer_reverse(desc, args, outs)
 
     # the op's entry points lead to its description, which lives in the family's module
     forward.__wrapped__ = backward.__wrapped__ = describe  # type: ignore[attr-defined]
     if family is None:
         family = sys._getframe(1).f_globals.get("__name__", "").rsplit(".", 1)[-1]
-    return register_rule(
+    rule = register_rule(
         name, forward=forward, reverse=backward if reverse else None, inputs=inputs,
         outputs=outputs, attrs=attrs, aliases=aliases, family=family, doc=doc, op_attrs=op_attrs,
-        masks=masks, origin=origin if origin is not None else caller(1),
+        masks=masks, reverse_attrs=reverse_attrs,
+        origin=origin if origin is not None else caller(1),
     )
+    mark_derived((name, *aliases), "description")
+    return rule

@@ -142,7 +142,8 @@ def merge(
     # Letters enter the map when they first become sharded, so that its order is the order in
     # which mesh dims were claimed: resolve_mesh_conflicts gives a contested mesh dim to the first.
     letter_map: LetterMap = {}
-    for t, (letters, mapping) in enumerate(operands):
+    ops = operands if isinstance(operands, list) else list(operands)
+    for t, (letters, mapping) in enumerate(ops):
         for i, ch in enumerate(letters):
             dims = mapping[i]
             if not dims:
@@ -152,16 +153,39 @@ def merge(
                 letter_map[ch] = dims
             elif dims != prev:
                 if on_axis_conflict == "error":
-                    who = f"tensor {names[t]!r}" if names else f"operand {t}"
-                    raise ShardingConflictError(
-                        f"tensor axis {ch!r} ({who} dim {i}) is sharded by mesh dims "
-                        f"{list(prev)} and {list(dims)}; shard that dim the same way in every "
-                        "input, or replicate it in all but one"
-                    )
+                    raise _conflict(ops, names, ch, (t, i), prev, dims)
                 if on_axis_conflict == "coshard":
                     letter_map[ch] = prev + tuple(d for d in dims if d not in prev)
                 # "first": the earlier choice stands
     return letter_map
+
+
+def _conflict(operands: Sequence[tuple[str, Mapping_]], names: Sequence[str] | None, ch: str,
+              at: tuple[int, int], prev: MeshDims, dims: MeshDims) -> ShardingConflictError:
+    """The error for letter ``ch`` sharded by ``dims`` at (operand, dim) ``at``, by ``prev``
+    where it was first sharded: it names both tensors and dims."""
+    (t0, i0), (t, i) = _first_claim(operands, ch), at
+    n0, n1 = (repr(names[t0]), repr(names[t])) if names else (f"operand {t0}", f"operand {t}")
+    if ch == BROADCAST:
+        return ShardingConflictError(
+            f"size-1 dims {n0} dim {i0} and {n1} dim {i} are sharded by different mesh dims "
+            f"{list(prev)} and {list(dims)}; a size-1 dim holds nothing to split: replicate it (-1)"
+        )
+    who = f"tensor {n1}" if names else n1
+    return ShardingConflictError(
+        f"tensor axis {ch!r} ({who} dim {i}) is sharded by mesh dims {list(prev)} and "
+        f"{list(dims)} ({n0} dim {i0} has {list(prev)}); shard that dim the same way in every "
+        "input, or replicate it in all but one"
+    )
+
+
+def _first_claim(operands: Sequence[tuple[str, Mapping_]], ch: str) -> tuple[int, int]:
+    """(operand, dim) of the first shard of letter ``ch``, for an error."""
+    for t, (letters, mapping) in enumerate(operands):
+        for i, c in enumerate(letters):
+            if c == ch and mapping[i]:
+                return t, i
+    return 0, 0
 
 
 def resolve_mesh_conflicts(letter_map: LetterMap, priority: str | None = None) -> LetterMap:

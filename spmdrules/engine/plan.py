@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine import einsum
+from spmdrules.engine.policy import Policy
 
 
 class Description(Protocol):
@@ -52,6 +53,8 @@ class Description(Protocol):
     def reverse_merge(self) -> tuple[int, ...] | None: ...
     @property
     def replicated_dims(self) -> frozenset[tuple[int, int]]: ...
+    @property
+    def policy(self) -> Policy: ...
 
 #: per merged tensor: (argument index, its letters, the dims that take part in the merge)
 Merged = tuple[tuple[int, str, tuple[int, ...]], ...]
@@ -71,9 +74,17 @@ class Plan:
     #: a one-tensor op whose outputs carry its letters (a scan, a mask, a slice that keeps every
     #: dim): the positions whose shard it drops; the other shards pass through unchanged
     unary: frozenset[int] | None = None
+    #: the op passes some inputs' pending results (``linear``): a call with one takes the
+    #: general path
+    linear: bool = False
+    #: the outputs' pending results stay pending in reverse: a call with one takes the general
+    #: path
+    reverse_linear: bool = False
 
     def forward(self, args: Sequence[Any]) -> SpmdInfo | None:
         """The forward answer, or None when the general path must give it."""
+        if self.linear and any(type(a) is TensorSpec and a.attr._partial for a in args):
+            return None
         if self.unary is not None and len(args) == 1 and type(a := args[0]) is TensorSpec:
             at = a.attr
             if len(at._mdm) == len(self.inputs[0]):  # type: ignore[arg-type]
@@ -123,6 +134,8 @@ class Plan:
 
     def reverse(self, args: Sequence[Any], outs: Sequence[Any]) -> SpmdInfo | None:
         """The reverse answer, or None when the general path must give it."""
+        if self.reverse_linear and any(type(o) is TensorSpec and o.attr._partial for o in outs):
+            return None
         if (self.unary is not None and len(outs) == 1 == len(args)
                 and type(o := outs[0]) is TensorSpec and type(a := args[0]) is TensorSpec):
             n = len(self.inputs[0])  # type: ignore[arg-type]
@@ -148,14 +161,15 @@ class Plan:
 
 def compile_plan(desc: Description) -> Plan:
     single = all(ls is None or isinstance(ls, str) for ls in (*desc.inputs, *desc.outputs))
-    fast = (single and not desc.linear and not desc.divisible and not desc.grouped
+    fast = (single and not desc.divisible and not desc.grouped and not desc.policy.unread
+            and not desc.policy.even
             and desc.reverse_merge is None and not desc.replicated_dims and not desc.claimed
             and desc.mask is None)
     kept = frozenset("".join(ls for ls in desc.outputs if isinstance(ls, str)))
 
-    def merged(letters: Sequence[str | None], order: Sequence[int]) -> Merged:
+    def merged(letters: Sequence[str | None], order: Sequence[int], claim: bool) -> Merged:
         return tuple((i, ls, tuple(p for p, ch in enumerate(ls) if ch not in desc.whole and (
-            ch != "1" or desc.claim_broadcast)))
+            ch != "1" or claim)))
             for i in order if isinstance(ls := letters[i], str))
 
     ins: tuple[str | None, ...] = tuple(ls if isinstance(ls, str) else None for ls in desc.inputs)
@@ -167,9 +181,11 @@ def compile_plan(desc: Description) -> Plan:
             and all(o == ls for o in outs) and len(set(ls)) == len(ls.replace("1", "")) + (
                 "1" in ls)):
         unary = frozenset(p for p, ch in enumerate(ls) if ch in desc.whole or ch == "1")
-    return Plan(ins, outs, merged(ins, order) if fast else None,
-                merged(outs, range(len(outs))) if fast else None, kept, desc.pending,
-                desc.priority, unary)
+    claim = desc.claim_broadcast
+    return Plan(ins, outs, merged(ins, order, claim) if fast else None,
+                merged(outs, range(len(outs)), claim or desc.policy.reverse_claims_broadcast)
+                if fast else None, kept, desc.pending,
+                desc.priority, unary, bool(desc.linear), desc.policy.reverse_linear)
 
 
 def _dropped(a: DistAttr, positions: frozenset[int]) -> DistAttr:

@@ -44,8 +44,8 @@ def _swiglu_halves(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
 
     return (
         bool(exp_out) and bool(exp_out[-1]) and gx.partial_items == () and gout.partial_items == ()
-        and same(gx.multi_dims_mapping, _rules._halves_mapping(exp_x), x)
-        and same(gout.multi_dims_mapping, _rules._halves_mapping(exp_out), out)
+        and same(gx.multi_dims_mapping, _rules.halves_mapping(exp_x), x)
+        and same(gout.multi_dims_mapping, _rules.halves_mapping(exp_out), out)
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,6 +11,7 @@ from spmdrules.conformance.deviation import register_deviation, rule_module
 from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.spec import SpmdInfo
+from spmdrules.engine.description import infer_forward, infer_reverse
 from spmdrules.engine.rulekit import shard_product
 
 _rules = rule_module("reduction")
@@ -143,7 +145,7 @@ def _case_reduced(case: dict[str, Any]) -> tuple[bool, ...] | None:
     else:
         axis = at.get("axis", ())
     try:
-        mask: tuple[bool, ...] = _rules._mask(len(x["shape"]), tuple(axis))
+        mask: tuple[bool, ...] = _rules.reduced_dims(len(x["shape"]), tuple(axis))
         return mask
     except (RuleArgumentError, TypeError):
         return None
@@ -157,13 +159,13 @@ def _uncarried(case: dict[str, Any], got: SpmdInfo | BaseException) -> SpmdInfo 
     if not any(t.get("partial") for t in (*case["inputs"], *case.get("outputs", []))):
         return got  # nothing pending to carry
     _, direction, args, attrs = build_call(case)
-    mask = _rules._reduced_mask(args[0], tuple(attrs["axis"]))
-    keep = bool(attrs["keep_dim"])
+    axis, keep = tuple(attrs["axis"]), bool(attrs["keep_dim"])
+    desc = _rules.axis_reduction(case["op"], args[0].shape, axis, keep)
+    plain = dataclasses.replace(desc, linear=(), policy=dataclasses.replace(
+        desc.policy, reverse_linear=False), names=("x", "out"))
     if direction == "forward":
-        nl: SpmdInfo = _rules.reduce_forward(args[0], mask, keep, _rules.AXIS_OPS[case["op"]])
-    else:
-        nl = _rules.reduce_reverse(args[0], args[1], mask, keep)
-    return nl
+        return infer_forward(plain, args[:1])
+    return infer_reverse(plain, args[:1], args[1:2])
 
 
 def _is_sum_keeping_partial(case: dict[str, Any], got: SpmdInfo | BaseException) -> bool:
