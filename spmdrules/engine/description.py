@@ -21,6 +21,8 @@ letter (the Einsum notation, one string per tensor) and states the op's policy i
   whose uneven split makes them whole;
 * ``reverse_merge``: the tensors (inputs, then outputs) whose letters decide in reverse;
 * ``replicated_dims``: dims of given tensors that merge but are replicated (a broadcast mask);
+* ``contraction``: a product of two operands (matmul, bmm), whose merge is the policy of
+  :class:`spmdrules.engine.contraction.Contraction` instead of the fields above;
 * ``claim_broadcast``: a ``'1'`` dim's shard still claims its mesh dim (Paddle's shared ``'1'``
   letter: it is never sharded itself, but it keeps its mesh dim from the other letters, and two
   ``'1'`` dims on different mesh dims conflict); by default a ``'1'`` dim takes no part.
@@ -47,7 +49,9 @@ from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import SpmdInfo, TensorSpec
+from spmdrules.engine import contraction as products
 from spmdrules.engine import einsum
+from spmdrules.engine.contraction import Contraction
 from spmdrules.engine.einsum import ALPHABET, AxisConflict, LetterMap
 from spmdrules.engine.plan import Plan, compile_plan
 from spmdrules.engine.registry import AttrParam, Rule, TensorParam, register_rule
@@ -96,6 +100,8 @@ class Description:
     #: (argument, dim) pairs, arguments indexed over inputs + outputs, that merge but are
     #: replicated in the answer (a mask's size-1 heads dim, which broadcasts)
     replicated_dims: frozenset[tuple[int, int]] = frozenset()
+    #: a product of two operands, merged by this policy (``spmdrules.engine.contraction``)
+    contraction: Contraction | None = None
     #: names of the tensor arguments and outputs, for errors (filled by register_described)
     names: tuple[str, ...] = field(default=(), compare=False)
 
@@ -277,6 +283,9 @@ def _out_attrs(desc: Description, mesh: ProcessMesh, lm: LetterMap, partial: Par
 
 def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
     """The inputs' letters merged; every tensor read off them; pending letters give partials."""
+    if desc.contraction is not None:
+        _flat(desc.inputs, args, desc.names, "inputs")  # ranks checked
+        return products.forward(desc.contraction, desc.inputs, desc.outputs, args)
     flat = _flat(desc.inputs, args, desc.names, "inputs")
     if not flat:
         raise RuleArgumentError("the op needs at least one tensor argument")
@@ -315,6 +324,10 @@ def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
 
 def infer_reverse(desc: Description, args: Sequence[Arg], outputs: Sequence[Arg]) -> SpmdInfo:
     """The outputs' letters merged; every input read off them; outputs lose their partials."""
+    if desc.contraction is not None:
+        _flat(desc.inputs, args, desc.names, "inputs")  # ranks checked
+        return products.reverse(desc.contraction, desc.inputs, desc.outputs, desc.names,
+                                   (*args, *outputs))
     out_names = desc.names[len(desc.inputs):]
     flat_out = _flat(desc.outputs, outputs, out_names, "outputs")
     flat_in = _flat(desc.inputs, args, desc.names, "inputs")  # ranks checked
