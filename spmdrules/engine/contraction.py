@@ -78,18 +78,17 @@ def swap_last2(t: tuple[_E, ...], flag: bool) -> tuple[_E, ...]: ...
 def swap_last2(t: npt.NDArray[Any], flag: bool) -> npt.NDArray[Any]: ...
 def swap_last2(t: Any, flag: bool) -> Any:
     """``t`` (a shape, a mapping, the letters as a tuple, or an array) with its last two dims
-    swapped when ``flag``: an operand stored transposed (``trans_x``, ``transpose_weight``)."""
-    if not flag:
-        return t
+    swapped when ``flag``: an operand stored transposed (Paddle's ``trans_x``, ``trans_y``,
+    ``transpose_weight``). A vector has nothing to swap."""
     if isinstance(t, tuple):
-        return (*t[:-2], t[-1], t[-2])
+        return (*t[:-2], t[-1], t[-2]) if flag and len(t) >= 2 else t
     arr: np.ndarray[Any, Any] = t
-    return arr.swapaxes(-1, -2)
+    return arr.swapaxes(-1, -2) if flag and arr.ndim >= 2 else arr
 
 
 def swapped_letters(letters: str, flag: bool) -> str:
     """An operand's letters as stored with ``trans`` = ``flag`` (a vector has nothing to swap)."""
-    return "".join(swap_last2(tuple(letters), flag)) if len(letters) > 1 else letters
+    return "".join(swap_last2(tuple(letters), flag))
 
 
 # ---- the merge -----------------------------------------------------------------------------------
