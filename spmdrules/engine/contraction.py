@@ -72,6 +72,29 @@ class Contraction:
         return dataclasses.replace(self, keep_uneven=False)
 
 
+@dataclass(frozen=True, slots=True)
+class OperandReading:
+    """How Paddle's einsum rule reads the operands' mappings before the plain letter merge."""
+
+    #: a co-sharded dim is read as its major mesh dim only (the rule reads the flat
+    #: ``dims_mapping``)
+    major_only: bool = True
+    #: an outer product (two operands without a common letter, the output keeping every letter)
+    #: whose factors are both sharded reads the second as replicated
+    outer_yields: bool = True
+
+    def read(self, operands: Sequence[tuple[str, MultiDims]], out: str
+             ) -> list[tuple[str, MultiDims]]:
+        """The operands' letters and mappings as Paddle's rule merges them."""
+        ops = [(ls, tuple(d[:1] for d in m)) if self.major_only else (ls, m)
+               for ls, m in operands]
+        if self.outer_yields and len(ops) == 2 and all(any(m) for _, m in ops):
+            letters = ops[0][0] + ops[1][0]
+            if len(set(letters)) == len(letters) == len(out):
+                ops[1] = (ops[1][0], ((),) * len(ops[1][1]))
+        return ops
+
+
 @overload
 def swap_last2(t: tuple[_E, ...], flag: bool) -> tuple[_E, ...]: ...
 @overload
@@ -287,5 +310,5 @@ def reverse(c: Contraction, inputs: Sequence[Any], outputs: Sequence[Any],
     return SpmdInfo([attr(x, xm), attr(y, ym)], [attr(out, om)])
 
 
-__all__ = ["Contraction", "contract", "forward", "merge", "reverse", "swap_last2",
+__all__ = ["Contraction", "OperandReading", "contract", "forward", "merge", "reverse", "swap_last2",
            "swapped_letters"]

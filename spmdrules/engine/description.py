@@ -23,6 +23,8 @@ letter (the Einsum notation, one string per tensor) and states the op's policy i
 * ``replicated_dims``: dims of given tensors that merge but are replicated (a broadcast mask);
 * ``contraction``: a product of two operands (matmul, bmm), whose merge is the policy of
   :class:`spmdrules.engine.contraction.Contraction` instead of the fields above;
+* ``reading``: how the merged tensors' mappings are read first (Paddle's einsum reads a
+  co-sharded dim as its major mesh dim, and one factor of an outer product as replicated);
 * ``claim_broadcast``: a ``'1'`` dim's shard still claims its mesh dim (Paddle's shared ``'1'``
   letter: it is never sharded itself, but it keeps its mesh dim from the other letters, and two
   ``'1'`` dims on different mesh dims conflict); by default a ``'1'`` dim takes no part.
@@ -51,7 +53,7 @@ from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine import contraction as products
 from spmdrules.engine import einsum
-from spmdrules.engine.contraction import Contraction
+from spmdrules.engine.contraction import Contraction, OperandReading
 from spmdrules.engine.einsum import ALPHABET, AxisConflict, LetterMap
 from spmdrules.engine.plan import Plan, compile_plan
 from spmdrules.engine.registry import AttrParam, Rule, TensorParam, register_rule
@@ -102,6 +104,8 @@ class Description:
     replicated_dims: frozenset[tuple[int, int]] = frozenset()
     #: a product of two operands, merged by this policy (``spmdrules.engine.contraction``)
     contraction: Contraction | None = None
+    #: how Paddle reads the merged tensors' mappings (its einsum rule's quirks)
+    reading: OperandReading | None = None
     #: names of the tensor arguments and outputs, for errors (filled by register_described)
     names: tuple[str, ...] = field(default=(), compare=False)
 
@@ -176,11 +180,12 @@ def _letter_map(
     whole = desc.whole
     if desc.grouped and _guard_uneven(desc.grouped_guard, every or flat):
         whole = whole | desc.grouped
-    lm = einsum.merge(
-        [(ls, _blank(ls, t.attr.multi_dims_mapping, whole, desc.claim_broadcast))
-         for _, ls, t, _ in chosen],
-        on_axis_conflict=desc.on_axis_conflict, names=[nm for *_, nm in chosen],
-    )
+    operands = [(ls, _blank(ls, t.attr.multi_dims_mapping, whole, desc.claim_broadcast))
+                for _, ls, t, _ in chosen]
+    if desc.reading is not None:
+        operands = desc.reading.read(operands, _each(desc.outputs[0]) if desc.outputs else "")
+    lm = einsum.merge(operands, on_axis_conflict=desc.on_axis_conflict,
+                      names=[nm for *_, nm in chosen])
     lm = einsum.resolve_mesh_conflicts(lm, desc.priority)
     if sizes_of:
         lm = _ungrouped(lm, sizes_of, chosen[0][2].attr.mesh.shape if chosen else ())

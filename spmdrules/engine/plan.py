@@ -54,6 +54,8 @@ class Description(Protocol):
     def replicated_dims(self) -> frozenset[tuple[int, int]]: ...
     @property
     def contraction(self) -> object | None: ...
+    @property
+    def reading(self) -> object | None: ...
 
 #: per merged tensor: (argument index, its letters, the dims that take part in the merge)
 Merged = tuple[tuple[int, str, tuple[int, ...]], ...]
@@ -152,7 +154,8 @@ def compile_plan(desc: Description) -> Plan:
     single = all(ls is None or isinstance(ls, str) for ls in (*desc.inputs, *desc.outputs))
     fast = (single and not desc.linear and not desc.divisible and not desc.grouped
             and desc.reverse_merge is None and not desc.replicated_dims and not desc.claimed
-            and desc.mask is None and desc.contraction is None)
+            and desc.mask is None and desc.contraction is None
+            and desc.reading is None)
     kept = frozenset("".join(ls for ls in desc.outputs if isinstance(ls, str)))
 
     def merged(letters: Sequence[str | None], order: Sequence[int]) -> Merged:

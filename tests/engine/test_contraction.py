@@ -14,7 +14,7 @@ import pytest
 from spmdrules.rules import matmul as matmul_rules
 
 from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule
-from spmdrules.core.errors import RuleArgumentError
+from spmdrules.core.errors import RuleArgumentError, SpmdError
 from spmdrules.engine import contraction
 from spmdrules.engine.contraction import Contraction, swap_last2, swapped_letters
 from spmdrules.engine.description import Description, infer_forward, infer_reverse
@@ -32,7 +32,9 @@ def spec(shape: Sequence[int], dm: Sequence[int], partial: Any = None,
 
 
 def maps(info: SpmdInfo) -> list[str]:
-    return [a.mapping_str() for a in (*info.inputs, *info.outputs) if isinstance(a, DistAttr)]
+    """Every attribute's mapping, a list argument's one by one."""
+    slots = [b for a in (*info.inputs, *info.outputs) for b in (a if isinstance(a, tuple) else (a,))]
+    return [a.mapping_str() for a in slots if isinstance(a, DistAttr)]
 
 
 # ---- the family is described ---------------------------------------------------------------------
@@ -169,3 +171,45 @@ def test_a_contraction_with_other_than_two_operands_is_refused() -> None:
 def test_bmm_refuses_what_matmul_would_broadcast() -> None:
     with pytest.raises(RuleArgumentError, match=r"bmm: 'x' has batch size 4 but 'y' has 2"):
         get_rule("bmm").infer_forward(spec([4, 3, 5], [-1] * 3), spec([2, 5, 6], [-1] * 3))
+
+
+# ---- einsum: the plain merge with Paddle's reading of the operands -------------------------------
+def test_einsum_is_a_description_with_paddles_reading() -> None:
+    from spmdrules.rules import einsum_op
+
+    rule = get_rule("einsum")
+    assert inspect.unwrap(rule._fwd.fn) is einsum_op.describe_einsum
+    d = einsum_op.describe_einsum(((4, 4), (4, 5)), equation="ii,ij->j")
+    assert d.whole == frozenset("i") and d.reading == einsum_op.READING
+
+
+def test_major_only_reads_a_co_sharded_dim_as_its_major_mesh_dim() -> None:
+    x = TensorSpec([8, 4], DistAttr(MESH, multi_dims_mapping=[[0, 1], []]))
+    y = spec([4, 6], [-1, -1])
+    info = get_rule("einsum").infer_forward([x, y], equation="ij,jk->ik")
+    assert maps(info) == ["[0,-1]", "[-1,-1]", "[0,-1]"]
+    reading = contraction.OperandReading(major_only=False, outer_yields=False)
+    assert reading.read([("ij", ((0, 1), ()))], "ij") == [("ij", ((0, 1), ()))]
+
+
+def test_outer_yields_reads_the_second_sharded_factor_as_replicated() -> None:
+    x, y = spec([4], [0]), spec([6], [1])
+    info = get_rule("einsum").infer_forward([x, y], equation="i,j->ij")
+    assert maps(info) == ["[0]", "[-1]", "[0,-1]"]
+    plain = contraction.OperandReading(major_only=True, outer_yields=False)
+    assert plain.read([("i", ((0,),)), ("j", ((1,),))], "ij")[1] == ("j", ((1,),))
+
+
+@pytest.mark.parametrize("shapes, equation, match", [
+    ((), "->", r"einsum needs at least one tensor in 'inputs'"),
+    (((4, 5),), "ijk->i", r"'inputs\[0\]' has rank 2 but the equation gives it 3 letters"),
+    (((4, 5), (6, 7)), "ij,jk->ik", r"letter 'j' is 'inputs\[1\]' dim 0 of size 6"),
+    (((4,), (4,), (4,)), "i,i,i->i", r"at most 2 operands"),
+    (((4,),), "i->i,i", r"has 2 outputs; write exactly one"),
+])
+def test_a_bad_einsum_is_refused_by_name(shapes: tuple[tuple[int, ...], ...], equation: str,
+                                         match: str) -> None:
+    args = [spec(s, [-1] * len(s)) for s in shapes]
+    with pytest.raises(Exception, match=match) as info:
+        get_rule("einsum").infer_forward(args, equation=equation)
+    assert isinstance(info.value, SpmdError)
