@@ -124,6 +124,20 @@ def _keeps(size: int, count: int, even: bool) -> bool:
     return size % count == 0 or (not even and size > 1)
 
 
+def _uncontested(xl: str, xm: MultiDims, yl: str, ym: MultiDims) -> LetterDims | None:
+    """The common case in one pass: the letters' mesh dims when no letter and no mesh dim is
+    contested (only divisibility then remains to check), else None."""
+    merged = {ch: dims for ch, dims in zip(yl, ym) if dims}  # noqa: B905 - equal by notation
+    for ch, dims in zip(xl, xm):  # noqa: B905
+        if dims:
+            prev = merged.get(ch)
+            if prev is not None and prev != dims:
+                return None
+            merged[ch] = dims
+    used = [d for dims in merged.values() for d in dims]
+    return merged if len(used) == len(set(used)) else None
+
+
 def merge(
     c: Contraction, xl: str, xm: MultiDims, yl: str, ym: MultiDims, ol: str,
     sizes: dict[str, int], mesh_shape: tuple[int, ...],
@@ -131,22 +145,10 @@ def merge(
     """Per letter, the mesh dims it keeps (see the module doc)."""
     even = not c.keep_uneven
     free = c.free
-    # The common case in one pass: no letter and no mesh dim is contested, so only divisibility
-    # remains to check.
-    merged = {ch: dims for ch, dims in zip(yl, ym) if dims}  # noqa: B905 - equal by notation
-    for ch, dims in zip(xl, xm):  # noqa: B905
-        if dims:
-            prev = merged.get(ch)
-            if prev is not None and prev != dims:
-                break
-            merged[ch] = dims
-    else:
-        used = [d for dims in merged.values() for d in dims]
-        if len(used) == len(set(used)):
-            return {
-                ch: dims for ch, dims in merged.items()
-                if ch in free or _keeps(sizes[ch], shard_product(mesh_shape, dims), even)
-            }
+    merged = _uncontested(xl, xm, yl, ym)
+    if merged is not None:
+        return {ch: dims for ch, dims in merged.items()
+                if ch in free or _keeps(sizes[ch], shard_product(mesh_shape, dims), even)}
     xc = _claims(xl, xm)
     yc = _claims(yl, ym)
     contested = [ch for ch, dims in xc.items() if yc.get(ch, dims) != dims]
@@ -159,14 +161,22 @@ def merge(
                 sizes[ch], mesh_shape, even,
             )
         else:
-            dims = tuple(d for d in xc.get(ch) or yc[ch] if d not in owner)
-            if ch not in free and not _keeps(sizes[ch], shard_product(mesh_shape, dims), even):
-                continue
+            dims = _left(c, ch, xc.get(ch) or yc[ch], owner, sizes[ch], mesh_shape)
         if dims:
             out[ch] = dims
             for d in dims:
                 owner[d] = ch
     return out
+
+
+def _left(c: Contraction, ch: str, claim: tuple[int, ...], owner: dict[int, str], size: int,
+          mesh_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """One operand's claim of ``ch`` without the mesh dims letters before it took; a batch or
+    contracted letter only if they cut it as the policy allows."""
+    dims = tuple(d for d in claim if d not in owner)
+    if ch in c.free or _keeps(size, shard_product(mesh_shape, dims), not c.keep_uneven):
+        return dims
+    return ()
 
 
 def _coshard(

@@ -180,11 +180,7 @@ def _letter_map(
     whole = desc.whole
     if desc.grouped and _guard_uneven(desc.grouped_guard, every or flat):
         whole = whole | desc.grouped
-    operands = [(ls, _blank(ls, t.attr.multi_dims_mapping, whole, desc.claim_broadcast))
-                for _, ls, t, _ in chosen]
-    if desc.reading is not None:
-        operands = desc.reading.read(operands, _each(desc.outputs[0]) if desc.outputs else "")
-    lm = einsum.merge(operands, on_axis_conflict=desc.on_axis_conflict,
+    lm = einsum.merge(_operands(desc, chosen, whole), on_axis_conflict=desc.on_axis_conflict,
                       names=[nm for *_, nm in chosen])
     lm = einsum.resolve_mesh_conflicts(lm, desc.priority)
     if sizes_of:
@@ -195,6 +191,16 @@ def _letter_map(
         sizes = einsum.letter_sizes((ls, t.shape) for _, ls, t, _ in flat)
         lm = einsum.drop_indivisible(lm, sizes, flat[0][2].attr.mesh.shape if flat else ())
     return lm
+
+
+def _operands(desc: Description, chosen: Sequence[tuple[int, str, TensorSpec, str]],
+              whole: frozenset[str]) -> list[tuple[str, MultiDims]]:
+    """The merged tensors' letters and mappings, as the op reads them."""
+    operands = [(ls, _blank(ls, t.attr.multi_dims_mapping, whole, desc.claim_broadcast))
+                for _, ls, t, _ in chosen]
+    if desc.reading is not None:
+        operands = desc.reading.read(operands, _each(desc.outputs[0]) if desc.outputs else "")
+    return operands
 
 
 def _grouped_sizes(grouped: frozenset[str], tensors: Sequence[tuple[int, str, TensorSpec, str]],
@@ -288,12 +294,11 @@ def _out_attrs(desc: Description, mesh: ProcessMesh, lm: LetterMap, partial: Par
 
 def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
     """The inputs' letters merged; every tensor read off them; pending letters give partials."""
-    if desc.contraction is not None:
-        _flat(desc.inputs, args, desc.names, "inputs")  # ranks checked
-        return products.forward(desc.contraction, desc.inputs, desc.outputs, args)
     flat = _flat(desc.inputs, args, desc.names, "inputs")
     if not flat:
         raise RuleArgumentError("the op needs at least one tensor argument")
+    if desc.contraction is not None:
+        return products.forward(desc.contraction, desc.inputs, desc.outputs, args)
     lm = _letter_map(desc, flat, desc.merge)
     partial: dict[int, str] = {}
     masked: tuple[int, ...] = ()
@@ -310,21 +315,28 @@ def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
                 # a letter split over several mesh dims leaves plain sums: a slice is then
                 # zero along each of them but on one process of the group, not on one process
                 masked = tuple(sorted(lm[ch][0] for ch in contracted if len(lm[ch]) == 1))
-    linear_partial: dict[int, PartialItems] = {}
-    if desc.linear:
-        used = {d for dims in lm.values() for d in dims}
-        for i in desc.linear:
-            a = args[i]
-            if isinstance(a, TensorSpec):
-                items = tuple(p for p in a.attr.partial_items if p[1] == "sum" and p[0] not in used)
-                linear_partial[i] = items
-                for d, rt in items:
-                    partial.setdefault(d, rt)
+    linear_partial = _linear_partials(desc.linear, args, lm, partial) if desc.linear else {}
     out_partial: PartialItems = tuple(sorted(partial.items())) if partial else ()
     rep = desc.replicated_dims
     ins = _rebuild(desc.inputs, args,
                    lambda i, ls, t: _attr(t, ls, lm, linear_partial.get(i, ()), i, rep))
     return SpmdInfo(ins, _out_attrs(desc, flat[0][2].attr.mesh, lm, out_partial, masked))
+
+
+def _linear_partials(linear: tuple[int, ...], args: Sequence[Arg], lm: LetterMap,
+                     partial: dict[int, str]) -> dict[int, PartialItems]:
+    """The pending sums each ``linear`` input keeps (on mesh dims no letter holds), which the
+    outputs take too (added to ``partial``)."""
+    out: dict[int, PartialItems] = {}
+    used = {d for dims in lm.values() for d in dims}
+    for i in linear:
+        a = args[i]
+        if isinstance(a, TensorSpec):
+            items = tuple(p for p in a.attr.partial_items if p[1] == "sum" and p[0] not in used)
+            out[i] = items
+            for d, rt in items:
+                partial.setdefault(d, rt)
+    return out
 
 
 def infer_reverse(desc: Description, args: Sequence[Arg], outputs: Sequence[Arg]) -> SpmdInfo:
