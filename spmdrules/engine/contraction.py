@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 LetterDims = dict[str, tuple[int, ...]]
+_NAMES = ("x", "y", "out")
 _E = TypeVar("_E")
 #: (x mapping, y mapping, product mapping, product partial)
 Contracted = tuple[MultiDims, MultiDims, MultiDims, PartialItems]
@@ -254,10 +255,17 @@ def _letters(inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple[str, str, s
     return inputs[0], inputs[1], outputs[0]
 
 
-def _tensors(args: Sequence[object], n: int) -> list[TensorSpec]:
+def _tensors(args: Sequence[object], n: int, letters: Sequence[str], names: Sequence[str]
+             ) -> list[TensorSpec]:
+    """The product's ``n`` tensors, the operands of the rank their ``letters`` give."""
     ts = [a for a in args if type(a) is TensorSpec]
     if len(ts) != len(args) or len(ts) != n:
         raise RuleArgumentError(f"a product takes {n} tensors here, got {list(args)!r}")
+    for t, ls, name in zip(ts, letters, names, strict=False):
+        if len(t.shape) != len(ls):
+            raise RuleArgumentError(
+                f"{name!r} has rank {len(t.shape)} but the op's notation gives it {len(ls)} dims "
+                f"({ls!r}); pass a tensor of rank {len(ls)}")
     return ts
 
 
@@ -266,7 +274,7 @@ def forward(c: Contraction, inputs: Sequence[Any], outputs: Sequence[Any],
     """Forward inference of a product; operands that are masked sums (``engine.masks``) give a
     masked product where the mask's letter survives."""
     xl, yl, ol = _letters(inputs, outputs)
-    x, y = _tensors(args, 2)
+    x, y = _tensors(args, 2, (xl, yl), _NAMES)
     masked = any_masked(x, y)
     px, py = (plain(x), plain(y)) if masked else (x, y)
     mesh = px.attr.mesh
@@ -281,8 +289,8 @@ def reverse(c: Contraction, inputs: Sequence[Any], outputs: Sequence[Any],
     """Reverse inference: the operands read off the product's letters, and the product those
     operands give."""
     xl, yl, ol = _letters(inputs, outputs)
-    x, y, out = _tensors(args, 3)
-    xn, yn, on = names if len(names) == 3 else ("x", "y", "out")
+    xn, yn, on = names if len(names) == 3 else _NAMES
+    x, y, out = _tensors(args, 3, (xl, yl), (xn, yn))
     if c.reverse_needs_matrices and len(out.shape) != max(len(xl), len(yl)):
         raise RuleArgumentError(
             f"{on!r} has rank {len(out.shape)} but the reverse rule needs rank "

@@ -294,11 +294,11 @@ def _out_attrs(desc: Description, mesh: ProcessMesh, lm: LetterMap, partial: Par
 
 def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
     """The inputs' letters merged; every tensor read off them; pending letters give partials."""
+    if desc.contraction is not None:  # checks its two tensors' ranks itself
+        return products.forward(desc.contraction, desc.inputs, desc.outputs, args)
     flat = _flat(desc.inputs, args, desc.names, "inputs")
     if not flat:
         raise RuleArgumentError("the op needs at least one tensor argument")
-    if desc.contraction is not None:
-        return products.forward(desc.contraction, desc.inputs, desc.outputs, args)
     lm = _letter_map(desc, flat, desc.merge)
     partial: dict[int, str] = {}
     masked: tuple[int, ...] = ()
@@ -341,8 +341,7 @@ def _linear_partials(linear: tuple[int, ...], args: Sequence[Arg], lm: LetterMap
 
 def infer_reverse(desc: Description, args: Sequence[Arg], outputs: Sequence[Arg]) -> SpmdInfo:
     """The outputs' letters merged; every input read off them; outputs lose their partials."""
-    if desc.contraction is not None:
-        _flat(desc.inputs, args, desc.names, "inputs")  # ranks checked
+    if desc.contraction is not None:  # checks its three tensors' ranks itself
         return products.reverse(desc.contraction, desc.inputs, desc.outputs, desc.names,
                                    (*args, *outputs))
     out_names = desc.names[len(desc.inputs):]
