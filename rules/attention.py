@@ -23,7 +23,8 @@ and the seed_offset output is replicated.
 from __future__ import annotations
 
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.engine.description import Description, ShapeArg, register_described
+from spmdrules.engine.described import register_described
+from spmdrules.engine.description import Description, ShapeArg
 from spmdrules.engine.registry import A, Opt, T
 
 Shape = tuple[int, ...]

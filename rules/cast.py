@@ -6,7 +6,8 @@ commute with addition in general (a sum of truncated values is not the truncated
 
 from __future__ import annotations
 
-from spmdrules.engine.description import Description, letters, ranks, register_described
+from spmdrules.engine.described import ranks, register_described
+from spmdrules.engine.description import Description, letters
 from spmdrules.engine.registry import A, T
 
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 from spmdrules.core.attr import MultiDims
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
-from spmdrules.engine.description import Description, letters, register_described
+from spmdrules.engine.described import register_described
+from spmdrules.engine.description import Description, letters
 from spmdrules.engine.registry import A, Opt, T, register_rule
 from spmdrules.engine.rulekit import attr
 

@@ -23,7 +23,7 @@ from spmdrules.engine.masks import carry, plain
 from spmdrules.engine.registry import A, T, Vec, register_rule
 from spmdrules.engine.rulekit import attr, normalise_axis
 
-_LINEAR_REDUCE = frozenset(("sum", "avg"))
+LINEAR_REDUCE = frozenset(("sum", "avg"))
 
 
 # ---- the family's description: whole <-> piece mappings along the op axis ------------------------
@@ -83,7 +83,7 @@ def _align(pieces: Sequence[TensorSpec], aligned: Sequence[int]) -> tuple[MultiD
     if all(t.attr == first for t in nonempty):  # already aligned: nothing to choose
         return (
             tuple(d if i in aligned else () for i, d in enumerate(first.multi_dims_mapping)),
-            tuple(p for p in first.partial_items if p[1] in _LINEAR_REDUCE),
+            tuple(p for p in first.partial_items if p[1] in LINEAR_REDUCE),
         )
     mesh_shape = first.mesh.shape
     places = [_placements(t.attr) for t in nonempty]
@@ -97,7 +97,7 @@ def _align(pieces: Sequence[TensorSpec], aligned: Sequence[int]) -> tuple[MultiD
             continue
         if isinstance(where, int) and where in aligned:
             owner[md] = where
-        elif isinstance(where, str) and where in _LINEAR_REDUCE:
+        elif isinstance(where, str) and where in LINEAR_REDUCE:
             partial.append((md, where))
     # Agreed co-shards keep their order (it is the data layout); a chosen axis was unsharded.
     mdm = [tuple(md for md in dims if md in owner) for dims in first.multi_dims_mapping]
@@ -381,7 +381,7 @@ def add_n_forward(inputs: tuple[TensorSpec, ...]) -> SpmdInfo:
     part = first.attr.partial_items
     # A sum of pieces partial the same way is partial that way, for linear reductions only.
     if not part or any(t.attr.partial_items != part for t in inputs) or any(
-        rt not in _LINEAR_REDUCE for _, rt in part
+        rt not in LINEAR_REDUCE for _, rt in part
     ):
         part = ()
     piece = attr(first, mdm, part)

@@ -13,7 +13,8 @@ is needed.
 from __future__ import annotations
 
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.engine.description import Description, letters, ranks, register_described
+from spmdrules.engine.described import ranks, register_described
+from spmdrules.engine.description import Description, letters
 from spmdrules.engine.policy import Policy
 from spmdrules.engine.registry import A, T
 

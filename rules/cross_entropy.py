@@ -13,7 +13,8 @@ from spmdrules.core.attr import MultiDims
 from spmdrules.core.errors import RuleArgumentError, UnsupportedError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine import einsum
-from spmdrules.engine.description import Description, letters, register_described
+from spmdrules.engine.described import register_described
+from spmdrules.engine.description import Description, letters
 from spmdrules.engine.registry import A, T, register_rule
 from spmdrules.engine.rulekit import attr, normalise_axis
 

@@ -8,7 +8,8 @@ across ranks: the rule replicates it, and the kernel refuses a block that cuts i
 
 from __future__ import annotations
 
-from spmdrules.engine.description import Description, letters, ranks, register_described
+from spmdrules.engine.described import ranks, register_described
+from spmdrules.engine.description import Description, letters
 from spmdrules.engine.registry import A, T
 from spmdrules.engine.rulekit import normalise_axis
 

@@ -1,6 +1,8 @@
 """einsum and its gradient rule, straight on the Einsum engine.
 
-The equation is the notation. Forward inference merges the operands' mesh dims per letter (a letter
+The equation is the notation: einsum is a description (diagonal letters whole, Paddle's reading
+of the operands as :class:`spmdrules.engine.contraction.OperandReading`) whose forward the engine
+derives. Forward inference merges the operands' mesh dims per letter (a letter
 sharded by two different mesh dims is an error, as in Paddle), gives a mesh dim wanted by two letters
 to the one met first, and marks the output partial (sum) on the mesh dims of contracted letters.
 
@@ -27,6 +29,9 @@ from spmdrules.core.attr import DistAttr, MultiDims
 from spmdrules.core.errors import RuleArgumentError, UnsupportedError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine import einsum
+from spmdrules.engine.contraction import OperandReading
+from spmdrules.engine.described import register_described
+from spmdrules.engine.description import Description
 from spmdrules.engine.registry import A, T, Vec, register_rule
 from spmdrules.engine.rulekit import attr, replicated_like
 
@@ -57,16 +62,16 @@ def _notation(equation: str, n_operands: int) -> tuple[einsum.Notation, frozense
     return nota, diag
 
 
-def _sizes(nota: einsum.Notation, tensors: Sequence[TensorSpec], names: Sequence[str]) -> None:
+def _sizes(nota: einsum.Notation, shapes: Sequence[tuple[int, ...]], names: Sequence[str]) -> None:
     """Each operand's rank matches its letters and a letter has one size everywhere."""
     sizes: dict[str, tuple[int, str, int]] = {}
-    for letters, t, name in zip(nota.inputs, tensors, names, strict=True):
-        if len(letters) != len(t.shape):
+    for letters, shape, name in zip(nota.inputs, shapes, names, strict=True):
+        if len(letters) != len(shape):
             raise RuleArgumentError(
-                f"{name!r} has rank {len(t.shape)} but the equation gives it {len(letters)} "
+                f"{name!r} has rank {len(shape)} but the equation gives it {len(letters)} "
                 f"letters {letters!r}"
             )
-        for i, (ch, n) in enumerate(zip(letters, t.shape, strict=True)):
+        for i, (ch, n) in enumerate(zip(letters, shape, strict=True)):
             prev = sizes.setdefault(ch, (n, name, i))
             if prev[0] != n:
                 raise RuleArgumentError(
@@ -90,37 +95,25 @@ def _merge(
         (letters, _flat(t.attr.multi_dims_mapping, letters, diag))
         for letters, t in zip(nota.inputs, tensors, strict=True)
     ]
-    if _is_outer(nota) and all(any(m) for _, m in operands):
-        # Paddle's outer-product case: when both factors are sharded, y is replicated.
-        operands[1] = (operands[1][0], ((),) * len(operands[1][1]))
+    operands = READING.read(operands, nota.outputs[0])
     return einsum.resolve_mesh_conflicts(einsum.merge(operands, names=names))
-
-
-def _is_outer(nota: einsum.Notation) -> bool:
-    """Two operands with no letter in common and an output that keeps every letter."""
-    if len(nota.inputs) != 2:
-        return False
-    letters = nota.inputs[0] + nota.inputs[1]
-    return len(set(letters)) == len(letters) == len(nota.outputs[0])
 
 
 def _operand_names(n: int) -> list[str]:
     return [f"inputs[{i}]" for i in range(n)]
 
 
-def einsum_forward(inputs: tuple[TensorSpec, ...], equation: str) -> SpmdInfo:
+#: Paddle's reading of einsum's operands (see the module doc)
+READING: Final = OperandReading(major_only=True, outer_yields=True)
+
+
+def describe_einsum(inputs: tuple[tuple[int, ...], ...], *, equation: str) -> Description:
+    """The equation's letters; diagonal letters are whole; Paddle's reading of the operands."""
     if not inputs:
         raise RuleArgumentError("einsum needs at least one tensor in 'inputs'")
     nota, diag = _notation(equation, len(inputs))
-    names = _operand_names(len(inputs))
-    _sizes(nota, inputs, names)
-    letters = _merge(nota, inputs, names, diag)
-    out = nota.outputs[0]
-    ins = [(ls, einsum.mapping_for(ls, letters)) for ls in nota.inputs]
-    return SpmdInfo(
-        [tuple(attr(t, m) for (_, m), t in zip(ins, inputs, strict=True))],
-        [attr(inputs[0], einsum.mapping_for(out, letters), einsum.contracted_partial(ins, out))],
-    )
+    _sizes(nota, inputs, _operand_names(len(inputs)))
+    return Description((nota.inputs,), nota.outputs, whole=diag, reading=READING)
 
 
 def einsum_grad(
@@ -139,7 +132,7 @@ def einsum_grad(
         raise RuleArgumentError("einsum_grad needs at least one tensor in 'inputs'")
     nota, diag = _notation(equation, len(inputs))
     names = _operand_names(len(inputs))
-    _sizes(nota, inputs, names)
+    _sizes(nota, [t.shape for t in inputs], names)
     out = nota.outputs[0]
     _check_out_grad(nota, inputs, out_grad)
     if len(inputs) == 1:
@@ -210,8 +203,8 @@ def _check_out_grad(
         )
 
 
-register_rule(
-    "einsum", forward=einsum_forward, inputs=[Vec("inputs")], outputs=[T("out")],
+register_described(
+    "einsum", describe_einsum, inputs=[Vec("inputs")], outputs=[T("out")], reverse=False,
     attrs=[A("equation", "str", "")],
     doc="EinsumInferSpmd: the equation is the notation; contracted sharded letters give partials.",
 )

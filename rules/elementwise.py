@@ -16,14 +16,8 @@ from typing import Final
 from spmdrules.core.attr import MultiDims
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
-from spmdrules.engine.description import (
-    Description,
-    infer_forward,
-    infer_reverse,
-    letters,
-    ranks,
-    register_described,
-)
+from spmdrules.engine.described import ranks, register_described
+from spmdrules.engine.description import Description, infer_forward, infer_reverse, letters
 from spmdrules.engine.einsum import BROADCAST
 from spmdrules.engine.policy import LINEAR_REDUCTIONS, Policy
 from spmdrules.engine.registry import A, AttrParam, Opt, T, register_rule

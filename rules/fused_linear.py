@@ -36,6 +36,7 @@ from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine import einsum
+from spmdrules.engine.contraction import swap_last2, swapped_letters
 from spmdrules.engine.einsum import ALPHABET
 from spmdrules.engine.registry import A, Opt, T, register_rule
 from spmdrules.engine.rulekit import attr
@@ -43,10 +44,6 @@ from spmdrules.engine.rulekit import attr
 ACTIVATIONS = ("none", "relu", "gelu")
 #: the matmul family's rule module (typed as a package of its own, so read as Any)
 _MATMUL: Any = importlib.import_module("spmdrules.rules.matmul")
-
-
-def _swap(t: tuple[object, ...], flag: bool) -> tuple[object, ...]:
-    return (*t[:-2], t[-1], t[-2]) if flag else t
 
 
 def notation(x_ndim: int) -> tuple[str, str, str]:
@@ -136,11 +133,11 @@ def fused_gemm_epilogue_forward(x: TensorSpec, y: TensorSpec, bias: TensorSpec, 
         raise RuleArgumentError(f"activation {activation!r} is not one of {list(ACTIVATIONS)}")
     if x.ndim < 2:
         raise RuleArgumentError(f"'x' has rank {x.ndim}; fused_gemm_epilogue needs rank >= 2")
-    xs = _swap(x.shape, trans_x)
-    ys = _swap(y.shape, trans_y) if y.ndim == 2 else y.shape
-    _check(xs, ys, bias.shape, ("x", "y"))  # type: ignore[arg-type]
+    xs = swap_last2(x.shape, trans_x)
+    ys = swap_last2(y.shape, trans_y) if y.ndim == 2 else y.shape
+    _check(xs, ys, bias.shape, ("x", "y"))
     xl, yl, ol = notation(x.ndim)
-    xl, yl = "".join(_swap(tuple(xl), trans_x)), "".join(_swap(tuple(yl), trans_y))  # type: ignore[arg-type]
+    xl, yl = swapped_letters(xl, trans_x), swapped_letters(yl, trans_y)
     lm = _merge(x, xl, y, yl)
     if lm.get("k") and activation != "none":
         lm["k"] = ()  # the activation needs the complete sum
@@ -153,7 +150,7 @@ def fused_gemm_epilogue_forward(x: TensorSpec, y: TensorSpec, bias: TensorSpec, 
     mesh = x.attr.mesh
     return SpmdInfo(
         (attr(x, xm), attr(y, ym), attr(bias, (lm.get("n", ()),), partial)),
-        (DistAttr._make(mesh, _out_mapping(ol, lm, _out_shape(xs, ys), True), partial),  # type: ignore[arg-type]
+        (DistAttr._make(mesh, _out_mapping(ol, lm, _out_shape(xs, ys), True), partial),
          DistAttr._make(mesh, (), ())))
 
 

@@ -15,7 +15,8 @@ resharded first. Negative axes are normalised (Paddle crashes on them: list E, q
 from __future__ import annotations
 
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.engine.description import Description, letters, ranks, register_described
+from spmdrules.engine.described import ranks, register_described
+from spmdrules.engine.description import Description, letters
 from spmdrules.engine.registry import A, T
 from spmdrules.engine.rulekit import normalise_axis
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.engine import einsum
-from spmdrules.engine.description import Description, letters, ranks, register_described
+from spmdrules.engine.described import ranks, register_described
+from spmdrules.engine.description import Description, letters
 from spmdrules.engine.registry import A, Opt, T
 
 Shape = tuple[int, ...]

@@ -9,7 +9,8 @@ square does not distribute over it). Paddle has no SPMD rule for lrn: this is ou
 
 from __future__ import annotations
 
-from spmdrules.engine.description import Description, letters, ranks, register_described
+from spmdrules.engine.described import ranks, register_described
+from spmdrules.engine.description import Description, letters
 from spmdrules.engine.registry import A, T
 from spmdrules.engine.rulekit import normalise_axis
 from spmdrules.engine.windows import channel_axis

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.engine import einsum
-from spmdrules.engine.description import Description, ranks, register_described
+from spmdrules.engine.described import ranks, register_described
+from spmdrules.engine.description import Description
 from spmdrules.engine.policy import Policy
 from spmdrules.engine.registry import A, Opt, T
 

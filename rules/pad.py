@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.engine.description import Description, letters, register_described
+from spmdrules.engine.described import register_described
+from spmdrules.engine.description import Description, letters
 from spmdrules.engine.registry import A, T
 
 Shape = tuple[int, ...]

@@ -28,7 +28,8 @@ from typing import Final
 
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
-from spmdrules.engine.description import Description, letters, ranks, register_described
+from spmdrules.engine.described import ranks, register_described
+from spmdrules.engine.description import Description, letters
 from spmdrules.engine.policy import Policy
 from spmdrules.engine.registry import A, T, register_rule
 from spmdrules.engine.rulekit import attr, replicated_like

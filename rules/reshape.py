@@ -39,7 +39,7 @@ class ShapeOp:
     reverse: Callable[..., Transformation]
 
 
-def _forward(op: ShapeOp, x: TensorSpec, *attrs: Any) -> SpmdInfo:
+def shape_op_forward(op: ShapeOp, x: TensorSpec, *attrs: Any) -> SpmdInfo:
     trans, _ = op.forward(x.shape, *attrs)
     masked = x.attr._masks
     if masked:
@@ -57,11 +57,11 @@ def _forward(op: ShapeOp, x: TensorSpec, *attrs: Any) -> SpmdInfo:
     return carry(info, [(given, x_letters)], [out_letters])
 
 
-def _reverse(op: ShapeOp, x: TensorSpec, out: TensorSpec, *attrs: Any) -> SpmdInfo:
-    return _reverse_variant(op, x, out, attrs, checked=True, x_own_partial=False)
+def shape_op_reverse(op: ShapeOp, x: TensorSpec, out: TensorSpec, *attrs: Any) -> SpmdInfo:
+    return reverse_variant(op, x, out, attrs, checked=True, x_own_partial=False)
 
 
-def _reverse_variant(
+def reverse_variant(
     op: ShapeOp,
     x: TensorSpec,
     out: TensorSpec,
@@ -183,7 +183,7 @@ SQUEEZE = ShapeOp(_squeeze_forward, _squeeze_reverse)
 
 
 # ---- unsqueeze: size-1 dims appear at the output positions in axis ------------------------------
-def _inserted(x_ndim: int, axis: tuple[int, ...] | None) -> frozenset[int]:
+def inserted_axes(x_ndim: int, axis: tuple[int, ...] | None) -> frozenset[int]:
     """The output positions of the new dims, inserted one after another as paddle.unsqueeze does
     (a negative axis counts from the end of the rank reached so far)."""
     axes = _required("axis", axis)
@@ -198,7 +198,7 @@ def _inserted(x_ndim: int, axis: tuple[int, ...] | None) -> frozenset[int]:
 
 
 def _unsqueeze_forward(x_shape: Shape, axis: tuple[int, ...] | None) -> tuple[Transformation, Shape]:
-    new = _inserted(len(x_shape), axis)
+    new = inserted_axes(len(x_shape), axis)
     trans: list[DimTrans] = []
     out_shape: list[int] = []
     j = 0
@@ -215,7 +215,7 @@ def _unsqueeze_forward(x_shape: Shape, axis: tuple[int, ...] | None) -> tuple[Tr
 
 
 def _unsqueeze_reverse(x_shape: Shape, out_shape: Shape, axis: tuple[int, ...] | None) -> Transformation:
-    new = _inserted(len(x_shape), axis)
+    new = inserted_axes(len(x_shape), axis)
     return tuple(
         SINGLETON if n == 1 else InputDim(i)
         for i, n in enumerate(out_shape)
@@ -231,8 +231,8 @@ def _register(names: tuple[str, ...], op: ShapeOp, attrs: list[Any], doc: str) -
     for name in names:
         register_rule(
             name,
-            forward=functools.partial(_forward, op),
-            reverse=functools.partial(_reverse, op),
+            forward=functools.partial(shape_op_forward, op),
+            reverse=functools.partial(shape_op_reverse, op),
             inputs=[T("x")],
             outputs=[T("out")],
             attrs=attrs,

@@ -12,7 +12,8 @@ x_grad follows x.
 from __future__ import annotations
 
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.engine.description import Description, ShapeArg, register_described
+from spmdrules.engine.described import register_described
+from spmdrules.engine.description import Description, ShapeArg
 from spmdrules.engine.registry import A, T
 
 WHOLE = frozenset("nhwropq")

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.engine.description import Description, letters, register_described
+from spmdrules.engine.described import register_described
+from spmdrules.engine.description import Description, letters
 from spmdrules.engine.registry import A, T
 from spmdrules.engine.rulekit import normalise_axis
 

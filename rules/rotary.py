@@ -17,7 +17,8 @@ Policy, as Paddle's FusedRopeInferSpmd / FusedRopeInferSpmdReverse:
 from __future__ import annotations
 
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.engine.description import Description, ShapeArg, register_described
+from spmdrules.engine.described import register_described
+from spmdrules.engine.description import Description, ShapeArg
 from spmdrules.engine.registry import A, Opt, T
 
 Shape = tuple[int, ...]

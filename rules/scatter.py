@@ -11,7 +11,8 @@ follow the updates (Paddle's merge). Pending sums are resharded first.
 from __future__ import annotations
 
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.engine.description import Description, letters, register_described
+from spmdrules.engine.described import register_described
+from spmdrules.engine.description import Description, letters
 from spmdrules.engine.registry import A, T, Vec
 
 from .gather import along_letters

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.engine.description import Description, letters, ranks, register_described
+from spmdrules.engine.described import ranks, register_described
+from spmdrules.engine.description import Description, letters
 from spmdrules.engine.registry import A, T
 from spmdrules.engine.rulekit import normalise_axis
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
-from spmdrules.engine.description import Description, infer_forward, letters, register_described
+from spmdrules.engine.described import register_described
+from spmdrules.engine.description import Description, infer_forward, letters
 from spmdrules.engine.registry import A, T, register_rule
 from spmdrules.engine.rulekit import normalise_axis
 

@@ -8,7 +8,8 @@ replicates a non-divisible dim on the output only; see docs/deviations/shape.md)
 from __future__ import annotations
 
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.engine.description import Description, letters, ranks, register_described
+from spmdrules.engine.described import ranks, register_described
+from spmdrules.engine.description import Description, letters
 from spmdrules.engine.policy import EVERY_REDUCTION, Policy
 from spmdrules.engine.registry import A, T
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.engine.description import Description, register_described
+from spmdrules.engine.described import register_described
+from spmdrules.engine.description import Description
 from spmdrules.engine.einsum import broadcast_notations
 from spmdrules.engine.registry import T
 

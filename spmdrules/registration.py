@@ -18,7 +18,8 @@ from typing import Any
 
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.tables import OpTable, caller
-from spmdrules.engine.description import Describe, ShapeArg, register_described
+from spmdrules.engine.described import Describe, register_described
+from spmdrules.engine.description import ShapeArg
 from spmdrules.engine.registry import RULES, AttrParam, Rule, RuleFn, TensorParam, register_rule
 from spmdrules.execution.adjoint import REVERSE_LOWERINGS, ReverseHook
 from spmdrules.execution.halo import HALO_OPS, HaloWindows

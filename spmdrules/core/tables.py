@@ -87,6 +87,19 @@ class OpTable(Mapping[str, V], Generic[V]):
         out._origins.update(self._origins)
         return out
 
+    @contextlib.contextmanager
+    def restored(self) -> Iterator[None]:
+        """The entries added inside the block are gone after it: a test that registers scratch
+        ops leaves the table as it found it (lookups bound to the table see both states)."""
+        entries, origins = dict(self._entries), dict(self._origins)
+        try:
+            yield
+        finally:
+            self._entries.clear()
+            self._entries.update(entries)
+            self._origins.clear()
+            self._origins.update(origins)
+
     def origin(self, name: str) -> str:
         """Where ``name``'s entry was registered."""
         return self._origins[name]

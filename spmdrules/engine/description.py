@@ -21,6 +21,10 @@ letter (the Einsum notation, one string per tensor) and states the op's policy i
   whose uneven split makes them whole;
 * ``reverse_merge``: the tensors (inputs, then outputs) whose letters decide in reverse;
 * ``replicated_dims``: dims of given tensors that merge but are replicated (a broadcast mask);
+* ``contraction``: a product of two operands (matmul, bmm), whose merge is the policy of
+  :class:`spmdrules.engine.contraction.Contraction` instead of the fields above;
+* ``reading``: how the merged tensors' mappings are read first (Paddle's einsum reads a
+  co-sharded dim as its major mesh dim, and one factor of an outer product as replicated);
 * ``claim_broadcast``: a ``'1'`` dim's shard still claims its mesh dim (Paddle's shared ``'1'``
   letter: it is never sharded itself, but it keeps its mesh dim from the other letters, and two
   ``'1'`` dims on different mesh dims conflict); by default a ``'1'`` dim takes no part;
@@ -39,26 +43,20 @@ then its notation plus its policy, never two hand-written directions::
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
-import sys
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import SpmdInfo, TensorSpec
-from spmdrules.core.tables import caller
+from spmdrules.engine import contraction as products
 from spmdrules.engine import einsum
-from spmdrules.engine.derived import mark_derived
+from spmdrules.engine.contraction import Contraction, OperandReading
 from spmdrules.engine.einsum import ALPHABET, AxisConflict, LetterMap
 from spmdrules.engine.grouped import grouped_sizes, guard_uneven, ungrouped
-from spmdrules.engine.masks import carry, plain
-from spmdrules.engine.plan import Plan, compile_plan
 from spmdrules.engine.policy import PLAIN, Policy
-from spmdrules.engine.registry import AttrParam, Rule, TensorParam, register_rule
 
 #: one tensor argument's letters: a string, None for an absent optional, a tuple for a list
 Letters = str | None | tuple[str, ...]
@@ -67,7 +65,6 @@ Arg = TensorSpec | None | tuple[TensorSpec, ...]
 #: one tensor argument's global shape, in the same structure
 ShapeArg = tuple[int, ...] | None | tuple[tuple[int, ...], ...]
 
-DESCRIBE_CACHE: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +104,10 @@ class Description:
     #: what the results keep of pending sums and masks, and which inputs are not read
     #: (:class:`spmdrules.engine.policy.Policy`)
     policy: Policy = PLAIN
+    #: a product of two operands, merged by this policy (``spmdrules.engine.contraction``)
+    contraction: Contraction | None = None
+    #: how Paddle reads the merged tensors' mappings (its einsum rule's quirks)
+    reading: OperandReading | None = None
     #: names of the tensor arguments and outputs, for errors (filled by register_described)
     names: tuple[str, ...] = field(default=(), compare=False)
 
@@ -182,11 +183,8 @@ def _letter_map(
     if desc.grouped and guard_uneven(desc.grouped_guard, every or flat):
         whole = whole | desc.grouped
     claim = desc.claim_broadcast or (reverse and desc.policy.reverse_claims_broadcast)
-    lm = einsum.merge(
-        [(ls, _blank(ls, t.attr.multi_dims_mapping, whole, claim))
-         for _, ls, t, _ in chosen],
-        on_axis_conflict=desc.on_axis_conflict, names=[nm for *_, nm in chosen],
-    )
+    lm = einsum.merge(_operands(desc, chosen, whole, claim),
+                      on_axis_conflict=desc.on_axis_conflict, names=[nm for *_, nm in chosen])
     lm = einsum.resolve_mesh_conflicts(lm, desc.priority)
     if sizes_of:
         lm = ungrouped(lm, sizes_of, chosen[0][2].attr.mesh.shape if chosen else ())
@@ -197,6 +195,16 @@ def _letter_map(
         lm = einsum.drop_indivisible(lm, sizes, flat[0][2].attr.mesh.shape if flat else (),
                                      None if desc.divisible else desc.policy.even)
     return lm
+
+
+def _operands(desc: Description, chosen: Sequence[tuple[int, str, TensorSpec, str]],
+              whole: frozenset[str], claim: bool) -> list[tuple[str, MultiDims]]:
+    """The merged tensors' letters and mappings, as the op reads them."""
+    operands = [(ls, _blank(ls, t.attr.multi_dims_mapping, whole, claim))
+                for _, ls, t, _ in chosen]
+    if desc.reading is not None:
+        operands = desc.reading.read(operands, _each(desc.outputs[0]) if desc.outputs else "")
+    return operands
 
 
 def _attr(t: TensorSpec, ls: str, lm: LetterMap, partial: PartialItems = (),
@@ -248,6 +256,8 @@ def _out_attrs(desc: Description, mesh: ProcessMesh, lm: LetterMap, partial: Par
 
 def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
     """The inputs' letters merged; every tensor read off them; pending letters give partials."""
+    if desc.contraction is not None:  # checks its two tensors' ranks itself
+        return products.forward(desc.contraction, desc.inputs, desc.outputs, args)
     flat = _flat(desc.inputs, args, desc.names, "inputs")
     if not flat:
         if not desc.inputs:  # a constant: nothing to go on, its consumer places it
@@ -269,13 +279,7 @@ def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
                 # a letter split over several mesh dims leaves plain sums: a slice is then
                 # zero along each of them but on one process of the group, not on one process
                 masked = tuple(sorted(lm[ch][0] for ch in contracted if len(lm[ch]) == 1))
-    linear_partial: dict[int, PartialItems] = {}
-    if desc.linear:
-        used = {d for ch, dims in lm.items() if ch != "1" for d in dims}
-        linear_partial = desc.policy.passed(desc.linear, args, used)
-        for items in linear_partial.values():
-            for d, rt in items:
-                partial.setdefault(d, rt)
+    linear_partial = _linear_partials(desc, args, lm, partial) if desc.linear else {}
     out_partial: PartialItems = tuple(sorted(partial.items())) if partial else ()
     rep = desc.replicated_dims
     unread = desc.policy.unread
@@ -284,8 +288,23 @@ def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
     return SpmdInfo(ins, _out_attrs(desc, flat[0][2].attr.mesh, lm, out_partial, masked))
 
 
+def _linear_partials(desc: Description, args: Sequence[Arg], lm: LetterMap,
+                     partial: dict[int, str]) -> dict[int, PartialItems]:
+    """The pending results each ``linear`` input keeps (``policy.passed``: on mesh dims no
+    letter holds), which the outputs take too (added to ``partial``)."""
+    used = {d for ch, dims in lm.items() if ch != "1" for d in dims}
+    out = desc.policy.passed(desc.linear, args, used)
+    for items in out.values():
+        for d, rt in items:
+            partial.setdefault(d, rt)
+    return out
+
+
 def infer_reverse(desc: Description, args: Sequence[Arg], outputs: Sequence[Arg]) -> SpmdInfo:
     """The outputs' letters merged; every input read off them; outputs lose their partials."""
+    if desc.contraction is not None:  # checks its three tensors' ranks itself
+        return products.reverse(desc.contraction, desc.inputs, desc.outputs, desc.names,
+                                   (*args, *outputs))
     out_names = desc.names[len(desc.inputs):]
     flat_out = _flat(desc.outputs, outputs, out_names, "outputs")
     flat_in = _flat(desc.inputs, args, desc.names, "inputs")  # ranks checked
@@ -316,164 +335,3 @@ def _each(ls: Letters) -> str:
     if ls is None:
         return ""
     return ls if isinstance(ls, str) else "".join(ls)
-
-
-def _masked(args: Sequence[Arg]) -> bool:
-    return any(type(a) is TensorSpec and a.attr._masks for a in args)
-
-
-def _carried(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
-    """The answer for the inputs as plain sums, with the masks ``desc.policy.masks`` keeps."""
-    info = infer_forward(desc, [plain(a) if type(a) is TensorSpec else a for a in args])
-    operands = [(a, ls) if type(a) is TensorSpec and isinstance(ls, str) else None
-                for a, ls in zip(args, desc.inputs, strict=True)]
-    outs = [ls for ls in desc.outputs if isinstance(ls, str)]
-    return carry(info, operands, outs, product=desc.policy.masks == "product")
-
-
-# ---- registering an op by its description -------------------------------------------------------
-Describe = Callable[..., Description]
-
-
-class Switches:
-    """``fast = False`` makes every described rule describe each call afresh and answer by the
-    general inference: the definition the remembered descriptions and the plans must equal
-    (``tests/engine/test_description_plans.py`` compares the two on Paddle's recorded cases)."""
-
-    fast: bool = True
-
-
-def _arg_ranks(args: Sequence[Arg]) -> Hashable:
-    """``ranks`` of the arguments' shapes."""
-    return tuple([None if a is None else len(a.shape) if type(a) is TensorSpec
-                  else tuple([len(t.shape) for t in a]) for a in args])  # type: ignore[union-attr]
-
-
-def ranks(shapes: tuple[ShapeArg, ...]) -> Hashable:
-    """A description key: the tensors' ranks (None for an absent one, a tuple for a list)."""
-    return tuple(None if s is None else len(s) if not s or type(s[0]) is int
-                 else tuple(map(len, s)) for s in shapes)  # type: ignore[arg-type]
-
-
-def _shape_of(a: Arg) -> ShapeArg:
-    if a is None:
-        return None
-    if isinstance(a, TensorSpec):
-        return a.shape
-    return tuple(t.shape for t in a)
-
-
-def register_described(
-    name: str,
-    describe: Describe,
-    *,
-    inputs: Sequence[TensorParam],
-    outputs: Sequence[TensorParam],
-    attrs: Sequence[AttrParam] = (),
-    aliases: Sequence[str] = (),
-    reverse: bool = True,
-    family: str | None = None,
-    doc: str = "",
-    op_attrs: Sequence[AttrParam] = (),
-    key: Callable[[tuple[ShapeArg, ...]], Hashable] | None = None,
-    check: Callable[..., None] | None = None,
-    masks: bool = False,
-    check_reverse: Callable[..., None] | None = None,
-    check_forward: Callable[..., None] | None = None,
-    reverse_attrs: Sequence[AttrParam] | None = None,
-    origin: str | None = None,
-) -> Rule:
-    """Register ``name`` with forward (and reverse) inference derived from ``describe``.
-
-    ``describe(*shapes, **attrs)`` receives each tensor argument's global shape (None when absent,
-    a tuple of shapes for a list) and the attributes by name, and returns the Description of the
-    call; it raises a RuleArgumentError for a call the op cannot take. ``op_attrs`` are the
-    op's attributes beyond the rule's (see ``register_rule``); ``describe`` does not see them.
-
-    Descriptions are remembered per call's shapes and attributes. ``key`` declares that the
-    description (and every error ``describe`` raises) depends on the shapes only through
-    ``key(shapes)``, ``ranks`` for most ops: a call with new sizes of known ranks then reuses the
-    description. ``python -m spmdrules.verify`` draws many sizes per rank, so a key that forgets
-    something the description needs shows as a wrong case. ``check(*shapes, *attrs)`` (the
-    attribute values in the rule's order) runs on every call before the remembered description is
-    used: the errors that depend on more than the key (a slice's range against its dim's size)
-    belong there. ``check_reverse(*shapes, *output shapes, *attrs)`` runs likewise on every
-    reverse call, before ``check``: the outputs must be what the inputs give (a broadcast's
-    result shape); ``check_forward(*shapes, *attrs)`` on every forward call, before ``check``.
-    ``reverse_attrs``: the reverse rule takes fewer attributes (see ``register_rule``); the
-    others keep their defaults when the op is described in reverse.
-    ``masks``: the rule takes masked pending sums; the description's ``policy.masks`` says which
-    results stay masked.
-    """
-    n = len(inputs)
-    attr_names = tuple(a.name for a in attrs)
-    names = tuple(p.name for p in (*inputs, *outputs))
-    sig = inspect.signature(describe)
-    takes_all = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
-    wanted = attr_names if takes_all else tuple(a for a in attr_names if a in sig.parameters)
-
-    cache: dict[Hashable, tuple[Description, Plan]] = {}
-
-    def described(args: Sequence[Arg], values: tuple[Any, ...]) -> tuple[Description, Plan]:
-        if check is not None:
-            check(*map(_shape_of, args), *values)
-        k: Hashable = None
-        if not Switches.fast:
-            pass
-        elif key is ranks:  # read off the specs: no shapes tuple to build on the common call
-            k = (_arg_ranks(args), values)
-        else:
-            shapes = tuple(map(_shape_of, args))
-            k = (shapes if key is None else key(shapes), values)
-        try:
-            if k is not None:
-                return cache[k]
-        except KeyError:
-            pass
-        except TypeError:  # an unhashable attribute value (a list): describe every time
-            k = None
-        shapes = tuple(map(_shape_of, args))
-        kw = {a: v for a, v in zip(attr_names, values, strict=True) if a in wanted}
-        d = describe(*shapes, **kw)
-        d = dataclasses.replace(d, names=names)
-        entry = (d, compile_plan(d))
-        if k is not None:
-            if len(cache) >= DESCRIBE_CACHE:
-                cache.clear()
-            cache[k] = entry
-        return entry
-
-    def forward(*call: Any) -> SpmdInfo:
-        args = call[:n]
-        if check_forward is not None:
-            check_forward(*map(_shape_of, args), *call[n:])
-        desc, plan = described(args, call[n:])
-        if masks and desc.policy.masks != "none" and _masked(args):
-            return _carried(desc, args)
-        return (Switches.fast and plan.forward(args)) or infer_forward(desc, args)
-
-    rev_names = None if reverse_attrs is None else tuple(a.name for a in reverse_attrs)
-
-    def backward(*call: Any) -> SpmdInfo:
-        args, outs = call[:n], call[n : n + len(outputs)]
-        values = call[n + len(outputs):]
-        if check_reverse is not None:
-            check_reverse(*map(_shape_of, args), *map(_shape_of, outs), *values)
-        if rev_names is not None:
-            given = dict(zip(rev_names, values, strict=True))
-            values = tuple(given.get(a.name, a.default) for a in attrs)
-        desc, plan = described(args, values)
-        return (Switches.fast and plan.reverse(args, outs)) or infer_reverse(desc, args, outs)
-
-    # the op's entry points lead to its description, which lives in the family's module
-    forward.__wrapped__ = backward.__wrapped__ = describe  # type: ignore[attr-defined]
-    if family is None:
-        family = sys._getframe(1).f_globals.get("__name__", "").rsplit(".", 1)[-1]
-    rule = register_rule(
-        name, forward=forward, reverse=backward if reverse else None, inputs=inputs,
-        outputs=outputs, attrs=attrs, aliases=aliases, family=family, doc=doc, op_attrs=op_attrs,
-        masks=masks, reverse_attrs=reverse_attrs,
-        origin=origin if origin is not None else caller(1),
-    )
-    mark_derived((name, *aliases), "description")
-    return rule

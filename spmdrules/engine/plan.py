@@ -55,6 +55,10 @@ class Description(Protocol):
     def replicated_dims(self) -> frozenset[tuple[int, int]]: ...
     @property
     def policy(self) -> Policy: ...
+    @property
+    def contraction(self) -> object | None: ...
+    @property
+    def reading(self) -> object | None: ...
 
 #: per merged tensor: (argument index, its letters, the dims that take part in the merge)
 Merged = tuple[tuple[int, str, tuple[int, ...]], ...]
@@ -164,7 +168,8 @@ def compile_plan(desc: Description) -> Plan:
     fast = (single and not desc.divisible and not desc.grouped and not desc.policy.unread
             and not desc.policy.even
             and desc.reverse_merge is None and not desc.replicated_dims and not desc.claimed
-            and desc.mask is None)
+            and desc.mask is None and desc.contraction is None
+            and desc.reading is None)
     kept = frozenset("".join(ls for ls in desc.outputs if isinstance(ls, str)))
 
     def merged(letters: Sequence[str | None], order: Sequence[int], claim: bool) -> Merged:

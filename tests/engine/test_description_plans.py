@@ -17,7 +17,7 @@ import spmdrules as sr
 from spmdrules import conformance
 from spmdrules.conformance.calls import build_call
 from spmdrules.core.errors import SpmdError
-from spmdrules.engine.description import Switches
+from spmdrules.engine.described import Switches
 
 
 def _described(name: str) -> bool:

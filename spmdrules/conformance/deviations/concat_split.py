@@ -77,7 +77,7 @@ def _concat_1d_unshared_partial(case: dict[str, Any], got: SpmdInfo | BaseExcept
     if any(len(m) != 1 for m, _ in given):
         return False
     shared = set(given[0][1]).intersection(*(set(p) for _, p in given[1:]))
-    shared_items = tuple(sorted(p for p in shared if p[1] in _rules._LINEAR_REDUCE))
+    shared_items = tuple(sorted(p for p in shared if p[1] in _rules.LINEAR_REDUCE))
     exp_in = [_norm(e) for e in case["expected"]["inputs"][0]]
     our_in = [_ours(a) for a in _flat(list(got.inputs))]
     if len(exp_in) != len(our_in) or _norm(case["expected"]["outputs"][0])[1]:

@@ -71,10 +71,8 @@ def _norm_ours(a: object) -> tuple[MultiDims, PartialItems]:
 def _product_shape(case: dict[str, Any]) -> tuple[int, ...]:
     x, y = (tuple(t["shape"]) for t in case["inputs"][:2])
     tx, ty = case["attrs"].get("trans_x", False), case["attrs"].get("trans_y", False)
-    xs, ys = _rules._swap_last2(x, tx and len(x) > 1), _rules._swap_last2(y, ty and len(y) > 1)
-    xl, yl, ol = _rules.notation(len(xs), len(ys))
-    sizes = _rules._check_shapes(xl, xs, yl, ys)
-    return tuple(sizes[ch] for ch in ol)
+    shape: tuple[int, ...] = _rules.product_shape(x, y, tx, ty)
+    return shape
 
 
 register_deviation(

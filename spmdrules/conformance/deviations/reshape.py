@@ -32,10 +32,10 @@ def _unsqueeze_axes_differ(case: dict[str, Any], got: SpmdInfo | BaseException) 
         return False
     x_ndim = len(case["inputs"][0]["shape"])
     axis = tuple(case["attrs"]["axis"])
-    if _rules._inserted(x_ndim, axis) == paddle_unsqueeze_positions(x_ndim, axis):
+    if _rules.inserted_axes(x_ndim, axis) == paddle_unsqueeze_positions(x_ndim, axis):
         return False
     _, direction, args, _ = build_call(case)
-    infer = _rules._forward if direction == "forward" else _rules._reverse
+    infer = _rules.shape_op_forward if direction == "forward" else _rules.shape_op_reverse
     # a case the dropped partials alone explain is shape-op-keeps-partial's
     return bool(got == infer(_rules.UNSQUEEZE, *args, axis)) and not _agrees_dropped(case, got)
 
@@ -61,16 +61,16 @@ def _reverse_variants(
     _, _, args, attrs = build_call(case)
     x, out = args
     shape = (tuple(attrs["shape"]),)
-    ours = _rules._reverse_variant(_rules.RESHAPE, x, out, shape, checked=True, x_own_partial=False)
+    ours = _rules.reverse_variant(_rules.RESHAPE, x, out, shape, checked=True, x_own_partial=False)
     if got != ours:
         return False
     if checked:
-        variant = _rules._reverse_variant(_rules.RESHAPE, x, out, shape, checked=True, x_own_partial=True)
+        variant = _rules.reverse_variant(_rules.RESHAPE, x, out, shape, checked=True, x_own_partial=True)
         return variant != ours and agrees(case, variant)
-    if _rules._reverse_variant(_rules.RESHAPE, x, out, shape, checked=False, x_own_partial=False) == ours:
+    if _rules.reverse_variant(_rules.RESHAPE, x, out, shape, checked=False, x_own_partial=False) == ours:
         return False  # the checks change nothing here
     return any(
-        agrees(case, _rules._reverse_variant(_rules.RESHAPE, x, out, shape, checked=False, x_own_partial=own))
+        agrees(case, _rules.reverse_variant(_rules.RESHAPE, x, out, shape, checked=False, x_own_partial=own))
         for own in (False, True)
     )
 

@@ -15,12 +15,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from spmdrules.core.errors import RuleArgumentError
+from spmdrules.engine.contraction import swap_last2
 from spmdrules.execution.kernels.elementwise import gelu_derivative
 from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
-
-
-def swap_last2(a: Array, flag: bool) -> Array:
-    return np.swapaxes(a, -1, -2) if flag and a.ndim >= 2 else a
 
 
 def gelu(x: Array) -> Array:

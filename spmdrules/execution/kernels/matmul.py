@@ -15,19 +15,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
-
-
-def _swap_last2(a: Array, flag: bool) -> Array:
-    """Paddle's trans_x / trans_y: swap the last two dims; a vector has nothing to transpose."""
-    return np.swapaxes(a, -1, -2) if flag and a.ndim >= 2 else a
+from spmdrules.engine.contraction import swap_last2
+from spmdrules.execution.local import Block, LocalContext, array, register_kernel
 
 
 @register_kernel("matmul", "matmul_v2")
 def matmul_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     """x @ y with numpy's (= Paddle's) rules for 1-D operands and broadcast batch dims."""
-    x = _swap_last2(array(ctx, blocks, 0, "x"), bool(ctx.attrs.get("trans_x", False)))
-    y = _swap_last2(array(ctx, blocks, 1, "y"), bool(ctx.attrs.get("trans_y", False)))
+    x = swap_last2(array(ctx, blocks, 0, "x"), bool(ctx.attrs.get("trans_x", False)))
+    y = swap_last2(array(ctx, blocks, 1, "y"), bool(ctx.attrs.get("trans_y", False)))
     return (np.asarray(np.matmul(x, y)),)
 
 

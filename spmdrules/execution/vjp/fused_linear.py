@@ -7,12 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spmdrules.execution.kernels.fused_linear import (
-    activation_derivative,
-    gemm_pre,
-    rows,
-    swap_last2,
-)
+from spmdrules.engine.contraction import swap_last2
+from spmdrules.execution.kernels.fused_linear import activation_derivative, gemm_pre, rows
 from spmdrules.execution.local import Array, Block, LocalContext, array, cotangent, register_vjp
 
 

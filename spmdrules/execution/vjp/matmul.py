@@ -13,27 +13,26 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from spmdrules.engine.contraction import swap_last2
 from spmdrules.execution.local import Array, Block, LocalContext, array, cotangent, register_vjp
 from spmdrules.execution.vjp.elementwise import unbroadcast
 
 
 def _t(a: Array) -> Array:
-    return np.swapaxes(a, -1, -2)
+    return swap_last2(a, True)
 
 
 def matmul_grads(x: Array, y: Array, g: Array, trans_x: bool, trans_y: bool
                  ) -> tuple[Array, Array]:
     """(dx, dy) of ``matmul(x, y, trans_x, trans_y)`` for the output cotangent ``g``."""
-    xs = _t(x) if trans_x and x.ndim >= 2 else x
-    ys = _t(y) if trans_y and y.ndim >= 2 else y
+    xs, ys = swap_last2(x, trans_x), swap_last2(y, trans_y)
     x2 = xs[None, :] if xs.ndim == 1 else xs
     y2 = ys[:, None] if ys.ndim == 1 else ys
     g2 = g[..., None] if ys.ndim == 1 else g
     g2 = np.expand_dims(g2, -2) if xs.ndim == 1 else g2
     dx = unbroadcast(np.asarray(np.matmul(g2, _t(y2))), x2.shape).reshape(xs.shape)
     dy = unbroadcast(np.asarray(np.matmul(_t(x2), g2)), y2.shape).reshape(ys.shape)
-    dx = _t(dx) if trans_x and x.ndim >= 2 else dx
-    dy = _t(dy) if trans_y and y.ndim >= 2 else dy
+    dx, dy = swap_last2(dx, trans_x), swap_last2(dy, trans_y)
     return dx, dy
 
 

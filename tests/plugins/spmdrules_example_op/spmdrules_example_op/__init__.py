@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 import spmdrules as sr
-from spmdrules.engine.description import Description, letters, ranks
+from spmdrules.engine.described import ranks
+from spmdrules.engine.description import Description, letters
 from spmdrules.engine.registry import A, T
 from spmdrules.engine.rulekit import normalise_axis
 from spmdrules.execution import local
