@@ -23,10 +23,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict spmdrules rules
 
-# pytest-xdist with WORKERS=auto (one worker per core): each test file is one unit of work, and
-# every test marked mpi joins one unit, so one worker runs the mpiexec jobs one at a time. Serial
-# (WORKERS=0) by default until a run on both cores passes end to end: one under load left a
-# nested xdist run of tests/test_mpi_marker.py waiting in a worker.
+# pytest-xdist with WORKERS=auto (one worker per core): each test file is one unit of work, every
+# test marked mpi joins one unit, so one worker runs the mpiexec jobs one at a time, and files
+# marked xdist_group(name) share one (tests/support/xdist_mpi.py). Serial (WORKERS=0) by default
+# until a run on both cores passes end to end twice (the failures of the one run that ended, at
+# a load of 15 to 20, were a shared fixture over its test's timeout).
 WORKERS ?= 0
 XDIST = -n $(WORKERS) --dist loadfile
 # more pytest options, e.g. PYTEST_ARGS="--durations=20"

@@ -92,6 +92,9 @@ def pytest_configure(config: pytest.Config) -> None:
         import xdist_mpi
 
         config.pluginmanager.register(xdist_mpi, "spmdrules-xdist-mpi")
+    else:  # xdist registers it; without xdist the mark only documents a shared fixture
+        config.addinivalue_line("markers", "xdist_group(name): tests of one unit of work under "
+                                "xdist (tests/support/xdist_mpi.py)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -104,7 +107,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if config.pluginmanager.has_plugin("spmdrules-xdist-mpi"):
         import xdist_mpi
 
-        xdist_mpi.record_mpi_tests(config, [item.nodeid for item in mpi])
+        xdist_mpi.record_units(config, items, MPI_MARKER)
 
 
 class UnmarkedMpiTest(AssertionError):

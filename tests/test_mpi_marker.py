@@ -116,3 +116,43 @@ def test_the_whole_shm_check_sees_the_run_not_one_worker(tmp_path: Path, leave: 
         assert re.search(rf"FAILED \(shared memory\): .*{segment}", out), out[-3000:]
     else:
         assert str(segment) not in out, out[-3000:]
+
+
+GROUPED_TESTS = '''
+import os
+
+import pytest
+
+pytestmark = pytest.mark.xdist_group("shared fixture")
+
+
+@pytest.mark.parametrize("i", range(3))
+def test_grouped(i: int) -> None:
+    print("RAN ON", os.environ["PYTEST_XDIST_WORKER"])
+'''
+
+
+@pytest.mark.timeout(240)
+def test_files_of_one_xdist_group_run_on_one_worker(tmp_path: Path) -> None:
+    """Two files marked ``xdist_group("shared fixture")`` (the two largest units: without the
+    group, the first two workers would take one each) run on one worker, so a session fixture
+    they share is built once per run (tests/conformance's ``compared``)."""
+    for name in ("test_first", "test_second"):
+        (tmp_path / f"{name}.py").write_text(GROUPED_TESTS)
+    for name in ("test_alone1", "test_alone2"):
+        (tmp_path / f"{name}.py").write_text("def test_quick() -> None:\n    pass\n")
+    env = {**os.environ, "SPMDRULES_SHM_CHECK": "own",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT / "tests" / "support")])}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-v",
+         "-n", "2", "--dist", "loadfile", "test_first.py", "test_second.py", "test_alone1.py",
+         "test_alone2.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=200)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0 and "8 passed" in out, out[-3000:]
+    grouped = re.findall(r"\[(gw\d+)\][^\n]* PASSED test_(?:first|second)\.py", out)
+    assert len(grouped) == 6, out[-3000:]
+    assert len(set(grouped)) == 1, out[-3000:]
+    alone = re.findall(r"\[(gw\d+)\][^\n]* PASSED test_alone", out)
+    assert len(alone) == 2, out[-3000:]
+

@@ -16,6 +16,11 @@ import spmdrules as sr
 from spmdrules import conformance
 from spmdrules.conformance.deviation import deviations
 
+#: one unit of work under xdist with test_execution.py: both read the session's ``compared``,
+#: built in the setup of this file's first test (every shipped case: the budget of
+#: test_execution.py's executions, which a loaded machine needs)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("conformance")]
+
 UNARY = [
     "abs",
     "acos",

@@ -22,8 +22,9 @@ from spmdrules.core.spec import SpmdInfo
 ISSUE_23_OPS = frozenset({"c_embedding", "fused_dropout_add", "einsum", "pad", "instance_norm",
                           "flash_attention"})
 EVERY = 25
-#: the module's fixture executes some 11,000 cases (about a minute of CPU on an idle machine)
-pytestmark = pytest.mark.timeout(900)
+#: the module's fixture executes some 11,000 cases (about a minute of CPU on an idle machine);
+#: with test_conformance.py, one unit of work under xdist: both read the session's ``compared``
+pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("conformance")]
 DOC = Path(__file__).resolve().parents[2] / "docs" / "deviations.md"
 
 

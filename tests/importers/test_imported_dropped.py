@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from hf_models import MESH, MODELS, VOCAB
+from hf_models import MESH, MODELS, exported
 
 import spmdrules as sr
 from spmdrules import plan
@@ -29,15 +29,11 @@ def completed(g: Graph) -> tuple[Completion, list[str]]:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_megatron_plans_drop_no_split_at_an_even_or_uneven_batch(model: str) -> None:
-    torch = pytest.importorskip("torch", reason="needs the torch extra (make test installs it)")
+    pytest.importorskip("torch", reason="needs the torch extra (make test installs it)")
     pytest.importorskip("transformers", reason="needs transformers (a test dependency)")
-    from spmdrules.importers import torch as torch_import
-
-    build, megatron = MODELS[model]
-    module = build()
+    _, megatron = MODELS[model]
     for batch in (2, 3):
-        ids = torch.randint(0, VOCAB, (batch, 8), generator=torch.Generator().manual_seed(1))
-        g = torch_import.export(module, (ids,)).graph
+        g = exported(model, batch).graph
         plan.apply(g, MESH, megatron)
         r, said = completed(g)
         # batch 3 over dp=2: blocks of 2 and 1 rows, which fit (before issue 24 the token

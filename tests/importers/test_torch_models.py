@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs the torch extra (make test installs it)")
 pytest.importorskip("transformers", reason="needs transformers (a test dependency)")
 
-from hf_models import DECODERS, MESH, MODELS, VOCAB, small  # noqa: E402
+from hf_models import DECODERS, MESH, MODELS, VOCAB, exported, small, tie, token_ids  # noqa: E402
 
 from spmdrules import plan  # noqa: E402
 from spmdrules.completion import complete  # noqa: E402
@@ -45,15 +45,11 @@ from spmdrules.importers import torch as torch_import  # noqa: E402
 def test_megatron_plan_on_4_mpi_ranks_equals_torch_forward_and_autograd(
         model: str, batch: int, source: str) -> None:
     build, megatron = MODELS.get(model) or (functools.partial(small, model), DECODERS[model][1])
-    module = build()
-    if source == "tied":
-        module.config.tie_word_embeddings = True
-        module.tie_weights()
-        assert module.lm_head.weight is module.get_input_embeddings().weight
+    module = tie(build()) if source == "tied" else build()
     chosen = megatron if source != "hf" else plan.from_hf(
         module, data="dp", experts="ep" if model == "mixtral" else "tp")
-    ids = torch.randint(0, VOCAB, (batch, 8), generator=torch.Generator().manual_seed(1))
-    imported = torch_import.export(module, (ids,))
+    ids = token_ids(batch)
+    imported = exported(model, batch, tied=source == "tied")  # the same weights as module's
     g = imported.graph
     done = plan.apply(g, MESH, chosen)
     assert all(done.annotated.values())
@@ -131,9 +127,8 @@ def test_attention_keeps_batch_on_dp_and_heads_on_mp_and_reshards_only_all_reduc
     # o_proj weight. GPT-2's and Phi-3's fused projections, split within each chunk
     # (ColwiseParallel(chunks=...)), give q, k, v, gate and up their heads' split with no
     # collective; split as one output, every chunk was gathered (issue 24, cause 6)
-    build, megatron = MODELS[model]
-    ids = torch.randint(0, VOCAB, (batch, 8), generator=torch.Generator().manual_seed(1))
-    g = torch_import.export(build(), (ids,)).graph
+    _, megatron = MODELS[model]
+    g = exported(model, batch).graph
     assert "bmm" not in {op.type for op in g.ops}
     plan.apply(g, MESH, megatron)
     r = complete(g)
@@ -153,10 +148,8 @@ def test_llama_embedding_sum_is_reduced_once_where_it_is_made() -> None:
     # The vocab-parallel embedding leaves a pending sum over mp. RMSNorm's pow (one operand)
     # needs it reduced, and x * rsqrt passes it on to q, k and v: reduced at the pow, at each
     # projection and at the residual add, it was reduced 5 times (issue 24, cause 2).
-    build, megatron = MODELS["llama"]
-    ids = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(1))
-    g = torch_import.export(build(), (ids,)).graph
-    plan.apply(g, MESH, megatron)
+    g = exported("llama", 2).graph
+    plan.apply(g, MESH, MODELS["llama"][1])
     r = complete(g)
     [emb] = next(op for op in g.ops if op.type == "embedding").outputs
     assert r.attr(emb).partial == {}

@@ -13,21 +13,18 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs the torch extra (make test installs it)")
 tf = pytest.importorskip("transformers", reason="needs transformers (a test dependency)")
 
-from hf_models import DECODERS, MESH, VOCAB, small  # noqa: E402
+from hf_models import DECODERS, MESH, exported, small  # noqa: E402
 
 from spmdrules import plan  # noqa: E402
 from spmdrules.completion import complete  # noqa: E402
 from spmdrules.completion.explain import explain  # noqa: E402
 from spmdrules.graph.graph import Graph  # noqa: E402
-from spmdrules.importers import torch as torch_import  # noqa: E402
 
 EXPERTS = {"mixtral": "ep", "qwen2_moe": "ep"}
 
 
 def _planned(kind: str, p: dict[str, Any]) -> tuple[Graph, Any]:
-    module = small(kind)
-    ids = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(1))
-    g = torch_import.export(module, (ids,)).graph
+    g = exported(kind, 2).graph
     plan.apply(g, MESH, p)
     return g, complete(g)
 

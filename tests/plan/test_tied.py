@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs the torch extra (make test installs it)")
 pytest.importorskip("transformers", reason="needs transformers (a test dependency)")
 
-from hf_models import MESH, MODELS, VOCAB  # noqa: E402
+from hf_models import MESH, MODELS, exported, tie  # noqa: E402
 
 from spmdrules import plan  # noqa: E402
 from spmdrules.completion import complete  # noqa: E402
@@ -23,16 +23,11 @@ from spmdrules.completion.explain import explain  # noqa: E402
 from spmdrules.execution.adjoint import gradient_program  # noqa: E402
 from spmdrules.execution.lowering import lower  # noqa: E402
 from spmdrules.graph.graph import Graph  # noqa: E402
-from spmdrules.importers import torch as torch_import  # noqa: E402
 
 
 def _graph(kind: str, *, tied: bool) -> tuple[Any, Graph]:
     module = MODELS[kind][0](1)
-    if tied:
-        module.config.tie_word_embeddings = True
-        module.tie_weights()
-    ids = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(1))
-    return module, torch_import.export(module, (ids,)).graph
+    return (tie(module) if tied else module), exported(kind, 2, layers=1, tied=tied).graph
 
 
 def _bytes(g: Graph) -> tuple[int, int]:

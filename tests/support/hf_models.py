@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded: configs only
@@ -167,3 +167,41 @@ MODELS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     kind: (partial(small, kind), DECODERS[kind][1])
     for kind in ("llama", "mistral", "qwen2", "gpt2", "phi3", "mixtral")
 }
+
+
+def token_ids(batch: int, seq: int = 8) -> Any:
+    """The tests' input ids: ``batch`` rows of ``seq`` tokens below VOCAB, from seed 1."""
+    import torch
+
+    return torch.randint(0, VOCAB, (batch, seq), generator=torch.Generator().manual_seed(1))
+
+
+def tie(module: Any) -> Any:
+    """``module`` with its LM head tied to the token embedding (``tie_word_embeddings=True``, the
+    default of many models): one weight read by both."""
+    module.config.tie_word_embeddings = True
+    module.tie_weights()
+    assert module.lm_head.weight is module.get_input_embeddings().weight
+    return module
+
+
+@cache
+def _program(kind: str, layers: int, batch: int, tied: bool) -> tuple[Any, str]:
+    import torch
+
+    from spmdrules.importers import torch as torch_import
+
+    module = tie(small(kind, layers)) if tied else small(kind, layers)
+    ep = torch.export.export(module, (token_ids(batch),))
+    return torch_import.decompose_program(ep), type(module).__name__
+
+
+def exported(kind: str, batch: int = 2, layers: int = 2, *, tied: bool = False) -> Any:
+    """``torch_import.export(small(kind, layers), (token_ids(batch),))`` (of ``tie(...)`` with
+    ``tied``). torch.export and the decomposition (2 to 3 s of CPU a model) run once per
+    argument list in a process, and several test files import the same decoders; the import
+    runs on every call, so each caller gets a Graph of its own to annotate."""
+    from spmdrules.importers import torch as torch_import
+
+    ep, name = _program(kind, layers, batch, tied)
+    return torch_import.from_exported(ep, name=name)

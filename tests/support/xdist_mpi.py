@@ -2,12 +2,16 @@
 it): each test file is one unit of work, so a module's fixtures (an exported model, a completed
 graph) are built once, and every test marked ``mpi`` joins one more unit, so one worker runs the
 mpiexec jobs one after another while the others run the numpy tests. Two jobs at once would
-oversubscribe the cores twice over and slow both.
+oversubscribe the cores twice over and slow both. Tests marked ``xdist_group(name)`` form one unit
+per name: files that share a session-scoped fixture (tests/conformance's ``compared``, a minute of
+CPU) mark themselves with one group, so one worker builds it once per run instead of each worker
+once.
 
 xdist's own ``--dist loadgroup`` would send tests marked ``xdist_group`` to one worker by adding
 the group to their node ids, which pytest 9.2 no longer lets a plugin do: the mark is then
-ignored without a word (pytest-dev/pytest-xdist#1386). So each worker writes the ids of its tests
-marked ``mpi`` into a folder of the run, and the controller's scheduler reads them.
+ignored without a word (pytest-dev/pytest-xdist#1386). So each worker writes the unit of each of
+its tests marked ``mpi`` or ``xdist_group`` into a folder of the run, and the controller's
+scheduler reads them.
 
 tests/conftest.py registers this module as a plugin where xdist is installed.
 """
@@ -25,32 +29,36 @@ from xdist.workermanage import WorkerController
 
 #: the unit of work that holds every MPI test
 MPI_UNIT = "mpi tests"
-#: ``workerinput`` key: the folder where the workers write their MPI tests' ids
+#: the mark that puts tests of several files into one unit (xdist's name for it)
+GROUP_MARK = "xdist_group"
+#: ``workerinput`` key: the folder where the workers write the units of their tests
 _IDS_DIR = "spmdrules_mpi_ids_dir"
 _RUN_DIR = pytest.StashKey[Path]()
 
 
 class MpiTestsTogether(LoadScopeScheduling):
-    """xdist's load-by-scope scheduling with a scope per file, and one for all the MPI tests
-    (scheduled first: the largest unit, so it never ends the run alone)."""
+    """xdist's load-by-scope scheduling with a scope per file, one for all the MPI tests
+    (scheduled first: the largest unit, so it never ends the run alone) and one per
+    ``xdist_group`` name."""
 
     def __init__(self, config: pytest.Config, log: object, ids_dir: Path) -> None:
         super().__init__(config, log)  # type: ignore[arg-type]
         self.ids_dir = ids_dir
-        self.mpi_ids: frozenset[str] | None = None
+        self.units: dict[str, str] | None = None
 
     def schedule(self) -> None:
-        if self.mpi_ids is None:
+        if self.units is None:
             lists = sorted(self.ids_dir.glob("*.ids"))
             if not lists:
-                raise RuntimeError(f"no worker wrote the ids of its MPI tests into {self.ids_dir}"
+                raise RuntimeError(f"no worker wrote the units of its tests into {self.ids_dir}"
                                    " (tests/support/xdist_mpi.py)")
-            self.mpi_ids = frozenset(i for f in lists for i in f.read_text().splitlines() if i)
+            pairs = (ln.split("\t", 1) for f in lists for ln in f.read_text().splitlines() if ln)
+            self.units = {nodeid: unit for unit, nodeid in pairs}
         super().schedule()
 
     def _split_scope(self, nodeid: str) -> str:
-        assert self.mpi_ids is not None
-        return MPI_UNIT if nodeid in self.mpi_ids else nodeid.split("::", 1)[0]
+        assert self.units is not None
+        return self.units.get(nodeid) or nodeid.split("::", 1)[0]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -77,13 +85,26 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> MpiTestsT
     return None if run_dir is None else MpiTestsTogether(config, log, run_dir)
 
 
-def record_mpi_tests(config: pytest.Config, ids: list[str]) -> None:
-    """In a worker of a ``--dist loadfile`` run: write the ids of the tests marked mpi where the
-    controller's scheduler reads them (whole, through a rename)."""
+def unit_of(item: pytest.Item, mpi_marker: str) -> str | None:
+    """The unit of work ``item`` joins beyond its file's: every MPI test one, every
+    ``xdist_group`` name one; None for a test that goes with its file."""
+    if item.get_closest_marker(mpi_marker) is not None:
+        return MPI_UNIT
+    group = item.get_closest_marker(GROUP_MARK)
+    if group is None:
+        return None
+    # as xdist's loadgroup reads the mark: a mark without a name joins the group "default"
+    return f"group {group.args[0] if group.args else group.kwargs.get('name', 'default')}"
+
+
+def record_units(config: pytest.Config, items: list[pytest.Item], mpi_marker: str) -> None:
+    """In a worker of a ``--dist loadfile`` run: write the unit of each test that does not go
+    with its file where the controller's scheduler reads it (whole, through a rename)."""
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None or _IDS_DIR not in workerinput:
         return
+    units = {item.nodeid: unit_of(item, mpi_marker) for item in items}
     folder = Path(workerinput[_IDS_DIR])
     part = folder / f"{workerinput['workerid']}.part"
-    part.write_text("".join(f"{i}\n" for i in ids))
+    part.write_text("".join(f"{u}\t{i}\n" for i, u in units.items() if u is not None))
     os.replace(part, folder / f"{workerinput['workerid']}.ids")
