@@ -37,9 +37,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
-from spmdrules.completion.offers import RawOffer, put_offer
+from spmdrules.completion.offers import RawOffer, Refusal, put_offer
 from spmdrules.completion.state import State
 from spmdrules.core.attr import DistAttr
 from spmdrules.graph.annotation import Annotation
@@ -112,7 +112,7 @@ class Visit:
     """A block visited in this sweep: the state it was entered in, and what the visit changed."""
 
     block: Block
-    head: tuple[Any, ...]  # the entry state without the own tensors' offers (compared first)
+    head: EntryHead
     offers: list[RawOffer | list[RawOffer] | None]  # the entry offers of the own tensors
     #: the own tensors' values at the end, per array (attr, rank, offers, changes, frozen,
     #: refusals, specs), None for an array the visit left as it was
@@ -156,18 +156,33 @@ def _shared_state(st: State, b: Block, base: Sequence[int]) -> tuple[Any, ...]:
             tuple([_block_offers(st, i, b, base) for i in b.shared]))
 
 
+class EntryHead(NamedTuple):
+    """The state a block is entered in, but its own tensors' offers (compared first)."""
+
+    # the own tensors' attrs, ranks, change counts, frozen flags and annotations
+    attr: list[DistAttr | None]
+    rank: list[int]
+    changes: list[int]
+    frozen: list[bool]
+    ann: list[Annotation | None]
+    rejected: list[tuple[Refusal, ...] | None] | None  # None: no refusal in the run yet
+    shared: tuple[Any, ...]  # the shared tensors' state (``_shared_state``)
+    # the rule answers, needs and worklist flags of the ops around the block
+    natural: list[tuple[DistAttr, ...] | None]
+    needs: list[tuple[DistAttr, ...] | None]
+    flags: tuple[bytes, bytes, bytes]
+
+
 def entry_head(st: State, ann: list[Annotation | None], b: Block, flags: Flags,
-               base: Sequence[int]) -> tuple[Any, ...]:
-    """The entry state of block ``b`` except its own tensors' offers: their attrs, ranks, change
-    counts, frozen flags, annotations and refused offers, the shared tensors' state, and the
-    rule answers, needs and worklist flags of the ops around the block. ``ann`` holds one object
+               base: Sequence[int]) -> EntryHead:
+    """The entry state of block ``b`` except its own tensors' offers. ``ann`` holds one object
     per distinct annotation (equal annotations: the same object)."""
     p = b.pieces
     lo, hi = b.lo, b.hi
-    return (take(st.attr, p), take(st.rank, p), take(st.changes, p), take(st.frozen, p),
-            take(ann, p), take(st.rejected, p) if st.any_rejected else None,
-            _shared_state(st, b, base), st.natural[lo:hi],
-            st.needs[lo:hi], _flag_window(flags, b))
+    return EntryHead(take(st.attr, p), take(st.rank, p), take(st.changes, p), take(st.frozen, p),
+                     take(ann, p), take(st.rejected, p) if st.any_rejected else None,
+                     _shared_state(st, b, base), st.natural[lo:hi], st.needs[lo:hi],
+                     _flag_window(flags, b))
 
 
 def matches(st: State, b: Block, v: Visit) -> bool:
@@ -175,7 +190,7 @@ def matches(st: State, b: Block, v: Visit) -> bool:
     return v.offers == take(st.offers, b.pieces)
 
 
-def open_visit(st: State, b: Block, head: tuple[Any, ...]) -> Visit:
+def open_visit(st: State, b: Block, head: EntryHead) -> Visit:
     """Start recording the visit of block ``b``, entered in state ``head``."""
     return Visit(b, head, take(st.offers, b.pieces))
 
@@ -187,14 +202,14 @@ def close(st: State, v: Visit, flags: Flags, base: Sequence[int]) -> None:
     the block's offers to them."""
     b = v.block
     p = b.pieces
-    a0, r0, c0, f0, _, e0 = v.head[:6]  # see entry_head
+    head = v.head
     arrays = []
-    for now, entry in ((st.attr, a0), (st.rank, r0), (st.offers, v.offers), (st.changes, c0),
-                       (st.frozen, f0)):
+    for now, entry in ((st.attr, head.attr), (st.rank, head.rank), (st.offers, v.offers),
+                       (st.changes, head.changes), (st.frozen, head.frozen)):
         left = take(now, p)
         arrays.append(None if left == entry else left)
     refused = take(st.rejected, p) if st.any_rejected else None
-    arrays.append(None if refused == e0 else refused)
+    arrays.append(None if refused == head.rejected else refused)
     # a tensor's spec is a cache of its attr: it goes with the attr
     v.state = (*arrays, None if arrays[0] is None else take(st.spec, p))
     v.flags = _flag_window(flags, b)

@@ -18,7 +18,7 @@ import itertools
 from collections.abc import Iterator, Sequence
 
 from spmdrules.completion.masks import unmasked_needs
-from spmdrules.completion.memo import FLAT_CACHE, FLAT_CACHE_MAX, cached_spec
+from spmdrules.completion.memo import FLAT_CACHE, FLAT_CACHE_MAX, Flattened, cached_spec
 from spmdrules.completion.offers import DEM, RawOffer, Refusal
 from spmdrules.completion.planning import reshard_time
 from spmdrules.completion.rank import WEAK
@@ -98,12 +98,12 @@ class Rules:
         """``op.flat_info(info)`` for op ``k``, memoised on the answer (see ``FLAT_CACHE``)."""
         n_in = len(self.ins[k])
         hit = FLAT_CACHE.get(id(info))
-        if hit is not None and hit[0] is info and hit[1] is schema and hit[2] == n_in:
-            return hit[3], hit[4]
+        if hit is not None and hit.info is info and hit.schema is schema and hit.n_in == n_in:
+            return hit.ins, hit.outs
         ins, outs = self.ops[k].flat_info(info)
         if len(FLAT_CACHE) >= FLAT_CACHE_MAX:
             FLAT_CACHE.clear()
-        FLAT_CACHE[id(info)] = (info, schema, n_in, ins, outs)
+        FLAT_CACHE[id(info)] = Flattened(info, schema, n_in, ins, outs)
         return ins, outs
 
     def settled(

@@ -27,6 +27,17 @@ class Call(NamedTuple):
     plain_results: bool
 
 
+class _Shared(NamedTuple):
+    """The call that every op of ``schema`` with this very ``attrs`` object (and results as
+    ``plain_out`` says) has, and its signature code."""
+
+    schema: OpSchema
+    attrs: tuple[Any, ...]  # held, so that its id stays unique
+    plain_out: bool
+    call: Call
+    code: int
+
+
 class Index:
     """Flat arrays of one graph topology, shared by every run on it.
 
@@ -138,9 +149,9 @@ class _Calls:
         self.tails: dict[Any, tuple[Any, ...]] = {}
         self.entries: dict[int, tuple[Callable[..., SpmdInfo], Callable[..., SpmdInfo] | None]] = {}
         self.calls: dict[tuple[int, int, int, bool], Call] = {}
-        # by the identity of an op's attribute tuple (often one tuple for many ops: ``()``),
-        # holding the tuple so that its id stays unique
-        self.seen: dict[tuple[int, int, bool], tuple[Call, tuple[Any, ...], int]] = {}
+        # by the identity of an op's schema and attribute tuple (often one tuple for many ops:
+        # ``()``)
+        self.seen: dict[tuple[int, int, bool], _Shared] = {}
         # the signature code of each distinct call (by its identity: ``calls`` holds it) and of
         # each ``op_key``
         self.codes: dict[Any, int] = {}
@@ -149,9 +160,8 @@ class _Calls:
         #: the ops without a call: a key of what their visit reads besides the tensors (None:
         #: no key, the op repeats nothing; see ``op_key``)
         self.odd: dict[int, tuple[Any, ...] | None] = {}
-        # the last shareable call and its key: the common case in a stack is an op like the
-        # one before
-        self.last: tuple[Any, ...] = (None, None, None, None, -1)
+        # the last shareable call: the common case in a stack is an op like the one before
+        self.last: _Shared | None = None
 
     def code(self, key: Any) -> int:
         return self.codes.setdefault(key, len(self.codes))
@@ -166,25 +176,25 @@ class _Calls:
             return -1 if key is None else self.code(key)
         attrs = op.attrs
         last = self.last
-        if schema is last[0] and attrs is last[1] and plain_out is last[2]:
-            self.of_ops.append(last[3])
-            code: int = last[4]
-            return code
-        hit = self.seen.get((id(schema), id(attrs), plain_out))
-        if hit is not None:
-            call, code, shareable = hit[0], hit[2], True
+        if (last is not None and schema is last.schema and attrs is last.attrs
+                and plain_out is last.plain_out):
+            self.of_ops.append(last.call)
+            return last.code
+        shared = self.seen.get((id(schema), id(attrs), plain_out))
+        if shared is None:
+            call, code = self.make(schema, attrs, plain_out)
+            shared = self.seen.get((id(schema), id(attrs), plain_out))
         else:
-            call, code, shareable = self.make(schema, attrs, plain_out)
-        if shareable:
-            self.last = (schema, attrs, plain_out, call, code)
+            call, code = shared.call, shared.code
+        if shared is not None:
+            self.last = shared
         self.of_ops.append(call)
         return code
 
-    def make(self, schema: OpSchema, attrs: tuple[Any, ...],
-             plain_out: bool) -> tuple[Call, int, bool]:
-        """The call of an op of ``schema`` with ``attrs`` that ``seen`` does not hold yet, its
-        signature code, and whether every op of ``schema`` with this very ``attrs`` object has
-        it (not when its tails cannot be shared; else ``seen`` holds it now)."""
+    def make(self, schema: OpSchema, attrs: tuple[Any, ...], plain_out: bool) -> tuple[Call, int]:
+        """The call of an op of ``schema`` with ``attrs`` that ``seen`` does not hold yet, and
+        its signature code; ``seen`` holds it now when every op of ``schema`` with this very
+        ``attrs`` object has it (not when its tails cannot be shared)."""
         rule = schema.rule
         entry = self.entries.get(id(rule))
         if entry is None:
@@ -200,10 +210,10 @@ class _Calls:
         if call is None:  # the call holds its tails: their ids stay unique
             call = self.calls[ckey] = Call(entry[0], fwd, entry[1], back, schema, plain_out)
         code = self.code(id(call))
-        if fwd_tail is None or rev_tail is None:  # another op's would differ
-            return call, code, False
-        self.seen[(id(schema), id(attrs), plain_out)] = (call, attrs, code)
-        return call, code, True
+        if fwd_tail is not None and rev_tail is not None:  # else another op's would differ
+            self.seen[(id(schema), id(attrs), plain_out)] = _Shared(schema, attrs, plain_out,
+                                                                    call, code)
+        return call, code
 
     def op_key(self, schema: OpSchema, attrs: tuple[Any, ...],
                operands: tuple[Any, ...], results: tuple[Any, ...]) -> tuple[Any, ...] | None:
