@@ -37,12 +37,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from spmdrules.completion.offers import RawOffer, Refusal, put_offer
 from spmdrules.completion.state import State
 from spmdrules.core.attr import DistAttr
 from spmdrules.graph.annotation import Annotation
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +75,7 @@ class Block:
         return tuple(i for a, z in self.pieces for i in range(a, z))
 
 
-def take(seq: list[Any], pieces: tuple[tuple[int, int], ...]) -> list[Any]:
+def take(seq: list[T], pieces: tuple[tuple[int, int], ...]) -> list[T]:
     """The entries of ``seq`` in the ranges ``pieces``, in order."""
     (a, b), *rest = pieces
     out = seq[a:b]
@@ -204,8 +206,10 @@ def close(st: State, v: Visit, flags: Flags, base: Sequence[int]) -> None:
     p = b.pieces
     head = v.head
     arrays = []
-    for now, entry in ((st.attr, head.attr), (st.rank, head.rank), (st.offers, v.offers),
-                       (st.changes, head.changes), (st.frozen, head.frozen)):
+    pairs: tuple[tuple[list[Any], list[Any]], ...] = (
+        (st.attr, head.attr), (st.rank, head.rank), (st.offers, v.offers),
+        (st.changes, head.changes), (st.frozen, head.frozen))
+    for now, entry in pairs:
         left = take(now, p)
         arrays.append(None if left == entry else left)
     refused = take(st.rejected, p) if st.any_rejected else None

@@ -3,7 +3,7 @@ annotation sees one."""
 
 from __future__ import annotations
 
-from typing import Any, Final, NamedTuple
+from typing import Final, NamedTuple
 
 from spmdrules.completion.rank import annotation
 from spmdrules.completion.result import OfferKind
@@ -45,7 +45,7 @@ class Refusal(NamedTuple):
     kept: int
 
 
-def put_offer(offers: list[Any], i: int, o: RawOffer) -> int:
+def put_offer(offers: list[RawOffer | list[RawOffer] | None], i: int, o: RawOffer) -> int:
     """Give tensor ``i`` offer ``o``, one per op and direction: a new offer replaces the same
     op's earlier one in its place, else comes last. How many offers the tensor holds now.
 
@@ -56,7 +56,7 @@ def put_offer(offers: list[Any], i: int, o: RawOffer) -> int:
     if held is None:
         offers[i] = o
         return 1
-    if type(held) is list:
+    if isinstance(held, list):
         k, kind = o.op, o.kind
         for pos, p in enumerate(held):
             if p.op == k and p.kind == kind:
@@ -78,9 +78,8 @@ def holds(held: RawOffer | list[RawOffer] | None, op: int, kind: int) -> bool:
     base)."""
     if held is None:
         return False
-    if type(held) is list:
+    if isinstance(held, list):
         return any(p.op == op and p.kind == kind for p in held)
-    assert isinstance(held, RawOffer)
     return held.op == op and held.kind == kind
 
 
