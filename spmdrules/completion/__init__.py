@@ -11,9 +11,9 @@ whose annotations agree, each op's rules run once or twice.
 Policy (``docs/completion.md``). A tensor takes, in order:
 
 1. its annotation's closed dims, always (user annotations are never overwritten);
-2. the offer of highest *rank*: an annotation of priority p has rank 2p+1, and an inferred offer
-   inherits 2p from the highest-priority tensor that drove it (so higher priority wins, and an
-   annotation beats an inference of its own priority);
+2. the offer of highest *rank* (``rank``): an inferred offer inherits the priority of the
+   highest-priority tensor that drove it, higher priority wins, and an annotation beats an
+   inference of its own priority;
 3. among offers of equal rank, the one whose reshards on the tensor's edges cost least under the
    ``CostModel`` (the one the planner uses, so both always agree), a demand taken as what its op
    needs given its other operands and the producer's offer for this tensor (or nothing), and
@@ -45,12 +45,16 @@ entered in the state an earlier layer was entered in gets that layer's changes i
 visits (``completion_blocks``), so the rules run for a few layers whatever the depth.
 
 The modules, by job: ``result`` (the offers, origins and reshard edges it reports, and its
-errors), ``state`` (one run's working arrays and the per-topology index), ``memo`` (the specs,
-flattened answers and annotations that runs share), ``offers`` (how a tensor holds its offers),
-``sweeps`` (visiting ops, choosing among offers, settling conflicts), ``driver`` (``complete`` and
-its ``Completion``), ``blocks`` and ``repeats`` (finding and replaying repeated layers),
-``dropped`` (the splits a finished run dropped, and their warnings), ``planning`` (reshard
-plans), ``cost`` and ``explain``.
+errors), ``rank`` (how priority and "annotated" order claims), ``offers`` (the offer record, how a
+tensor holds its offers, and how an annotation sees one), ``state`` (one run's working arrays),
+``index`` (the per-topology index), ``run_state`` (what a run reads, and the specs its rules are
+called on), ``memo`` (the specs, flattened answers and annotations that runs share),
+``conflicts`` (calling an op's rules, and conflicts settled by the cost), ``worklist`` (which ops
+to visit), ``sweeps`` (visiting ops, choosing among offers), ``driver`` (``complete``: a ``Run``
+composed of those parts, and its ``Completion``), ``edges`` and ``provenance`` (a finished run's
+reshard edges, and its offers read back in names), ``blocks`` and ``repeats`` (finding and
+replaying repeated layers), ``dropped`` (the splits a finished run dropped, and their warnings),
+``planning`` (reshard plans), ``cost`` and ``explain``.
 """
 
 from spmdrules.completion.driver import Completion, complete

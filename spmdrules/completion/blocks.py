@@ -25,7 +25,7 @@ for each shared tensor, its attribute, rank, change count, frozen flag and refus
 the offers made by the block's own ops (their op counted from the block). A replay then makes
 those offers again, shifted. A visit that goes further with a shared tensor (it chooses among the
 tensor's offers, changes it or refuses one of its offers) is not recorded, and the sweep watches
-for it (``Sweeps.offer``).
+for it (``Sweeps.offer``, ``State.touched_shared``).
 
 The static part (``repeats.find_blocks``) runs once per topology, with the completion index;
 the dynamic part (``entry_head``, ``open_visit``, ``close``, ``replay``: one ``Visit`` a block) lives
@@ -37,9 +37,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
-from spmdrules.completion.offers import RawOffer, put_offer
+from spmdrules.completion.offers import RawOffer, Refusal, put_offer
+from spmdrules.completion.state import State
+from spmdrules.core.attr import DistAttr
+from spmdrules.graph.annotation import Annotation
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +75,7 @@ class Block:
         return tuple(i for a, z in self.pieces for i in range(a, z))
 
 
-def take(seq: list[Any], pieces: tuple[tuple[int, int], ...]) -> list[Any]:
+def take(seq: list[T], pieces: tuple[tuple[int, int], ...]) -> list[T]:
     """The entries of ``seq`` in the ranges ``pieces``, in order."""
     (a, b), *rest = pieces
     out = seq[a:b]
@@ -109,19 +114,19 @@ class Visit:
     """A block visited in this sweep: the state it was entered in, and what the visit changed."""
 
     block: Block
-    head: tuple[Any, ...]  # the entry state without the own tensors' offers (compared first)
-    offers: list[Any]  # the entry offers of the block's own tensors
+    head: EntryHead
+    offers: list[RawOffer | list[RawOffer] | None]  # the entry offers of the own tensors
     #: the own tensors' values at the end, per array (attr, rank, offers, changes, frozen,
     #: refusals, specs), None for an array the visit left as it was
     state: tuple[list[Any] | None, ...] = ()
     flags: tuple[bytes, bytes, bytes] = (b"", b"", b"")
-    natural: list[Any] | None = None
-    needs: list[Any] | None = None
+    natural: list[tuple[DistAttr, ...] | None] | None = None
+    needs: list[tuple[DistAttr, ...] | None] | None = None
     #: per shared tensor, the block's offers to it at the end (op counted from the block)
     shared_offers: tuple[tuple[RawOffer, ...], ...] = ()
 
 
-def _block_offers(st: Any, i: int, b: Block, base: Sequence[int]) -> tuple[RawOffer, ...]:
+def _block_offers(st: State, i: int, b: Block, base: Sequence[int]) -> tuple[RawOffer, ...]:
     """The offers that the ops of block ``b`` made to the shared tensor ``i``, their op counted
     from the block's start (so that they read the same in every block of the run).
 
@@ -135,13 +140,14 @@ def _block_offers(st: Any, i: int, b: Block, base: Sequence[int]) -> tuple[RawOf
         mine: tuple[RawOffer, ...] = hit[1]
         return mine
     d, n = base[i] - b.start, b.stop - b.start
-    every = () if held is None else held if type(held) is list else (held,)
-    mine = tuple([(o[0], o[1], o[2] + d, o[3], o[4]) for o in every if 0 <= o[2] + d < n])
+    every = () if held is None else held if isinstance(held, list) else (held,)
+    mine = tuple([RawOffer(o.attr, o.rank, o.op + d, o.kind, o.driver) for o in every
+                  if 0 <= o.op + d < n])
     st.shared_at[key] = (held, mine)
     return mine
 
 
-def _shared_state(st: Any, b: Block, base: Sequence[int]) -> tuple[Any, ...]:
+def _shared_state(st: State, b: Block, base: Sequence[int]) -> tuple[Any, ...]:
     """The shared tensors as the block's visit reads them: their attributes and what decides
     whether an offer changes them, and the block's own offers to them (the other blocks' offers
     are never read: a recorded visit never chooses among a shared tensor's offers)."""
@@ -152,45 +158,62 @@ def _shared_state(st: Any, b: Block, base: Sequence[int]) -> tuple[Any, ...]:
             tuple([_block_offers(st, i, b, base) for i in b.shared]))
 
 
-def entry_head(st: Any, ann: list[Any], b: Block, flags: Flags,
-               base: Sequence[int]) -> tuple[Any, ...]:
-    """The entry state of block ``b`` except its own tensors' offers: their attrs, ranks, change
-    counts, frozen flags, annotations and refused offers, the shared tensors' state, and the
-    rule answers, needs and worklist flags of the ops around the block. ``ann`` holds one object
+class EntryHead(NamedTuple):
+    """The state a block is entered in, but its own tensors' offers (compared first)."""
+
+    # the own tensors' attrs, ranks, change counts, frozen flags and annotations
+    attr: list[DistAttr | None]
+    rank: list[int]
+    changes: list[int]
+    frozen: list[bool]
+    ann: list[Annotation | None]
+    rejected: list[tuple[Refusal, ...] | None] | None  # None: no refusal in the run yet
+    shared: tuple[Any, ...]  # the shared tensors' state (``_shared_state``)
+    # the rule answers, needs and worklist flags of the ops around the block
+    natural: list[tuple[DistAttr, ...] | None]
+    needs: list[tuple[DistAttr, ...] | None]
+    flags: tuple[bytes, bytes, bytes]
+
+
+def entry_head(st: State, ann: list[Annotation | None], b: Block, flags: Flags,
+               base: Sequence[int]) -> EntryHead:
+    """The entry state of block ``b`` except its own tensors' offers. ``ann`` holds one object
     per distinct annotation (equal annotations: the same object)."""
     p = b.pieces
     lo, hi = b.lo, b.hi
-    return (take(st.attr, p), take(st.rank, p), take(st.changes, p), take(st.frozen, p),
-            take(ann, p), take(st.rejected, p) if st.any_rejected else None,
-            _shared_state(st, b, base), st.natural[lo:hi],
-            st.needs[lo:hi], _flag_window(flags, b))
+    return EntryHead(take(st.attr, p), take(st.rank, p), take(st.changes, p), take(st.frozen, p),
+                     take(ann, p), take(st.rejected, p) if st.any_rejected else None,
+                     _shared_state(st, b, base), st.natural[lo:hi], st.needs[lo:hi],
+                     _flag_window(flags, b))
 
 
-def matches(st: Any, b: Block, v: Visit) -> bool:
+def matches(st: State, b: Block, v: Visit) -> bool:
     """Block ``b``'s own tensors' offers are the ones ``v``'s block was entered with."""
     return v.offers == take(st.offers, b.pieces)
 
 
-def open_visit(st: Any, b: Block, head: tuple[Any, ...]) -> Visit:
+def open_visit(st: State, b: Block, head: EntryHead) -> Visit:
     """Start recording the visit of block ``b``, entered in state ``head``."""
     return Visit(b, head, take(st.offers, b.pieces))
 
 
-def close(st: Any, v: Visit, flags: Flags, base: Sequence[int]) -> None:
+def close(st: State, v: Visit, flags: Flags, base: Sequence[int]) -> None:
     """Record the state the visit of ``v.block`` left: per array (attr with its spec, rank,
     offers, change count, frozen, refusals) the own tensors' values, where the visit changed
     any. The caller has checked that the visit left the shared tensors as they were, but for
     the block's offers to them."""
     b = v.block
     p = b.pieces
-    a0, r0, c0, f0, _, e0 = v.head[:6]  # see entry_head
+    head = v.head
     arrays = []
-    for now, entry in ((st.attr, a0), (st.rank, r0), (st.offers, v.offers), (st.changes, c0),
-                       (st.frozen, f0)):
+    pairs: tuple[tuple[list[Any], list[Any]], ...] = (
+        (st.attr, head.attr), (st.rank, head.rank), (st.offers, v.offers),
+        (st.changes, head.changes), (st.frozen, head.frozen))
+    for now, entry in pairs:
         left = take(now, p)
         arrays.append(None if left == entry else left)
     refused = take(st.rejected, p) if st.any_rejected else None
-    arrays.append(None if refused == e0 else refused)
+    arrays.append(None if refused == head.rejected else refused)
     # a tensor's spec is a cache of its attr: it goes with the attr
     v.state = (*arrays, None if arrays[0] is None else take(st.spec, p))
     v.flags = _flag_window(flags, b)
@@ -198,14 +221,15 @@ def close(st: Any, v: Visit, flags: Flags, base: Sequence[int]) -> None:
     v.shared_offers = tuple(_block_offers(st, i, b, base) for i in b.shared)
 
 
-def replay(st: Any, b: Block, v: Visit, flags: Flags, base: Sequence[int]) -> None:
+def replay(st: State, b: Block, v: Visit, flags: Flags, base: Sequence[int]) -> None:
     """Make on block ``b`` the changes the visit ``v`` made on its block, through the symmetry.
 
     Each array the visit changed gets, for every own tensor, the value ``v``'s block was left
     with: the tensors the visit did not change have it already, since ``b`` was entered in the
     state ``v``'s block was."""
-    for now, left in zip((st.attr, st.rank, st.offers, st.changes, st.frozen, st.rejected,
-                          st.spec), v.state, strict=True):
+    arrays: tuple[list[Any], ...] = (st.attr, st.rank, st.offers, st.changes, st.frozen,
+                                     st.rejected, st.spec)
+    for now, left in zip(arrays, v.state, strict=True):
         if left is None:
             continue
         x = 0
@@ -223,4 +247,4 @@ def replay(st: Any, b: Block, v: Visit, flags: Flags, base: Sequence[int]) -> No
     for i, made in zip(b.shared, v.shared_offers, strict=True):
         d = b.start - base[i]
         for o in made:
-            put_offer(st.offers, i, (o[0], o[1], o[2] + d, o[3], o[4]))
+            put_offer(st.offers, i, RawOffer(o.attr, o.rank, o.op + d, o.kind, o.driver))

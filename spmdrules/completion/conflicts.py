@@ -18,10 +18,12 @@ import itertools
 from collections.abc import Iterator, Sequence
 
 from spmdrules.completion.masks import unmasked_needs
-from spmdrules.completion.memo import FLAT_CACHE, FLAT_CACHE_MAX, cached_spec
+from spmdrules.completion.memo import FLAT_CACHE, FLAT_CACHE_MAX, Flattened, cached_spec
+from spmdrules.completion.offers import DEM, RawOffer, Refusal
 from spmdrules.completion.planning import reshard_time
-from spmdrules.completion.result import WEAK_RANK, UnresolvableConflictError
-from spmdrules.completion.state import DEM, RunState
+from spmdrules.completion.rank import WEAK
+from spmdrules.completion.result import UnresolvableConflictError
+from spmdrules.completion.run_state import RunState
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
@@ -33,8 +35,19 @@ from spmdrules.graph.opschema import OpSchema
 Answer = tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]]
 
 
-class Conflicts(RunState):
-    """Op ``k``'s forward rule called on operand specs, and the choice among its answers."""
+class Rules:
+    """An op's rules called on operand specs, and the choice among their answers (module docs);
+    counts the rules' runs."""
+
+    def __init__(self, run: RunState) -> None:
+        self.run = run
+        self.st, self.ins, self.outs, self.ops = run.st, run.ins, run.outs, run.ops
+        self.calls, self.shapes, self.base = run.calls, run.shapes, run.base
+        self.tensors, self.cost, self.ann = run.tensors, run.cost, run.ann
+        self.plain_ops, self.is_shared = run.plain_ops, run.is_shared
+        self.spec_at, self.spec_fn = run.spec_at, run.spec_fn
+        self.placeholder, self.best_known = run.placeholder, run.best_known
+        self.rule_calls = 0  # the rules' runs (a replayed block runs none)
 
     def answer(self, k: int, mesh: ProcessMesh, specs: Sequence[TensorSpec]) -> Answer:
         """Op ``k``'s forward rule on ``specs`` (one per operand slot): what it needs of its
@@ -45,7 +58,7 @@ class Conflicts(RunState):
             specs = [plain(s) for s in specs]
         call = self.calls[k]
         if call is not None:
-            need, outs = self.flat(k, call[4], call[0](*specs, *call[1]))
+            need, outs = self.flat(k, call.schema, call.forward(*specs, *call.forward_tail))
         else:
             op = self.ops[k]
             full = self.spec_fn(mesh)
@@ -59,16 +72,38 @@ class Conflicts(RunState):
             need, outs = self.flat(k, op.schema, op.rule.infer_forward(*op.forward_args(spec)))
         return unmasked_needs(given, need), outs
 
+    def has_reverse(self, k: int) -> bool:
+        """Whether op ``k``'s rule has a reverse."""
+        call = self.calls[k]
+        if call is not None and call.plain_results:
+            return call.reverse is not None
+        return self.ops[k].rule.has_reverse
+
+    def reverse(self, k: int, mesh: ProcessMesh) -> tuple[DistAttr, ...]:
+        """What op ``k``'s reverse rule needs of its operands, given its results' current
+        attributes on ``mesh``. Raises the rule's ``SpmdError``."""
+        self.rule_calls += 1
+        call = self.calls[k]
+        if call is not None and call.plain_results:
+            assert call.reverse is not None
+            spec = self.spec_at
+            info = call.reverse(*[spec(i, mesh) for i in self.ins[k]],
+                                *[spec(i, mesh) for i in self.outs[k]], *call.reverse_tail)
+            return self.flat(k, call.schema, info)[0]
+        op = self.ops[k]
+        info = op.rule.infer_reverse(*op.reverse_args(self.spec_fn(mesh)))
+        return self.flat(k, op.schema, info)[0]
+
     def flat(self, k: int, schema: OpSchema, info: SpmdInfo) -> Answer:
         """``op.flat_info(info)`` for op ``k``, memoised on the answer (see ``FLAT_CACHE``)."""
         n_in = len(self.ins[k])
         hit = FLAT_CACHE.get(id(info))
-        if hit is not None and hit[0] is info and hit[1] is schema and hit[2] == n_in:
-            return hit[3], hit[4]
+        if hit is not None and hit.info is info and hit.schema is schema and hit.n_in == n_in:
+            return hit.ins, hit.outs
         ins, outs = self.ops[k].flat_info(info)
         if len(FLAT_CACHE) >= FLAT_CACHE_MAX:
             FLAT_CACHE.clear()
-        FLAT_CACHE[id(info)] = (info, schema, n_in, ins, outs)
+        FLAT_CACHE[id(info)] = Flattened(info, schema, n_in, ins, outs)
         return ins, outs
 
     def settled(
@@ -186,9 +221,9 @@ class Conflicts(RunState):
             a = st.attr[t.order]
             if a is not None and a != n:
                 if self.is_shared[t.order]:
-                    self.touched_shared = True
-                st.reject(t.order, (
-                    (n, WEAK_RANK, op.order - self.base[t.order], DEM, -1), "rule",
+                    st.touched_shared = True
+                st.reject(t.order, Refusal(
+                    RawOffer(n, WEAK, op.order - self.base[t.order], DEM, -1), "rule",
                     f"{op.type} cannot take it together with its other operands ({error}); "
                     "the op keeps", known[best[1]][0],
                 ))

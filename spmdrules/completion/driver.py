@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from functools import cached_property
 from itertools import compress
-from typing import Any, Literal
 
+from spmdrules.completion.conflicts import Rules
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.completion.dropped import dropped_lines, find_dropped, warn_dropped
-from spmdrules.completion.masks import only_unmasked, proven
-from spmdrules.completion.offers import RawOffer
+from spmdrules.completion.edges import reshard_edges
+from spmdrules.completion.masks import proven
+from spmdrules.completion.offers import KINDS, RawOffer
 from spmdrules.completion.planning import Plan, ReshardError, divisible, fmt_bytes
+from spmdrules.completion.provenance import Provenance
+from spmdrules.completion.rank import annotation, is_annotation, priority
 from spmdrules.completion.result import (
     WEAK_RANK,
     CompletionError,
@@ -25,25 +27,15 @@ from spmdrules.completion.result import (
     reshard_table,
     table,
 )
-from spmdrules.completion.state import (
-    KINDS,
-    MAX_CHANGES,
-    MAX_SWEEPS,
-    REV,
-    State,
-    origin_key,
-)
+from spmdrules.completion.run_state import RunState
+from spmdrules.completion.state import MAX_CHANGES, MAX_SWEEPS, State
 from spmdrules.completion.sweeps import Sweeps
+from spmdrules.completion.worklist import Worklists
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.bulk import without_gc
 from spmdrules.core.progress import stage
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Tensor
-
-#: (tensor, op, side, src, dst, slot): one reshard edge by index; ``slot`` is the operand's (or
-#: result's) position among the op's flattened operands (results), so that an op taking one
-#: tensor in two slots gets one edge per slot
-RawEdge = tuple[int, int, Literal["operand", "result"], DistAttr, DistAttr, int]
 
 
 class Completion:
@@ -55,7 +47,7 @@ class Completion:
         graph: Graph,
         cost: CostModel,
         state: State,
-        run: Run,
+        provenance: Provenance,
         reshards: tuple[ReshardEdge, ...],
         sweeps: int,
         rule_calls: int,
@@ -65,7 +57,7 @@ class Completion:
         self.graph = graph
         self.cost = cost
         self._state = state
-        self._run = run
+        self._provenance = provenance
         self._origin_cache: list[Origin | None] = [None] * len(graph.tensors)
         self.reshards = reshards
         self.iterations = sweeps
@@ -92,7 +84,7 @@ class Completion:
         # computed on first use: the pass itself never needs the prose-level origin
         o = self._origin_cache[t.order]
         if o is None:
-            o = self._run.origin_of(t)
+            o = self._provenance.origin_of(t)
             self._origin_cache[t.order] = o
         return o
 
@@ -102,11 +94,10 @@ class Completion:
         return without_gc(lambda: {t.name: self._origin(t) for t in self.graph.tensors})
 
     def _offer(self, raw: RawOffer, i: int) -> Offer:
-        a, rank, _, kind, drv = raw
-        k = self._run.op_of(raw, i)
+        k = self._provenance.op_of(raw, i)
         ops, tensors = self.graph.ops, self.graph.tensors
-        return Offer(a, rank, ops[k].name, k, KINDS[kind],
-                     None if drv < 0 else tensors[self._run.driver(raw, i)].name)
+        return Offer(raw.attr, raw.rank, ops[k].name, k, KINDS[raw.kind],
+                     None if raw.driver < 0 else tensors[self._provenance.driver(raw, i)].name)
 
     def offers(self, tensor: Tensor | str) -> tuple[Offer, ...]:
         """Every attribute an op offered the tensor (one per op and direction)."""
@@ -116,34 +107,16 @@ class Completion:
     def rejected(self, tensor: Tensor | str) -> tuple[Rejected, ...]:
         """The offers that lost, each with its reason (see ``explain`` for the prose)."""
         t = self._t(tensor)
-        st = self._state
-        chosen = st.attr[t.order]
         out = [Rejected(self._offer(o, t.order), why, detail)  # type: ignore[arg-type]
-               for o, why, detail in self._run.rejected_of(t.order)]
+               for o, why, detail in self._provenance.rejected_of(t.order)]
         seen = {(r.offer.op, r.offer.kind) for r in out}
+        chosen = self._state.attr[t.order]
         origin = self._origin(t)
-        ann = t.annotation
-        for raw in st.offers_of(t.order):
+        for raw in self._state.offers_of(t.order):
             o = self._offer(raw, t.order)
             if o.attr == chosen or (o.op, o.kind) in seen or o.rank == WEAK_RANK:
                 continue
-            if (chosen is not None and not divisible(chosen, t.shape)
-                    and divisible(o.attr, t.shape)):
-                out.append(Rejected(o, "divisibility",
-                                    f"{chosen.mapping_str()} does not split {list(t.shape)} "
-                                    f"evenly, so {o.op}'s rule drops that split"))
-            elif ann is not None and ann.is_fully_closed:
-                out.append(Rejected(o, "annotation", "the annotation is closed"))
-            elif o.rank < origin.rank:
-                out.append(Rejected(
-                    o, "priority",
-                    f"it carried priority {o.rank >> 1}"
-                    + (" (inferred)" if o.rank % 2 == 0 else "")
-                    + f" against {origin.rank >> 1}"
-                    + (" (annotation)" if origin.rank % 2 else "")))
-            else:
-                out.append(Rejected(o, "cost", "same priority, but its reshards on this tensor's "
-                                                "edges cost more (or tie and lose the order)"))
+            out.append(_why_lost(o, t, chosen, origin))
             seen.add((o.op, o.kind))
         # A consumer whose need differs but made no ranked offer (a one-operand op) still lost.
         for e in self.reshards_of(t):
@@ -151,18 +124,15 @@ class Completion:
                                     and (k, "demand") not in seen):
                 seen.add((op, "demand"))
                 o = Offer(e.dst, WEAK_RANK, op, -1, "demand", None)
-                out.append(Rejected(o, "divisibility", f"{chosen.mapping_str()} does not split "
-                                    f"{list(t.shape)} evenly, so {op}'s rule drops that split")
-                           if chosen is not None and not divisible(chosen, t.shape)
-                           and divisible(e.dst, t.shape) else
-                           Rejected(o, "rule", f"{op}'s rule needs {e.dst.mapping_str()} given "
-                                    "its other operands"))
+                out.append(_dropped_split(o, t, chosen) or Rejected(
+                    o, "rule", f"{op}'s rule needs {e.dst.mapping_str()} given its other "
+                    "operands"))
         return tuple(out)
 
     @cached_property
     def dropped(self) -> tuple[DroppedSplit, ...]:
         """The splits completion dropped, in op order (``completion.dropped``)."""
-        return find_dropped(self._run, self.reshards, self.rejected)
+        return find_dropped(self._provenance.run, self.reshards, self.rejected)
 
     def reshards_of(self, tensor: Tensor | str) -> tuple[ReshardEdge, ...]:
         name = self._t(tensor).name
@@ -187,7 +157,7 @@ class Completion:
         most of a summary's time on large models)."""
         if self._counts is None:
             annotated = {i for i, _ in self.graph.annotations()}
-            defaulted = self._run.defaulted
+            defaulted = self._provenance.defaulted
             st = self._state
             n_ann = n_inf = n_def = 0
             for i, (o, a, held) in enumerate(zip(self._origin_cache, st.attr, st.offers,
@@ -205,7 +175,8 @@ class Completion:
                 elif i in annotated:
                     n_ann += 1
                 elif held is not None and (
-                        any(h[0] == a for h in held) if type(held) is list else held[0] == a):
+                        any(h.attr == a for h in held) if isinstance(held, list)
+                        else held.attr == a):
                     n_inf += 1  # an offer of the chosen attribute: its kind
                 else:
                     n_def += 1
@@ -307,51 +278,70 @@ class Completion:
                 f"{self.num_inferred} inferred, {len(self.reshards)} reshards)")
 
 
-class Run(Sweeps):
-    """The driver: sweeps until nothing changes, then the result, its origins and reshards."""
+def _dropped_split(o: Offer, t: Tensor, chosen: DistAttr | None) -> Rejected | None:
+    """``o`` lost because ``t``'s attribute splits it unevenly where ``o`` splits it evenly, so
+    the rule of ``o``'s op drops that split; None if not."""
+    if chosen is None or divisible(chosen, t.shape) or not divisible(o.attr, t.shape):
+        return None
+    return Rejected(o, "divisibility", f"{chosen.mapping_str()} does not split "
+                    f"{list(t.shape)} evenly, so {o.op}'s rule drops that split")
 
-    # ---- driver -------------------------------------------------------------------------------
+
+def _why_lost(o: Offer, t: Tensor, chosen: DistAttr | None, origin: Origin) -> Rejected:
+    """Why offer ``o`` of tensor ``t`` lost to ``chosen`` (``t``'s ``origin``)."""
+    split = _dropped_split(o, t, chosen)
+    if split is not None:
+        return split
+    ann = t.annotation
+    if ann is not None and ann.is_fully_closed:
+        return Rejected(o, "annotation", "the annotation is closed")
+    if o.rank < origin.rank:
+        return Rejected(
+            o, "priority",
+            f"it carried priority {priority(o.rank)}"
+            + ("" if is_annotation(o.rank) else " (inferred)")
+            + f" against {priority(origin.rank)}"
+            + (" (annotation)" if is_annotation(origin.rank) else ""))
+    return Rejected(o, "cost", "same priority, but its reshards on this tensor's edges cost "
+                               "more (or tie and lose the order)")
+
+
+class Run:
+    """The driver: sweeps until nothing changes, then the result, its origins and reshards.
+
+    Its parts, each with one job: ``RunState`` (what the run reads, and the specs), ``Rules``
+    (calling the ops' rules), ``Worklists`` (which ops to visit) and ``Sweeps`` (the visits)."""
+
+    def __init__(self, graph: Graph, cost: CostModel,
+                 plain_ops: frozenset[int] = frozenset()) -> None:
+        self.state = state = RunState(graph, cost, plain_ops)
+        self.rules = Rules(state)
+        self.work = Worklists(len(state.ops), state.consumers, state.queued)
+        self.sweeps = Sweeps(state, self.rules, self.work)
+        self.defaulted: set[int] = set()
+
     def run(self) -> Completion:
-        st = self.st
-        defaulted: set[int] = set()
-        n = len(self.ops)
+        state, work = self.state, self.work
+        st = state.st
+        n = len(state.ops)
         # every op but the constants (see ``Index.queued``)
-        self.fwd_next = bytearray(b"\x01") * n
-        for k in self.constants:
-            self.fwd_next[k] = 0
-        keys = self.ann_keys
-        for i, ann in self.annotated:
-            st.attr[i] = (keys[i] or ann).attr if keys else ann.attr
-            st.rank[i] = 2 * ann.priority + 1
-            if self.queued[i] >= 0:
-                self.rev_next[self.queued[i]] = 1
+        work.fwd_next = bytearray(b"\x01") * n
+        for k in state.constants:
+            work.fwd_next[k] = 0
+        self.seed_annotations()
         sweeps = 0
         converged = True
-        while self.fwd_next.find(1) >= 0 or self.rev_next.find(1) >= 0:
+        while work.any_queued():
             if sweeps >= MAX_SWEEPS:
                 converged = False
                 break
             sweeps += 1
-            fwd, self.fwd_next = self.fwd_next, bytearray(n)
-            self.sweep(fwd, 1)
-            rev, self.rev_next = self.rev_next, bytearray(n)
-            self.sweep(rev, -1)
-            if self.fwd_next.find(1) < 0 and self.rev_next.find(1) < 0:
-                # Sources no annotation reaches are replicated on the default mesh, and
-                # propagation resumes from them.
-                for i in self.sources:
-                    if st.attr[i] is None:
-                        st.attr[i] = DistAttr.replicated(self.default_mesh, len(self.shapes[i]))
-                        defaulted.add(i)
-                        self.changed(i)
-                # So are values whose every offer was refused (an uneven split and nothing
-                # else), on the mesh of those offers: their consumers took them replicated.
-                for i in [i for i, r in enumerate(st.rejected) if r is not None]:
-                    if st.attr[i] is None:
-                        mesh = st.offers_of(i)[0][0].mesh
-                        st.attr[i] = DistAttr.replicated(mesh, len(self.shapes[i]))
-                        defaulted.add(i)
-                        self.changed(i)
+            fwd, work.fwd_next = work.fwd_next, bytearray(n)
+            self.sweeps.sweep(fwd, 1)
+            rev, work.rev_next = work.rev_next, bytearray(n)
+            self.sweeps.sweep(rev, -1)
+            if not work.any_queued():
+                self.place_unreached()
         if any(st.frozen):
             converged = False
         # What each op needs from its final operands: already there at convergence (any change
@@ -359,131 +349,48 @@ class Run(Sweeps):
         for k in ([k for k, need in enumerate(st.needs) if need is None] if converged
                   else range(n)):
             self.forward_needs_only(k)
-        self.defaulted = defaulted
-        self.g.set_attrs(st.attr)
-        reshards = self.reshard_edges()
-        return Completion(self.g, self.cost, st, self, reshards, sweeps, self.rule_calls,
-                          converged, self.replays)
+        state.g.set_attrs(st.attr)
+        return Completion(state.g, state.cost, st, Provenance(state, self.defaulted),
+                          reshard_edges(state), sweeps, self.rules.rule_calls, converged,
+                          self.sweeps.replays)
+
+    def seed_annotations(self) -> None:
+        """The annotated tensors take their annotations' attributes, and their producers are
+        queued in reverse."""
+        state = self.state
+        st, keys, queued, rev_next = state.st, state.ann_keys, state.queued, self.work.rev_next
+        for i, ann in state.annotated:
+            st.attr[i] = (keys[i] or ann).attr if keys else ann.attr
+            st.rank[i] = annotation(ann.priority)
+            if queued[i] >= 0:
+                rev_next[queued[i]] = 1
+
+    def place_unreached(self) -> None:
+        """Sources no annotation reaches are replicated on the default mesh, and propagation
+        resumes from them. So are values whose every offer was refused (an uneven split and
+        nothing else), on the mesh of those offers: their consumers took them replicated."""
+        state = self.state
+        st, shapes, changed = state.st, state.shapes, self.work.changed
+        for i in state.sources:
+            if st.attr[i] is None:
+                st.attr[i] = DistAttr.replicated(state.default_mesh, len(shapes[i]))
+                self.defaulted.add(i)
+                changed(i)
+        for i in [i for i, r in enumerate(st.rejected) if r is not None]:
+            if st.attr[i] is None:
+                mesh = st.offers_of(i)[0].attr.mesh
+                st.attr[i] = DistAttr.replicated(mesh, len(shapes[i]))
+                self.defaulted.add(i)
+                changed(i)
 
     def forward_needs_only(self, k: int) -> None:
-        st = self.st
-        for i in self.ins[k] + self.outs[k]:
+        state = self.state
+        st = state.st
+        for i in state.ins[k] + state.outs[k]:
             if st.attr[i] is None:  # only values downstream of nothing at all
-                st.attr[i] = DistAttr.replicated(self.default_mesh, self.tensors[i].ndim)
-        mesh, _, _ = self.best_known(self.ins[k])
-        self.run_forward(k, mesh)
-
-    def rejected_of(self, i: int) -> list[tuple[RawOffer, str, str]]:
-        """Tensor ``i``'s refused offers: (offer, reason, detail)."""
-        out = []
-        for o, why, detail, kept in self.st.rejected[i] or ():
-            if kept >= 0:
-                name = self.tensors[self.ins[self.op_of(o, i)][kept]].name
-                detail = f"{detail} {name} and reshards this operand"
-            out.append((o, why, detail))
-        return out
-
-    def op_of(self, o: RawOffer, i: int) -> int:
-        """The op that made offer ``o`` to tensor ``i``."""
-        return o[2] + self.base[i]
-
-    def driver(self, o: RawOffer, i: int) -> int:
-        """The tensor that drove offer ``o`` to tensor ``i`` (the offer must have one)."""
-        return (self.outs if o[3] == REV else self.ins)[self.op_of(o, i)][o[4]]
-
-    def origin_of(self, t: Tensor) -> Origin:
-        st = self.st
-        if t.order in self.defaulted:
-            return Origin("default")
-        a = st.attr[t.order]
-        best: RawOffer | None = None
-        for o in st.offers_of(t.order):
-            if o[0] == a and (best is None or o[1] > best[1]
-                              or (o[1] == best[1] and origin_key(o) < origin_key(best))):
-                best = o
-        ann = t.annotation
-        name = None if best is None else self.ops[self.op_of(best, t.order)].name
-        drv = (None if best is None or best[4] < 0
-               else self.tensors[self.driver(best, t.order)].name)
-        if ann is not None:
-            rank = 2 * ann.priority + 1
-            if a == ann.attr or best is None:
-                return Origin("annotation", rank=rank)
-            return Origin("annotation", name, drv, rank,
-                          f"open dims from {KINDS[best[3]]} via {name}")
-        if best is None:
-            return Origin("default")
-        return Origin(KINDS[best[3]], name, drv, st.rank[t.order])
-
-    def reshard_edges(self) -> tuple[ReshardEdge, ...]:
-        """One edge per tensor and target layout, shared by its consumers (``shared``)."""
-        tensors, ops = self.tensors, self.ops
-        first: dict[int, list[int]] = {}  # tensor -> its operand edges' positions in ``out``
-        shared: dict[int, list[tuple[str, int]]] = {}
-        out: list[ReshardEdge] = []
-        shapes = self.shapes
-        for i, k, side, src, dst, slot in self.raw_edges():
-            mine = first.setdefault(i, []) if side == "operand" else []
-            at = next((j for j in mine if out[j].dst == dst), -1)
-            if at >= 0:
-                shared.setdefault(at, []).append((ops[k].name, slot))
-                continue
-            mine.append(len(out))
-            t = tensors[i]
-            out.append(ReshardEdge(t.name, ops[k].name, side, src, dst, shapes[i], t.dtype, slot))
-        for at, more in shared.items():  # the first consumer's edge; the lowering runs it once
-            out[at] = dataclasses.replace(out[at], shared=tuple(more))
-        return tuple(out)
-
-    def raw_edges(self) -> list[RawEdge]:
-        """(tensor, op, side, src, dst, slot) of every reshard edge, in op order. A repeated block
-        whose attributes and rule answers are an earlier block's has that block's edges."""
-        st = self.st
-        attrs, needs, natural = st.attr, st.needs, st.natural
-        blocks, block_of = self.blocks, self.block_of
-        out: list[RawEdge] = []
-        seen: dict[int, tuple[tuple[Any, ...], list[Any]]] = {}  # per run: state, local edges
-        # by index: iterating the Op objects themselves would touch each one (its reference
-        # count), a cache miss per op on large models, where only the few with an edge are read
-        k, n = 0, len(needs)
-        while k < n:
-            b = block_of[k] if blocks else -1
-            if b < 0 or blocks[b].start != k:
-                self.op_edges(k, out)
-                k += 1
-                continue
-            blk = blocks[b]
-            key = (blk.gather(attrs), needs[blk.start:blk.stop], natural[blk.start:blk.stop])
-            prev = seen.get(blk.run)
-            if prev is not None and prev[0] == key:
-                for j, dk, side, src, dst, slot in prev[1]:
-                    out.append((blk.tensors[j], blk.start + dk, side, src, dst, slot))
-            else:
-                mine: list[RawEdge] = []
-                for kk in range(blk.start, blk.stop):
-                    self.op_edges(kk, mine)
-                local = {i: j for j, i in enumerate(blk.tensors)}
-                seen[blk.run] = (key, [(local[i], kk - blk.start, side, src, dst, slot)
-                                       for i, kk, side, src, dst, slot in mine])
-                out.extend(mine)
-            k = blk.stop
-        return out
-
-    def op_edges(self, k: int, out: list[RawEdge]) -> None:
-        st = self.st
-        attrs = st.attr
-        need, nat = st.needs[k], st.natural[k]
-        assert need is not None and nat is not None
-        for slot, (i, n) in enumerate(zip(self.ins[k], need, strict=True)):
-            a = attrs[i]
-            if a is not n and a != n and not (a is not None and only_unmasked(a, n)):
-                assert a is not None
-                out.append((i, k, "operand", a, n, slot))
-        for slot, (i, n) in enumerate(zip(self.outs[k], nat, strict=True)):
-            a = attrs[i]
-            if a is not n and a != n and not (a is not None and only_unmasked(n, a)):
-                assert a is not None
-                out.append((i, k, "result", n, a, slot))
+                st.attr[i] = DistAttr.replicated(state.default_mesh, state.tensors[i].ndim)
+        mesh, _, _ = state.best_known(state.ins[k])
+        self.sweeps.run_forward(k, mesh)
 
 
 def complete(graph: Graph, cost: CostModel = DEFAULT_COST_MODEL) -> Completion:

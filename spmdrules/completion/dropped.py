@@ -22,7 +22,7 @@ from spmdrules.completion.result import (
     ReshardEdge,
     table,
 )
-from spmdrules.completion.state import RunState
+from spmdrules.completion.run_state import RunState
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import SpmdError, printable
 from spmdrules.core.mesh import ProcessMesh

@@ -59,13 +59,24 @@ def explain(result: Completion, tensor: Tensor | str) -> str:
     g = result.graph
     t = g.tensor(tensor) if isinstance(tensor, str) else tensor
     a = result.attr(t)
-    o = result.origin(t)
     lines = [
         f"{t.name} {list(t.shape)} {t.dtype}: {a.mapping_str()} "
         f"[{', '.join(map(repr, a.placements))}] on mesh {list(a.mesh.dim_names)}="
         f"{list(a.mesh.shape)}",
+        *_origin_lines(result, t),
+        *_chain_lines(result, t),
+        *_lost_lines(result, t),
     ]
+    lines.extend(f"  dropped split: {d}" for d in result.dropped if d.tensor == t.name)
+    lines.extend(_reshard_lines(result, t))
+    return "\n".join(lines)
+
+
+def _origin_lines(result: Completion, t: Tensor) -> list[str]:
+    """Where the attribute came from: the annotation, a default or an op's offer."""
+    o = result.origin(t)
     ann = t.annotation
+    lines = []
     if ann is not None:
         closed = "closed" if ann.is_fully_closed else (
             "open dims " + ", ".join(map(str, ann.open_dims)))
@@ -80,36 +91,49 @@ def explain(result: Completion, tensor: Tensor | str) -> str:
     if t.name in result.unconverged:
         lines.append("  NOT converged: its offers kept overturning each other, so completion "
                      "froze it at this attribute; the reshards around it make that consistent")
+    return lines
+
+
+def _chain_lines(result: Completion, t: Tensor) -> list[str]:
+    """The chain of offers back to an annotation or a default, when there is one."""
     hops = chain(result, t)
-    if len(hops) > 1 or (hops and hops[0].op is not None):
-        lines.append("  chain:")
-        for h in hops:
-            if h.kind == "annotation" and h.op is None:
-                lines.append(f"    {h.tensor} {h.attr}  <- annotation")
-            elif h.kind == "default":
-                lines.append(f"    {h.tensor} {h.attr}  <- default")
-            else:
-                lines.append(f"    {h.tensor} {h.attr}  <- {h.kind} via {h.op}"
-                             + (f" from {h.driver}" if h.driver else ""))
+    if not (len(hops) > 1 or (hops and hops[0].op is not None)):
+        return []
+    lines = ["  chain:"]
+    for h in hops:
+        if h.kind == "annotation" and h.op is None:
+            lines.append(f"    {h.tensor} {h.attr}  <- annotation")
+        elif h.kind == "default":
+            lines.append(f"    {h.tensor} {h.attr}  <- default")
+        else:
+            lines.append(f"    {h.tensor} {h.attr}  <- {h.kind} via {h.op}"
+                         + (f" from {h.driver}" if h.driver else ""))
+    return lines
+
+
+def _lost_lines(result: Completion, t: Tensor) -> list[str]:
+    """The offers that lost, with why."""
     lost = result.rejected(t)
-    if lost:
-        lines.append("  alternatives that lost:")
-        for r in lost:
-            src = f"{r.offer.kind} of {r.offer.op}" if r.offer.op else r.offer.kind
-            lines.append(f"    {r.offer.attr.mapping_str()} ({src}): {r.reason}: {r.detail}")
-    else:
-        lines.append("  no alternative was offered")
-    lines.extend(f"  dropped split: {d}" for d in result.dropped if d.tensor == t.name)
+    if not lost:
+        return ["  no alternative was offered"]
+    lines = ["  alternatives that lost:"]
+    for r in lost:
+        src = f"{r.offer.kind} of {r.offer.op}" if r.offer.op else r.offer.kind
+        lines.append(f"    {r.offer.attr.mapping_str()} ({src}): {r.reason}: {r.detail}")
+    return lines
+
+
+def _reshard_lines(result: Completion, t: Tensor) -> list[str]:
+    """The reshards on the tensor's edges, with their plans."""
     edges = result.reshards_of(t)
-    if edges:
-        lines.append("  reshards:")
-        for e in edges:
-            p = e.plan(result.cost)
-            where = f"into {e.ops_str}" if e.side == "operand" else f"out of {e.op}"
-            lines.append(f"    {where}: {e.src.mapping_str()} => {e.dst.mapping_str()}, "
-                         f"{fmt_bytes(p.total_bytes)} (lower bound "
-                         f"{fmt_bytes(p.lower_bound_bytes)}), {p.time * 1e6:.1f} us")
-            lines.extend(f"      {s}" for s in p.steps)
-    else:
-        lines.append("  reshards: none")
-    return "\n".join(lines)
+    if not edges:
+        return ["  reshards: none"]
+    lines = ["  reshards:"]
+    for e in edges:
+        p = e.plan(result.cost)
+        where = f"into {e.ops_str}" if e.side == "operand" else f"out of {e.op}"
+        lines.append(f"    {where}: {e.src.mapping_str()} => {e.dst.mapping_str()}, "
+                     f"{fmt_bytes(p.total_bytes)} (lower bound "
+                     f"{fmt_bytes(p.lower_bound_bytes)}), {p.time * 1e6:.1f} us")
+        lines.extend(f"      {s}" for s in p.steps)
+    return lines

@@ -3,7 +3,7 @@ almost nothing, within a run and across runs."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, NamedTuple
 
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.spec import SpmdInfo, TensorSpec
@@ -26,9 +26,19 @@ def cached_spec(shape: tuple[int, ...], attr: DistAttr) -> TensorSpec:
     return s
 
 
+class Flattened(NamedTuple):
+    """A rule's answer flattened for an op of ``schema`` with ``n_in`` operand slots."""
+
+    info: SpmdInfo  # held, so that its id stays unique
+    schema: OpSchema
+    n_in: int
+    ins: tuple[DistAttr, ...]
+    outs: tuple[DistAttr, ...]
+
+
 # Flattened rule answers by the answer's identity: the rules' memo hands back the same SpmdInfo
-# for every layer, so each is flattened once. The entry holds the answer (its id stays unique).
-FLAT_CACHE: dict[int, tuple[SpmdInfo, OpSchema, int, tuple[DistAttr, ...], tuple[DistAttr, ...]]] = {}
+# for every layer, so each is flattened once.
+FLAT_CACHE: dict[int, Flattened] = {}
 FLAT_CACHE_MAX: Final = 1 << 14
 
 

@@ -349,7 +349,30 @@ def plan_reshard(
     lb = lower_bound_bytes(src, dst, shape, dtype)
     if src == dst:
         return Plan(src, dst, shape, dtype, (), 0.0, 0, 0, lb)
-    g = nx.DiGraph()
+    g, seen = _state_graph(src, dst, shape, dtype, cost)
+    if dst not in seen:
+        raise ReshardError(
+            f"plan_reshard: no plan takes {src.mapping_str()} on {src.mesh!r} to "
+            f"{dst.mapping_str()} on {dst.mesh!r} for shape {list(shape)}; the destination "
+            "cannot be reached through evenly split states"
+        )
+    path = nx.shortest_path(g, src, dst, weight="w")
+    steps_t = tuple(g.edges[u, v]["step"] for u, v in itertools.pairwise(path))
+    return Plan(
+        src, dst, shape, dtype, steps_t,
+        time=sum(s.time for s in steps_t),
+        total_bytes=sum(s.total_bytes for s in steps_t),
+        bytes_per_process=sum(s.bytes_per_process for s in steps_t),
+        lower_bound_bytes=lb,
+    )
+
+
+def _state_graph(src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtype: str,
+                 cost: CostModel) -> tuple[nx.DiGraph[DistAttr], set[DistAttr]]:
+    """The layouts a plan from ``src`` towards ``dst`` can pass through, breadth first: each
+    edge the cheapest step between two of them (weight ``w``, the step ``step``); and the
+    layouts reached."""
+    g: nx.DiGraph[DistAttr] = nx.DiGraph()
     keep = frozenset((src, dst))
     rts = frozenset(rt for _, rt in dst.partial_items)
     cross = src.mesh != dst.mesh
@@ -373,21 +396,7 @@ def plan_reshard(
                     seen.add(s.dst)
                     nxt.append(s.dst)
         frontier = nxt
-    if dst not in seen:
-        raise ReshardError(
-            f"plan_reshard: no plan takes {src.mapping_str()} on {src.mesh!r} to "
-            f"{dst.mapping_str()} on {dst.mesh!r} for shape {list(shape)}; the destination "
-            "cannot be reached through evenly split states"
-        )
-    path = nx.shortest_path(g, src, dst, weight="w")
-    steps_t = tuple(g.edges[u, v]["step"] for u, v in itertools.pairwise(path))
-    return Plan(
-        src, dst, shape, dtype, steps_t,
-        time=sum(s.time for s in steps_t),
-        total_bytes=sum(s.total_bytes for s in steps_t),
-        bytes_per_process=sum(s.bytes_per_process for s in steps_t),
-        lower_bound_bytes=lb,
-    )
+    return g, seen
 
 
 def _masked_plan(src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtype: str,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from math import prod
 from typing import Final, Literal
 
+from spmdrules.completion import rank as ranks
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.completion.planning import Plan, ReshardError, fmt_bytes, plan_reshard
 from spmdrules.core.attr import DistAttr
@@ -19,7 +20,7 @@ OriginKind = Literal["annotation", "forward", "demand", "reverse", "default"]
 
 
 RECENT_VISITS: Final = 4
-WEAK_RANK: Final = -(1 << 40)  # rank of an offer no known tensor drove (a placeholder's echo)
+WEAK_RANK: Final = ranks.WEAK  # rank of an offer no known tensor drove (a placeholder's echo)
 
 
 class CompletionError(GraphError):
@@ -58,7 +59,7 @@ class Origin:
 
     @property
     def priority(self) -> int | None:
-        return None if self.rank == WEAK_RANK else self.rank >> 1
+        return None if self.rank == WEAK_RANK else ranks.priority(self.rank)
 
 
 @dataclass(frozen=True, slots=True)

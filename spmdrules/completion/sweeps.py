@@ -1,33 +1,52 @@
-"""Visiting ops: forward, reverse and demand offers, the choice among them, conflicts, and sweeps."""
+"""Visiting ops: forward, reverse and demand offers, the choice among them, and sweeps."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spmdrules.completion.blocks import Flags, Visit, close, entry_head, matches, open_visit
+from spmdrules.completion.blocks import Visit, close, entry_head, matches, open_visit
 from spmdrules.completion.blocks import replay as replay_block
-from spmdrules.completion.conflicts import Conflicts
+from spmdrules.completion.conflicts import Rules
 from spmdrules.completion.masks import only_unmasked
-from spmdrules.completion.offers import RawOffer, put_offer
-from spmdrules.completion.planning import fitting, reshard_time
-from spmdrules.completion.result import WEAK_RANK
-from spmdrules.completion.state import (
+from spmdrules.completion.offers import (
     DEM,
     FWD,
-    MAX_CHANGES,
-    RECENT_VISITS,
     REV,
+    RawOffer,
+    Refusal,
+    holds,
     offer_key,
     project,
+    put_offer,
 )
+from spmdrules.completion.planning import fitting, reshard_time
+from spmdrules.completion.rank import WEAK, annotation, inferred
+from spmdrules.completion.run_state import RunState
+from spmdrules.completion.state import MAX_CHANGES, RECENT_VISITS
+from spmdrules.completion.worklist import Worklists
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.graph.nodes import Tensor
 
 
-class Sweeps(Conflicts):
-    """Visiting ops: offers from forward, reverse and demand, their choice, and the sweeps."""
+class Sweeps:
+    """Visiting ops: offers from forward, reverse and demand, their choice, and the sweeps. It
+    reads and writes the run's state (``run``), calls the rules through ``rules`` and queues
+    ops on ``work``."""
+
+    def __init__(self, run: RunState, rules: Rules, work: Worklists) -> None:
+        self.run, self.rules, self.work = run, rules, work
+        # the arrays and entry points a visit reads, held here: a visit reads them thousands
+        # of times per model
+        self.st, self.ins, self.outs, self.base = run.st, run.ins, run.outs, run.base
+        self.shapes, self.ann, self.consumers = run.shapes, run.ann, run.consumers
+        self.tensors, self.cost, self.is_shared = run.tensors, run.cost, run.is_shared
+        self.blocks, self.block_of = run.blocks, run.block_of
+        self.spec_at, self.best_known, self.is_fitting = run.spec_at, run.best_known, run.is_fitting
+        self.settled, self.given = rules.settled, rules.given
+        self.changed = work.changed
+        self.replays = 0  # block visits replayed (``completion_blocks``)
 
     # ---- visiting -----------------------------------------------------------------------------
     def forward(self, k: int) -> None:
@@ -37,11 +56,11 @@ class Sweeps(Conflicts):
         if driver < 0:
             return  # nothing known yet; a later change re-queues the op
         need, outs = self.run_forward(k, mesh)
-        out_rank = (drank >> 1) << 1
+        out_rank = inferred(drank)
         offer = self.offer
         base = self.base
         for i, a in zip(self.outs[k], outs, strict=True):
-            offer(i, (a, out_rank, k - base[i], FWD, driver))
+            offer(i, RawOffer(a, out_rank, k - base[i], FWD, driver))
         if len(ins) == 1:
             # A one-operand op's need depends on its operand alone, which vouches for it with its
             # own rank: the need (a pending sum reduced, a split gathered) is then one of the
@@ -52,19 +71,19 @@ class Sweeps(Conflicts):
             # itself. One said before is replaced, so that none is stale.
             i, n = ins[0], need[0]
             cur = st.attr[i]
-            if (n is not cur and n != cur) or self.holds(i, k - base[i], DEM):
-                offer(i, (n, (st.rank[i] >> 1) << 1, k - base[i], DEM, -1))
+            if (n is not cur and n != cur) or holds(st.offers[i], k - base[i], DEM):
+                offer(i, RawOffer(n, inferred(st.rank[i]), k - base[i], DEM, -1))
             return
         # A demand carries the rank of the op's best *other* known operand: an operand does not
         # vouch for the attribute the op asks of itself.
         attrs, ranks = st.attr, st.rank
         for pos, i in enumerate(ins):
-            best, best_r = -1, WEAK_RANK
+            best, best_r = -1, WEAK
             for q, j in enumerate(ins):
                 if j != i and attrs[j] is not None and ranks[j] > best_r:
                     best, best_r = q, ranks[j]
-            offer(i, (need[pos], WEAK_RANK if best < 0 else (best_r >> 1) << 1, k - base[i], DEM,
-                      best))
+            offer(i, RawOffer(need[pos], WEAK if best < 0 else inferred(best_r), k - base[i],
+                              DEM, best))
 
     def run_forward(
         self, k: int, mesh: ProcessMesh
@@ -85,7 +104,7 @@ class Sweeps(Conflicts):
             need, outs, _ = self.settled(k, mesh, [spec_at(i, mesh) for i in ins],
                                          [attrs[i] is not None for i in ins])
         except SpmdError as e:
-            need, outs = self.settle_conflict(self.ops[k], mesh, e)
+            need, outs = self.rules.settle_conflict(self.run.ops[k], mesh, e)
         st.needs[k] = need
         st.natural[k] = outs
         return need, outs
@@ -99,55 +118,38 @@ class Sweeps(Conflicts):
             attrs[i] is None or attrs[i] == n for i, n in zip(outs, nat, strict=True)
         ):
             return  # the results are what the op makes: nothing to push upstream
-        call = self.calls[k]
-        op = None
-        if call is not None and call[5]:
-            if call[2] is None:
-                return  # no reverse rule
-        else:
-            op = self.ops[k]
-            if not op.rule.has_reverse:
-                return
+        if not self.rules.has_reverse(k):
+            return
         mesh, driver, drank = self.best_known(outs)
         if driver < 0:
             return
-        self.rule_calls += 1
         try:
-            if op is None:
-                assert call is not None and call[2] is not None
-                spec = self.spec_at
-                info = call[2](*[spec(i, mesh) for i in self.ins[k]],
-                               *[spec(i, mesh) for i in outs], *call[3])
-                need, _ = self.flat(k, call[4], info)
-            else:
-                info = op.rule.infer_reverse(*op.reverse_args(self.spec_fn(mesh)))
-                need, _ = self.flat(k, op.schema, info)
+            need = self.rules.reverse(k, mesh)
         except SpmdError:
             return  # the reverse rule refuses: the forward answer stands and the edge reshards
-        rank = (drank >> 1) << 1
+        rank = inferred(drank)
         offer, base = self.offer, self.base
-        attrs = self.st.attr
         for i, a in zip(self.ins[k], need, strict=True):
             cur = attrs[i]
             if cur is not None and cur._masks and only_unmasked(cur, a):
                 a = cur  # the masked sum serves as it is (completion/masks.py)
-            offer(i, (a, rank, k - base[i], REV, driver))
+            offer(i, RawOffer(a, rank, k - base[i], REV, driver))
 
     # ---- choosing -----------------------------------------------------------------------------
     def offer(self, i: int, o: RawOffer) -> None:
         st = self.st
         n = put_offer(st.offers, i, o)
         cur = st.attr[i]
-        if cur is not None and o[1] <= st.rank[i] and o[0] == cur:
+        if cur is not None and o.rank <= st.rank[i] and o.attr == cur:
             return  # agrees with what the tensor has: nothing can change
         ann = self.ann[i]
         if (ann is not None and ann.is_fully_closed) or st.frozen[i]:
             return
         if self.is_shared[i]:
-            self.touched_shared = True  # the visit open now cannot be replayed (``blocks``)
+            st.touched_shared = True  # the visit open now cannot be replayed (``blocks``)
         new: DistAttr | None
-        if cur is None and ann is None and n == 1 and self.is_fitting(o[0], self.shapes[i]):
-            new, rank = o[0], o[1]  # the first offer to an unknown tensor (the common case)
+        if cur is None and ann is None and n == 1 and self.is_fitting(o.attr, self.shapes[i]):
+            new, rank = o.attr, o.rank  # the first offer to an unknown tensor (the common case)
         else:
             new, rank = self.choose(i, st.offers_of(i))
         if new is None or (new == cur and rank == st.rank[i]):
@@ -165,67 +167,86 @@ class Sweeps(Conflicts):
 
     def choose(self, i: int, offers: Sequence[RawOffer]) -> tuple[DistAttr | None, int]:
         """Tensor ``i``'s attribute and rank from its offers, by the policy (module docs)."""
+        ann = self.ann[i]
+        valid = self.fitting_offers(i, offers)
+        if not valid:
+            return (None, WEAK) if ann is None else (ann.attr, annotation(ann.priority))
+        top = max(o.rank for o in valid)
+        cands = sorted((o for o in valid if o.rank == top), key=offer_key)
+        rank = top if ann is None else max(top, annotation(ann.priority))
+        first = cands[0].attr
+        if all(o.attr == first for o in cands):
+            return first, rank
+        return self.cheapest(i, self.options(i, cands, valid), valid), rank
+
+    def fitting_offers(self, i: int, offers: Sequence[RawOffer]) -> list[RawOffer]:
+        """Tensor ``i``'s offers as it can take them: seen through its annotation, without the
+        splits that do not fit; the offers that lose anything are recorded as refused."""
         st = self.st
         ann = self.ann[i]
+        shape = self.shapes[i]
         valid: list[RawOffer] = []
         for o in offers:
-            a = o[0] if ann is None else project(ann, o[0], o[1])
-            if a is None or not (ann is not None or self.is_fitting(a, self.shapes[i])):
+            a = o.attr if ann is None else project(ann, o.attr, o.rank)
+            if a is None or not (ann is not None or self.is_fitting(a, shape)):
                 if a is not None:
                     # An offer loses only the splits that leave a process an empty block. A
                     # consumer's demand: whether its rule asks for one depends on the tensor's
                     # own layout, so refusing the whole demand let the tensor's choice remove
                     # the offers it chose from (issue 16). A producer's or a reverse offer: the
                     # batch split stays where the spatial dim beside it collapses (issue 24).
-                    valid.append((fitting(a, self.shapes[i]), o[1], o[2], o[3], o[4]))
-                if not any(r[0] == o for r in st.rejected[i] or ()):
-                    st.reject(i, (o, "divisibility", "a split dim is shorter than its pieces, "
-                                  "which would leave a process an empty block", -1)
+                    valid.append(o._replace(attr=fitting(a, shape)))
+                if not any(r.offer == o for r in st.rejected[i] or ()):
+                    st.reject(i, Refusal(o, "divisibility", "a split dim is shorter than its "
+                                         "pieces, which would leave a process an empty block", -1)
                               if a is not None else
-                              (o, "annotation", "it is on another mesh than the annotation", -1))
+                              Refusal(o, "annotation", "it is on another mesh than the annotation",
+                                      -1))
                 continue
-            valid.append(o if a is o[0] else (a, o[1], o[2], o[3], o[4]))
-        if not valid:
-            return (None, WEAK_RANK) if ann is None else (ann.attr, 2 * ann.priority + 1)
-        top = max(o[1] for o in valid)
-        cands = sorted((o for o in valid if o[1] == top), key=offer_key)
-        rank = top if ann is None else max(top, 2 * ann.priority + 1)
-        first = cands[0][0]
-        if all(o[0] == first for o in cands):
-            return first, rank
-        # Equal rank, different attributes: least communication over the tensor's edges. A
-        # demand is taken as what its op would need given its *other* operands and, for this
-        # tensor, what its producer offers (or nothing): the demand the op made to the current
-        # attribute changes with that attribute (a concat asks its operand to keep a split, or
-        # to drop it), so choosing among those let a tensor's own choice change what it chose
-        # from, and oscillate (issue 16). Asking with the producer's offer keeps the dims the
-        # op is indifferent to (a batch split that the weights know nothing of).
-        made = [o[0] for o in valid if o[3] == FWD]
+            valid.append(o if a is o.attr else o._replace(attr=a))
+        return valid
+
+    def options(self, i: int, cands: list[RawOffer], valid: list[RawOffer]) -> list[DistAttr]:
+        """The attributes tensor ``i`` chooses among, from its offers ``cands`` of equal rank.
+
+        A demand is taken as what its op would need given its *other* operands and, for this
+        tensor, what its producer offers (or nothing): the demand the op made to the current
+        attribute changes with that attribute (a concat asks its operand to keep a split, or
+        to drop it), so choosing among those let a tensor's own choice change what it chose
+        from, and oscillate (issue 16). Asking with the producer's offer keeps the dims the
+        op is indifferent to (a batch split that the weights know nothing of)."""
+        ann = self.ann[i]
+        made = [o.attr for o in valid if o.kind == FWD]
         options: list[DistAttr] = []
         for o in cands:
-            if o[3] != DEM:
-                if o[0] not in options:
-                    options.append(o[0])
+            if o.kind != DEM:
+                if o.attr not in options:
+                    options.append(o.attr)
                 continue
             asked = False
             for base in (*made, None):
-                asked_of = self.given(o[2] + self.base[i], i, base)
+                asked_of = self.given(o.op + self.base[i], i, base)
                 if asked_of is None:
                     continue
                 # a split the op asks for that leaves a process an empty block is one the
                 # tensor cannot take: the rest of the demand still counts
                 given: DistAttr | None = (fitting(asked_of[0], self.shapes[i]) if ann is None
-                                          else project(ann, asked_of[0], o[1]))
+                                          else project(ann, asked_of[0], o.rank))
                 if given is not None:
                     asked = True
                     if given not in options:
                         options.append(given)
-            if not asked and o[0] not in options:
-                options.append(o[0])
-        # At equal cost, a tensor read by several ops takes fewer pending sums: reduced where it
-        # is made, the sum reaches every consumer settled; left pending, it is reduced for the
-        # consumers that need it and flows on, pending, through the others (a norm's x * rsqrt)
-        # to be reduced again. With one consumer, both are one reduction.
+            if not asked and o.attr not in options:
+                options.append(o.attr)
+        return options
+
+    def cheapest(self, i: int, options: list[DistAttr], valid: list[RawOffer]) -> DistAttr:
+        """The option of least communication over tensor ``i``'s edges.
+
+        At equal cost, a tensor read by several ops takes fewer pending sums: reduced where it
+        is made, the sum reaches every consumer settled; left pending, it is reduced for the
+        consumers that need it and flows on, pending, through the others (a norm's x * rsqrt)
+        to be reduced again. With one consumer, both are one reduction."""
         several = len(self.consumers[i]) > 1
         best: tuple[float, int, DistAttr] | None = None
         for a in options:
@@ -234,7 +255,7 @@ class Sweeps(Conflicts):
             if best is None or key < best[:2]:
                 best = (*key, a)
         assert best is not None
-        return best[2], rank
+        return best[2]
 
     def edge_cost(self, t: Tensor, v: DistAttr, offers: list[RawOffer]) -> float:
         """Seconds of the reshards on ``t``'s edges if ``t`` were ``v``: from what its producer
@@ -244,7 +265,7 @@ class Sweeps(Conflicts):
         A consumer's demand is its rule's answer with ``t`` as it is now; what the rule asks of
         ``v`` may differ (a concat or an elementwise op merges its operands' splits, ``t``'s
         own included), so the demand is asked again with ``t`` as ``v``, and what that answer
-        forces on the consumer's other operands counts too (``Conflicts.given``): a layout that
+        forces on the consumer's other operands counts too (``Rules.given``): a layout that
         costs ``t`` nothing but has a weight gathered is not free. Consumers needing one
         layout share its reshard, so each distinct need is priced once. Pricing ``v`` against
         the demand made to the current attribute is what let two tensors oscillate for ever:
@@ -252,17 +273,17 @@ class Sweeps(Conflicts):
         total = 0.0
         by_op: dict[int, RawOffer] = {}
         for o in offers:
-            if o[3] == FWD:
-                total += reshard_time(o[0], v, t.shape, t.dtype, self.cost)
-            elif o[3] == DEM or o[2] not in by_op:
-                by_op[o[2]] = o
+            if o.kind == FWD:
+                total += reshard_time(o.attr, v, t.shape, t.dtype, self.cost)
+            elif o.kind == DEM or o.op not in by_op:
+                by_op[o.op] = o
         needs: set[DistAttr] = set()
         base, i = self.base[t.order], t.order
         given = self.given
         for o in by_op.values():
-            need = o[0]
-            if o[3] == DEM:
-                asked = given(o[2] + base, i, v)
+            need = o.attr
+            if o.kind == DEM:
+                asked = given(o.op + base, i, v)
                 if asked is not None:
                     need = asked[0]
                     total += asked[1]
@@ -273,49 +294,17 @@ class Sweeps(Conflicts):
                 asked = given(k, i, v)
                 if asked is not None:
                     needs.add(asked[0])
-        # consumers needing one layout share one reshard (``Run.reshard_edges``): priced once
+        # consumers needing one layout share one reshard (``edges.reshard_edges``): priced once
         for need in needs:
             total += reshard_time(v, need, t.shape, t.dtype, self.cost)
         return total
 
-    def holds(self, i: int, op: int, kind: int) -> bool:
-        """Whether tensor ``i`` holds an offer of ``kind`` from op ``op`` (counted from its base)."""
-        held = self.st.offers[i]
-        if held is None:
-            return False
-        if type(held) is list:
-            return any(p[2] == op and p[3] == kind for p in held)
-        return bool(held[2] == op and held[3] == kind)
-
-    def changed(self, i: int) -> None:
-        """Queue the ops that must look again: consumers forward, the producer in reverse. An op
-        ahead of the cursor in the current sweep's direction joins this sweep, others the next."""
-        cur = self.cur
-        if self.direction == 1:
-            pending, later = self.pending, self.fwd_next
-            for c in self.consumers[i]:
-                if c > cur:
-                    pending[c] = 1
-                else:
-                    later[c] = 1
-            p = self.queued[i]
-            if p >= 0:
-                self.rev_next[p] = 1
-        else:
-            fwd_next = self.fwd_next
-            for c in self.consumers[i]:
-                fwd_next[c] = 1
-            p = self.queued[i]
-            if 0 <= p < cur:
-                self.pending[p] = 1
-            elif p >= 0:
-                self.rev_next[p] = 1
-
     def sweep(self, pending: bytearray, direction: int) -> None:
         """Visit the pending ops in order (forward: ascending), including those queued ahead of
         the cursor during the sweep."""
-        self.direction = direction
-        self.pending = pending
+        work = self.work
+        work.direction = direction
+        work.pending = pending
         forward = direction == 1
         if self.blocks:
             self.sweep_blocks(pending, forward)
@@ -325,10 +314,10 @@ class Sweeps(Conflicts):
             k = find(1)
             while k >= 0:
                 pending[k] = 0
-                self.cur = k
+                work.cur = k
                 visit(k)
                 k = find(1, k + 1) if forward else find(1, 0, k)
-        self.cur = -1 if forward else len(self.ops)
+        work.cur = -1 if forward else len(self.run.ops)
 
     def sweep_blocks(self, pending: bytearray, forward: bool) -> None:
         """``sweep`` on a model with repeated blocks: a block entered in the state an earlier
@@ -337,7 +326,8 @@ class Sweeps(Conflicts):
         visit = self.forward if forward else self.reverse
         find = pending.find if forward else pending.rfind
         block_of, blocks, st, base = self.block_of, self.blocks, self.st, self.base
-        flags: Flags = (pending, self.fwd_next, self.rev_next)
+        work = self.work
+        flags = work.flags()
         # per run: the blocks visited in this sweep, the latest first (a few: layers that
         # alternate, say two kinds of annotation, replay from the one two layers back)
         recent: dict[int, list[Visit]] = {}
@@ -348,7 +338,7 @@ class Sweeps(Conflicts):
             b = block_of[k]
             if b != inside:
                 if open_ is not None:
-                    if not self.touched_shared:
+                    if not st.touched_shared:
                         close(st, open_, flags, base)
                         seen_before = recent.setdefault(open_.block.run, [])
                         seen_before.insert(0, open_)
@@ -357,7 +347,7 @@ class Sweeps(Conflicts):
                 inside = b
                 if b >= 0:
                     blk = blocks[b]
-                    head = entry_head(st, self.ann_keys, blk, flags, base)
+                    head = entry_head(st, self.run.ann_keys, blk, flags, base)
                     seen = next((v for v in recent.get(blk.run, ())
                                  if v.head == head and matches(st, blk, v)), None)
                     if seen is not None:
@@ -367,10 +357,10 @@ class Sweeps(Conflicts):
                         k = find(1, blk.stop) if forward else find(1, 0, blk.start)
                         continue
                     open_ = open_visit(st, blk, head)
-                    self.touched_shared = False
+                    st.touched_shared = False
             pending[k] = 0
-            self.cur = k
+            work.cur = k
             visit(k)
             k = find(1, k + 1) if forward else find(1, 0, k)
-        if open_ is not None and not self.touched_shared:
+        if open_ is not None and not st.touched_shared:
             close(st, open_, flags, base)

@@ -7,7 +7,8 @@ module does not import ``spmdrules.graph.graph``, which imports it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from operator import attrgetter
+from typing import Any, Final, Literal, Protocol
 
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.spec import SpmdInfo, TensorSpec, flat_slots
@@ -201,6 +202,12 @@ def _binary(op_type: str, x: Tensor, y: Any) -> Tensor:
     out = op.results[0]
     assert isinstance(out, Tensor)
     return out
+
+
+#: ``(tensor.shape, tensor.dtype)`` in one C call, for code that reads every tensor of a large
+#: graph (completion's per-topology index): two property calls per tensor cost more there
+tensor_meta: Final[Callable[[Tensor], tuple[tuple[int, ...], str]]] = attrgetter("_shape",
+                                                                                 "_dtype")
 
 
 class Op:

@@ -14,7 +14,7 @@ from replay_checks import no_replay, same_outcome, same_without_replay
 
 import spmdrules as sr
 from spmdrules import examples, ops
-from spmdrules.completion import complete, state
+from spmdrules.completion import complete, index, state
 from spmdrules.graph.annotate import shard
 from spmdrules.graph.annotation import OPEN
 from spmdrules.graph.graph import Graph
@@ -37,7 +37,7 @@ def replay_off() -> Iterator[None]:
 def test_a_decoder_stack_is_one_run_of_layers() -> None:
     layers = 6
     g = examples.gpt_decoder(layers, MESH, **SMALL)
-    blocks = state.indices(g).blocks
+    blocks = index.indices(g).blocks
     # every layer but the last (whose output goes to the final norm, not to another layer)
     assert len(blocks) == layers - 1 and len({b.run for b in blocks}) == 1
     assert all(b.stop - b.start == 22 for b in blocks)
@@ -47,7 +47,7 @@ def test_a_decoder_stack_is_one_run_of_layers() -> None:
 
 def test_a_graph_without_repetition_has_no_blocks() -> None:
     g = examples.mlp(MESH)
-    assert state.indices(g).blocks == ()
+    assert index.indices(g).blocks == ()
 
 
 def test_layers_that_differ_in_shape_are_not_one_run() -> None:
@@ -57,7 +57,7 @@ def test_layers_that_differ_in_shape_are_not_one_run() -> None:
             w = g.param(f"w{i}", [h.shape[-1], width])
             h = ops.relu(ops.matmul(h, w, name=f"mm{i}"), name=f"relu{i}")
     shard(g.tensor("x"), MESH, ("dp", None))
-    blocks = state.indices(g).blocks
+    blocks = index.indices(g).blocks
     for b in blocks:
         widths = {g.ops[k].outputs[0].shape[-1] for k in range(b.start, b.stop)}
         run = [c for c in blocks if c.run == b.run]
@@ -70,7 +70,7 @@ def test_a_dtype_changed_between_runs_splits_the_run() -> None:
     g = examples.gpt_decoder(6, MESH, **SMALL)
     complete(g)
     g.tensor("layers.2.gelu").dtype = "float64"
-    blocks = state.indices(g).blocks
+    blocks = index.indices(g).blocks
     gelu = next(op.order for op in g.ops if op.name == "layers.2.gelu")
     assert not any(b.start <= gelu < b.stop for b in blocks)
     same_without_replay(lambda: g.reset_attrs())
@@ -241,7 +241,7 @@ def _annotated(*marks: tuple[str, tuple[Any, ...], int]) -> Callable[[Graph], No
 def test_a_tensor_every_layer_reads(annotate: Callable[[Graph], None]) -> None:
     build = _masked_stack(8, annotate)
     r = same_without_replay(build)
-    ix = state.indices(r.graph)
+    ix = index.indices(r.graph)
     mask = r.graph.tensor("mask").order
     # the layers are blocks that share the mask (the first holds the mask's producer)
     assert len(ix.blocks) >= 6 and all(b.shared == (mask,) for b in ix.blocks)

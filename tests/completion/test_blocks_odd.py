@@ -12,7 +12,7 @@ from replay_checks import same_without_replay
 
 import spmdrules as sr
 from spmdrules import ops
-from spmdrules.completion import state
+from spmdrules.completion import index
 from spmdrules.graph.annotate import shard
 from spmdrules.graph.graph import Graph
 
@@ -43,7 +43,7 @@ def _concat_stack(layers: int, marks: dict[str, tuple[Any, ...]] | None = None,
 
 
 def _concats_in_blocks(g: Graph) -> int:
-    ix = state.indices(g)
+    ix = index.indices(g)
     cats = [op.order for op in g.ops if op.type == "concat"]
     assert all(ix.calls[k] is None and ix.odd[k] is not None for k in cats)
     return sum(1 for k in cats if ix.block_of[k] >= 0)
@@ -70,7 +70,7 @@ def test_list_operands_of_another_length_do_not_repeat() -> None:
     r = same_without_replay(_concat_stack(9, {"l1.wa": (None, "mp")},
                                           parts=lambda i: 4 if i == 4 else 2))
     g = r.graph
-    ix = state.indices(g)
+    ix = index.indices(g)
     wide = next(op.order for op in g.ops if op.name == "l4.cat")
     assert ix.block_of[wide] < 0 and ix.blocks and r.blocks_replayed > 0
     for b in ix.blocks:
@@ -81,7 +81,7 @@ def test_list_operands_of_another_length_do_not_repeat() -> None:
 
 def test_op_keys_tell_attributes_apart_by_type() -> None:
     # an attribute 1 and 1.0 (or True) are not the same call: their keys differ
-    ix = state._Calls()
+    ix = index._Calls()
     with Graph("keys") as g:
         x = g.input("x", [8, 16])
         op = ops.concat([x, x], axis=1, name="cat").producer

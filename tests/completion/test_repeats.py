@@ -15,7 +15,7 @@ from replay_checks import same_without_replay
 
 import spmdrules as sr
 from spmdrules import examples, ops
-from spmdrules.completion import repeats, state
+from spmdrules.completion import index, repeats
 from spmdrules.graph.annotate import shard
 from spmdrules.graph.graph import Graph
 
@@ -23,7 +23,7 @@ MESH = sr.ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
 SMALL: dict[str, Any] = {"batch": 4, "seq": 8, "hidden": 32, "heads": 4, "ffn": 64, "vocab": 128}
 
 
-def _local(ix: state.Index, start: int, stop: int) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+def _local(ix: index.Index, start: int, stop: int) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
     """The block's tensors in order of first use, and each op's operands, a separator and its
     results as positions in that order."""
     pos: dict[int, int] = {}
@@ -34,7 +34,7 @@ def _local(ix: state.Index, start: int, stop: int) -> tuple[tuple[int, ...], lis
     return tuple(pos), rows
 
 
-def _near(ix: state.Index, start: int, stop: int, tensors: tuple[int, ...]) -> tuple[int, int]:
+def _near(ix: index.Index, start: int, stop: int, tensors: tuple[int, ...]) -> tuple[int, int]:
     """The ops around the block's own tensors (its shared ones reach the whole run)."""
     near = set(range(start, stop))
     for i in tensors:
@@ -44,10 +44,10 @@ def _near(ix: state.Index, start: int, stop: int, tensors: tuple[int, ...]) -> t
     return min(near), max(near) + 1
 
 
-def _check_blocks(g: Graph) -> state.Index:
+def _check_blocks(g: Graph) -> index.Index:
     """Every block of a run is the one before it shifted, op for op and tensor for tensor, by
     the definition (``completion_blocks``), checked the plain way."""
-    ix = state.indices(g)
+    ix = index.indices(g)
     dtypes = [t.dtype for t in g.tensors]
     for b in ix.blocks:
         tensors, _ = _local(ix, b.start, b.stop)
@@ -162,7 +162,7 @@ def test_layers_of_a_few_ops_are_grouped_by_whole_layers() -> None:
     assert r.blocks_replayed > 0
 
 
-def _reference_blocks(ix: state.Index, dtypes: list[str]) -> list[tuple[int, int, int]]:
+def _reference_blocks(ix: index.Index, dtypes: list[str]) -> list[tuple[int, int, int]]:
     """(run, start, stop) of the blocks of one period, found the plain way, op by op: the
     period is the commonest distance between ops of one signature that maps the most ops; a run
     grows while the next period is the block before it, shifted."""
@@ -222,7 +222,7 @@ def _reference_blocks(ix: state.Index, dtypes: list[str]) -> list[tuple[int, int
     return out
 
 
-def _moved(ix: state.Index, i: int, j: int, shift: int) -> bool:
+def _moved(ix: index.Index, i: int, j: int, shift: int) -> bool:
     """Tensor ``j``'s producer and consumers are tensor ``i``'s, ``shift`` ops on."""
     p, q = ix.producer[i], ix.producer[j]
     return ((p < 0 and q < 0) or (p >= 0 and q == p + shift)) and tuple(ix.consumers[j]) == tuple(

@@ -11,7 +11,7 @@ import pytest
 import spmdrules as sr
 from spmdrules import ops
 from spmdrules.graph.graph import Graph
-from spmdrules.graph.nodes import Op, Tensor
+from spmdrules.graph.nodes import Op, Tensor, tensor_meta
 from spmdrules.graph.opschema import op_schema
 
 
@@ -168,3 +168,16 @@ def test_reverse_attributes_follow_the_reverse_rule() -> None:
     first = info.inputs[0]
     assert isinstance(first, sr.DistAttr) and first.dims_mapping == (0, -1)
     assert z.nbytes == 16 and x.numel == 24 and g.input("ids", [3], "int64").nbytes == 24
+
+
+def test_tensor_meta_reads_shape_and_dtype_as_they_are_now() -> None:
+    # the public accessor completion's index reads every tensor's shape and dtype through
+    with Graph("meta") as g:
+        x = g.input("x", [8, 16], dtype="float16")
+        y = ops.relu(x)
+    assert tensor_meta(x) == ((8, 16), "float16") == (x.shape, x.dtype)
+    assert [tensor_meta(t) for t in g.tensors] == [(t.shape, t.dtype) for t in g.tensors]
+    y.shape, y.dtype = (4, 16), "float32"  # a set shape or dtype is what the accessor reads
+    assert tensor_meta(y) == ((4, 16), "float32")
+    with pytest.raises(AttributeError):
+        tensor_meta(object())  # type: ignore[arg-type]  # not a tensor: no slots to read

@@ -95,7 +95,7 @@ def test_imported_layers_are_replayed_and_replay_changes_nothing(model: str) -> 
     # shares those tensors; replaying them gives exactly the result of visiting every op.
     from replay_checks import same_without_replay
 
-    from spmdrules.completion import state
+    from spmdrules.completion import index
 
     build, megatron = MODELS[model]
     ids = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(1))
@@ -107,7 +107,7 @@ def test_imported_layers_are_replayed_and_replay_changes_nothing(model: str) -> 
         return g
 
     r = same_without_replay(planned)
-    ix = state.indices(r.graph)
+    ix = index.indices(r.graph)
     layer = re.compile(r"\.(?:layers|h)\.(\d+)\.")
     for k, op in enumerate(r.graph.ops):
         m = layer.search(op.name)
