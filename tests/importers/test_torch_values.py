@@ -146,3 +146,22 @@ def test_an_int64_constant_survives_the_json_exchange() -> None:
     got = run_serial(g, imp.feeds(X_INT))[imp.outputs[0]]
     want = (X_INT + torch.arange(BIG, BIG + 2) * BIG).numpy()
     assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+class Negations(torch.nn.Module):
+    """cpmant's ``~mask`` of an int32 mask is ``logical_not`` of a number: bool, ``x == 0``;
+    ``bitwise_not`` of one flips its bits; of a bool both are ``not``."""
+
+    def forward(self, i: Any, b: Any) -> Any:
+        return (torch.logical_not(i), torch.logical_not(i.float()), torch.bitwise_not(i),
+                torch.logical_not(b), torch.bitwise_not(b))
+
+
+def test_logical_not_of_a_number_is_bool_and_bitwise_not_flips_bits() -> None:
+    i = torch.tensor([[0, 1, -3], [7, 0, 2]], dtype=torch.int32)
+    b = torch.tensor([True, False])
+    im = torch_import.export(Negations(), (i, b))
+    got = run_serial(im.graph, im.feeds(i, b))
+    for name, want in zip(im.outputs, Negations()(i, b), strict=True):
+        assert got[name].dtype == want.numpy().dtype, name
+        np.testing.assert_array_equal(got[name], want.numpy(), err_msg=name)
