@@ -3,7 +3,8 @@ Mixtral, Qwen2-MoE, OLMoE, ...), each exactly as registered ops of existing fami
 
 That path sorts the token copies by expert (``sort``), counts them per expert (``histc``, whose
 ``cumsum`` is each group's end), multiplies each copy by its expert's weights
-(``transformers::grouped_mm_fallback`` on CPU, ``_grouped_mm`` elsewhere), and restores the order
+(``transformers::grouped_mm_fallback`` on CPU in float32; ``aten._grouped_mm``, which it
+calls in bfloat16, is not mapped), and restores the order
 by the inverse permutation (``empty_permuted`` written whole by ``index_put``).
 
 * ``sort`` is the sort family's ``argsort``. Rows that tie may come in another order than
@@ -17,8 +18,7 @@ by the inverse permutation (``empty_permuted`` written whole by ``index_put``).
   multiplies row ``s`` by ``weight[g]``, ``g`` the number of ends at or before ``s``: the group
   index is a comparison and a sum, the weights are read per row (``index_select``) and
   multiplied row by row (``bmm``), the computation of transformers' ``batched_mm`` experts.
-  Rows past the last end are zeros, as transformers' fallback writes them (``_grouped_mm``
-  leaves them undefined).
+  Rows past the last end are zeros, as transformers' fallback writes them.
 * ``empty`` and ``empty_permuted`` are zeros: torch leaves their values undefined, so any
   reader that depends on them is undefined in torch too.
 
@@ -98,7 +98,7 @@ def _as(c: Ctx, t: Tensor, dtype: str, part: str) -> Tensor:
     return t if t.dtype == dtype else c.call("cast", t, dtype=dtype, part=part)
 
 
-def _grouped(c: Ctx, x: Tensor, w: Tensor, offs: Tensor | None, bias: Tensor | None) -> Tensor:
+def _grouped(c: Ctx, x: Tensor, w: Tensor, offs: Tensor | None) -> Tensor:
     if offs is None or x.ndim != 2 or w.ndim != 3 or offs.ndim != 1 or (
             offs.shape[0] != w.shape[0]) or x.shape[1] != w.shape[1]:
         raise c.fail(f"input {list(x.shape)}, weight {list(w.shape)}, offs "
@@ -118,23 +118,13 @@ def _grouped(c: Ctx, x: Tensor, w: Tensor, offs: Tensor | None, bias: Tensor | N
     y = c.call("bmm", c.call("unsqueeze", _as(c, x, w.dtype, "input_cast"), axis=[1], part="row"), weights,
                part="bmm")
     y = c.call("reshape", y, shape=[rows, w.shape[2]], part="mm")
-    if bias is not None:
-        y = c.call("add", y, c.call("index_select", bias, which, axis=0, part="biases"),
-                   part="bias")
     return c.call("where", c.call("unsqueeze", valid, axis=[1], part="valid_col"), y,
                   c.const(0, y.dtype, "zero"))
 
 
 @aten("transformers.grouped_mm_fallback.default")
 def _grouped_mm_fallback(c: Ctx, a: dict[str, Any]) -> Tensor:
-    return _grouped(c, a["input"], a["weight"], a["offs"], None)
-
-
-@aten("_grouped_mm.default", "grouped_mm.default")
-def _grouped_mm(c: Ctx, a: dict[str, Any]) -> Tensor:
-    if a.get("out_dtype") is not None and c.dtype != a["mat2"].dtype:
-        raise c.fail(f"out_dtype {c.dtype}: only the weight's dtype is mapped")
-    return _grouped(c, a["self"], a["mat2"], a.get("offs"), a.get("bias"))
+    return _grouped(c, a["input"], a["weight"], a["offs"])
 
 
 __all__: list[str] = []
