@@ -377,7 +377,7 @@ def _neg(c: Ctx, a: dict[str, Any]) -> Tensor:
 _UNARY = {"rsqrt": "rsqrt", "sqrt": "sqrt", "exp": "exp", "log": "log", "cos": "cos", "sin": "sin",
           "tanh": "tanh", "sigmoid": "sigmoid", "silu": "silu", "relu": "relu", "abs": "abs",
           "erf": "erf", "reciprocal": "reciprocal", "sign": "sign", "floor": "floor",
-          "ceil": "ceil"}
+          "ceil": "ceil", "log1p": "log1p", "expm1": "expm1"}
 
 
 def _unary(op_type: str) -> TensorConverter:

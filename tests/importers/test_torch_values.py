@@ -165,3 +165,20 @@ def test_logical_not_of_a_number_is_bool_and_bitwise_not_flips_bits() -> None:
     for name, want in zip(im.outputs, Negations()(i, b), strict=True):
         assert got[name].dtype == want.numpy().dtype, name
         np.testing.assert_array_equal(got[name], want.numpy(), err_msg=name)
+
+
+class Log1pExpm1(torch.nn.Module):
+    """apertus' xIELU activation: ``log1p`` and ``expm1``, exact near 0 where ``log(1 + x)``
+    and ``exp(x) - 1`` lose every digit."""
+
+    def forward(self, x: Any) -> Any:
+        return torch.log1p(x.abs()), torch.expm1(x)
+
+
+def test_log1p_and_expm1_keep_their_digits_near_zero() -> None:
+    x = torch.tensor([1e-10, -3e-9, 0.5, -2.0, 0.0], dtype=torch.float64)
+    im = torch_import.export(Log1pExpm1(), (x,))
+    assert {"log1p", "expm1"} <= {op.type for op in im.graph.ops}
+    got = run_serial(im.graph, im.feeds(x))
+    for name, want in zip(im.outputs, Log1pExpm1()(x), strict=True):
+        np.testing.assert_allclose(got[name], want.numpy(), rtol=1e-12, atol=0, err_msg=name)
