@@ -362,11 +362,9 @@ def _or(c: Ctx, a: dict[str, Any]) -> Tensor:
 def _not(c: Ctx, a: dict[str, Any]) -> Tensor:
     """``logical_not`` of a number is bool, ``x == 0``; ``bitwise_not`` of one flips its bits."""
     x: Tensor = a["self"]
-    if x.dtype == "bool":
-        return c.call("logical_not", x)
-    if c.node.target.__name__.startswith("logical_not"):
+    if x.dtype != "bool" and c.node.target.__name__.startswith("logical_not"):
         return c.call("equal", x, c.const(0, x.dtype, "zero"))
-    return c.call("bitwise_not", x)
+    return c.call("logical_not" if x.dtype == "bool" else "bitwise_not", x)
 
 
 @aten("neg.default")
