@@ -360,7 +360,11 @@ def _or(c: Ctx, a: dict[str, Any]) -> Tensor:
 
 @aten("bitwise_not.default", "logical_not.default")
 def _not(c: Ctx, a: dict[str, Any]) -> Tensor:
-    return c.call("logical_not" if a["self"].dtype == "bool" else "bitwise_not", a["self"])
+    """``logical_not`` of a number is bool, ``x == 0``; ``bitwise_not`` of one flips its bits."""
+    x: Tensor = a["self"]
+    if x.dtype != "bool" and c.node.target.__name__.startswith("logical_not"):
+        return c.call("equal", x, c.const(0, x.dtype, "zero"))
+    return c.call("logical_not" if x.dtype == "bool" else "bitwise_not", x)
 
 
 @aten("neg.default")
@@ -371,7 +375,7 @@ def _neg(c: Ctx, a: dict[str, Any]) -> Tensor:
 _UNARY = {"rsqrt": "rsqrt", "sqrt": "sqrt", "exp": "exp", "log": "log", "cos": "cos", "sin": "sin",
           "tanh": "tanh", "sigmoid": "sigmoid", "silu": "silu", "relu": "relu", "abs": "abs",
           "erf": "erf", "reciprocal": "reciprocal", "sign": "sign", "floor": "floor",
-          "ceil": "ceil"}
+          "ceil": "ceil", "log1p": "log1p", "expm1": "expm1"}
 
 
 def _unary(op_type: str) -> TensorConverter:

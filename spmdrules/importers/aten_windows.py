@@ -60,21 +60,23 @@ def _convolution(c: Ctx, a: dict[str, Any]) -> Tensor:
     return _conv(c, a, transposed=bool(a["transposed"]))
 
 
-@aten("conv2d.default", "conv3d.default")
+@aten("conv1d.default", "conv2d.default", "conv3d.default")
 def _conv_training_ir(c: Ctx, a: dict[str, Any]) -> Tensor:
     """The training IR's (``decompose=False``) convolution, ``convolution`` untransposed."""
     return _conv(c, a, transposed=False)
 
 
-@aten("conv_transpose2d.input")
+@aten("conv_transpose1d.default", "conv_transpose2d.input")
 def _conv_transpose_training_ir(c: Ctx, a: dict[str, Any]) -> Tensor:
     return _conv(c, a, transposed=True)
 
 
 def _conv(c: Ctx, a: dict[str, Any], *, transposed: bool) -> Tensor:
     x: Tensor = a["input"]
+    if x.ndim == 3:
+        return _conv1d(c, a, transposed=transposed)
     w: Tensor = a["weight"]
-    nsp = _spatial(c, x, (4,) if transposed else (4, 5),
+    nsp = _spatial(c, x, (3, 4) if transposed else (3, 4, 5),
                    "transposed convolutions" if transposed else "convolutions")
     attrs: dict[str, Any] = {
         "strides": _per_dim(c, "stride", a["stride"], nsp),
@@ -92,6 +94,23 @@ def _conv(c: Ctx, a: dict[str, Any], *, transposed: bool) -> Tensor:
             raise c.fail(f"output_padding={opad} on a convolution that is not transposed")
         op = "conv2d" if nsp == 2 else "conv3d"
     return biased_conv(c, op, x, w, a["bias"], **attrs)
+
+
+def _conv1d(c: Ctx, a: dict[str, Any], *, transposed: bool) -> Tensor:
+    """A 1-D convolution [N, C, L] as the 2-D one of [N, C, 1, L]: a unit H dim before L (in the
+    input and the weight) with stride, dilation and kernel 1 and no padding on it, so every
+    output element is the same sum of the same products, and the unsqueeze and squeeze keep the
+    splits of N, C and L."""
+    x, w = a["input"], a["weight"]
+    if w.ndim != 3:
+        raise c.fail(f"weight of rank {w.ndim} for a 1-D input: a 1-D convolution's weight is "
+                     "[out, in / groups, kernel] (or [in, out / groups, kernel] transposed)")
+    unit = {"stride": 1, "padding": 0, "dilation": 1, "output_padding": 0}
+    two_d = {**a, "input": c.call("unsqueeze", x, axis=[2], part="input_2d"),
+             "weight": c.call("unsqueeze", w, axis=[2], part="weight_2d"),
+             **{k: [unit[k], *_per_dim(c, k, a[k], 1)] for k in unit if k in a}}
+    y = _conv(c, two_d, transposed=transposed)
+    return c.call("squeeze", y, axis=[2], part="1d")
 
 
 # ---- pools --------------------------------------------------------------------------------------

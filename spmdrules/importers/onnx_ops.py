@@ -229,6 +229,15 @@ def _neg(c: Ctx) -> list[Value]:
     return [c.call("scale", c.tensor(0), scale=-1.0)]
 
 
+@onnx_op("IsNaN")
+def _isnan(c: Ctx) -> list[Value]:
+    """``x != x``: true exactly where x is NaN (IEEE 754 compares a NaN unequal to itself, and
+    every other value, the infinities included, equal). ``torch.onnx.export`` writes it around
+    ``scaled_dot_product_attention``, zeroing the probabilities of a fully masked row."""
+    x = c.tensor(0)
+    return [c.call("not_equal", x, x)]
+
+
 @onnx_op("LeakyRelu")
 def _leaky(c: Ctx) -> list[Value]:
     return [c.call("leaky_relu", c.tensor(0), negative_slope=float(c.attr("alpha", 0.01)))]

@@ -5,7 +5,10 @@ row that fails says at which stage and why, and the totals count it. No timing i
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -36,6 +39,28 @@ def test_a_failing_stage_is_reported_with_its_cause_and_counted() -> None:
     totals = hf_sweep.summary(rows)
     assert totals["exported"] == 3 and totals["ok"] == 1  # a build failure is not exported
     assert totals["causes"] == [("unmapped aten.foo.default", 2)]
+
+
+def test_each_op_a_row_lacks_is_counted_and_named(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A row that lacks several ops counts once for each; rows kept with --jsonl as they
+    finish come back with --table."""
+    rows = [hf_sweep.Row("a", "import", "UnmappedOpsError: unmapped aten.sort.default x2, "
+                                        "aten.histc.default x2"),
+            hf_sweep.Row("b", "import", "UnmappedOpsError: unmapped aten.histc.default x1"),
+            hf_sweep.Row("c", "ok")]
+    assert hf_sweep.summary(rows)["causes"] == [("unmapped aten.histc.default", 2),
+                                                 ("unmapped aten.sort.default", 1)]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(asdict(r)) + "\n" for r in rows))
+    assert hf_sweep.main(["--table", str(path)]) == rows
+    assert "ok 1 of the 3 that torch.export exports: 33%" in capsys.readouterr().out
+
+
+def test_parts_split_the_rows_every_nth() -> None:
+    assert hf_sweep.part("2/3") == (2, 3)
+    with pytest.raises(argparse.ArgumentTypeError, match="give I/N with 1 <= I <= N"):
+        hf_sweep.part("3/2")
 
 
 def test_an_unknown_model_is_refused_naming_the_choices(capsys: pytest.CaptureFixture[str]

@@ -146,3 +146,39 @@ def test_an_int64_constant_survives_the_json_exchange() -> None:
     got = run_serial(g, imp.feeds(X_INT))[imp.outputs[0]]
     want = (X_INT + torch.arange(BIG, BIG + 2) * BIG).numpy()
     assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+class Negations(torch.nn.Module):
+    """cpmant's ``~mask`` of an int32 mask is ``logical_not`` of a number: bool, ``x == 0``;
+    ``bitwise_not`` of one flips its bits; of a bool both are ``not``."""
+
+    def forward(self, i: Any, b: Any) -> Any:
+        return (torch.logical_not(i), torch.logical_not(i.float()), torch.bitwise_not(i),
+                torch.logical_not(b), torch.bitwise_not(b))
+
+
+def test_logical_not_of_a_number_is_bool_and_bitwise_not_flips_bits() -> None:
+    i = torch.tensor([[0, 1, -3], [7, 0, 2]], dtype=torch.int32)
+    b = torch.tensor([True, False])
+    im = torch_import.export(Negations(), (i, b))
+    got = run_serial(im.graph, im.feeds(i, b))
+    for name, want in zip(im.outputs, Negations()(i, b), strict=True):
+        assert got[name].dtype == want.numpy().dtype, name
+        np.testing.assert_array_equal(got[name], want.numpy(), err_msg=name)
+
+
+class Log1pExpm1(torch.nn.Module):
+    """apertus' xIELU activation: ``log1p`` and ``expm1``, exact near 0 where ``log(1 + x)``
+    and ``exp(x) - 1`` lose every digit."""
+
+    def forward(self, x: Any) -> Any:
+        return torch.log1p(x.abs()), torch.expm1(x)
+
+
+def test_log1p_and_expm1_keep_their_digits_near_zero() -> None:
+    x = torch.tensor([1e-10, -3e-9, 0.5, -2.0, 0.0], dtype=torch.float64)
+    im = torch_import.export(Log1pExpm1(), (x,))
+    assert {"log1p", "expm1"} <= {op.type for op in im.graph.ops}
+    got = run_serial(im.graph, im.feeds(x))
+    for name, want in zip(im.outputs, Log1pExpm1()(x), strict=True):
+        np.testing.assert_allclose(got[name], want.numpy(), rtol=1e-12, atol=0, err_msg=name)

@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="needs the torch extra (make test installs it)")
-from sharded_runs import serial_cotangents  # noqa: E402
+from sharded_runs import assert_simulated_equals_serial, serial_cotangents  # noqa: E402
 from torch import nn  # noqa: E402
 
 from spmdrules import plan  # noqa: E402
 from spmdrules.completion import complete  # noqa: E402
 from spmdrules.core.mesh import ProcessMesh  # noqa: E402
 from spmdrules.execution.executor import run_serial  # noqa: E402
+from spmdrules.execution.lowering import lower  # noqa: E402
 from spmdrules.importers import torch as torch_import  # noqa: E402
 from spmdrules.importers.errors import InPlaceMutationError, UnmappedOpError  # noqa: E402
 
@@ -41,6 +42,14 @@ LAYERS: dict[str, tuple[Any, tuple[int, ...]]] = {
                                       (2, 4, 5, 4)),
     "conv_transpose_dilation": (nn.ConvTranspose2d(3, 2, 2, stride=(2, 1), dilation=2,
                                                    bias=False), (1, 3, 4, 5)),
+    "conv1d_groups_dilation_stride": (nn.Conv1d(4, 6, 3, stride=2, padding=2, dilation=2,
+                                                groups=2), (2, 4, 11)),
+    "conv1d_depthwise_causal": (nn.Conv1d(4, 4, 4, padding=3, groups=4), (2, 4, 9)),
+    "conv1d_same_no_bias": (nn.Conv1d(3, 5, 5, padding="same", bias=False), (3, 3, 8)),
+    "conv1d_unbatched": (nn.Conv1d(2, 3, 3), (2, 8)),
+    "conv_transpose1d_output_padding": (nn.ConvTranspose1d(4, 6, 3, stride=2, padding=1,
+                                                           output_padding=1, groups=2),
+                                        (2, 4, 7)),
     "max_pool_padding_ceil": (nn.MaxPool2d(3, 2, 1, ceil_mode=True), (2, 3, 8, 9)),
     "max_pool_ceil_drops_last_window": (nn.MaxPool2d(2, 2, 1, ceil_mode=True), (1, 2, 5, 5)),
     "max_pool3d": (nn.MaxPool3d(2), (1, 2, 4, 4, 6)),
@@ -131,10 +140,50 @@ def test_spatial_sharding_is_every_convolutions_opt_in(option: bool) -> None:
     assert kept == [option, option]
 
 
+class AudioStem(nn.Module):
+    """Whisper's encoder stem: two 1-D convolutions (the second of stride 2) with GELUs, then
+    the channels last, as the transformer layers read them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv1d(4, 8, 3, padding=1)
+        self.conv2 = nn.Conv1d(8, 8, 3, stride=2, padding=1)
+
+    def forward(self, x: Any) -> Any:
+        y = nn.functional.gelu(self.conv2(nn.functional.gelu(self.conv1(x))))
+        return y.permute(0, 2, 1)
+
+
+@pytest.mark.parametrize("split", [(0, -1, -1), (0, -1, 1)], ids=["batch", "batch_and_length"])
+def test_conv1d_runs_data_parallel_on_the_simulated_mesh(split: tuple[int, ...]) -> None:
+    """The batch on dp (and the length on mp, with halos): the unit H dim the 1-D convolution
+    runs on keeps both splits, nothing is resharded, and the run equals serial forward and
+    reverse, and torch."""
+    torch.manual_seed(0)
+    module = AudioStem().eval()
+    x = torch.randn(4, 4, 16, generator=torch.Generator().manual_seed(1))
+    im = torch_import.export(module, (x,), spatial_sharding=True)
+    g = im.graph
+    mesh = ProcessMesh([[0, 1], [2, 3]], ["dp", "mp"])
+    names = [mesh.dim_names[d] if d >= 0 else None for d in split]
+    plan.apply(g, mesh, {im.inputs[0]: plan.Spec(tuple(names))})
+    res = complete(g)
+    convs = [op for op in g.ops if op.type == "conv2d"]
+    assert len(convs) == 2
+    assert all(res.attr(op.results[0].name).dims_mapping == (split[0], -1, -1, split[2])
+               for op in convs)
+    assert not res.reshards
+    out = im.outputs[0]
+    feeds = im.feeds(x)
+    assert_simulated_equals_serial(g, feeds, prog=lower(res), loss=out, tol=1e-5)
+    np.testing.assert_allclose(run_serial(g, feeds)[out], module(x).detach().numpy(),
+                               rtol=1e-5, atol=1e-5)
+
+
 REFUSED: dict[str, tuple[Any, tuple[int, ...], str]] = {
-    "conv1d": (nn.Conv1d(2, 3, 3), (1, 2, 8), "input rank 3: only 2-D"),
     "conv_transpose3d": (nn.ConvTranspose3d(2, 3, 2), (1, 2, 3, 3, 3),
-                         "input rank 5: only 2-D \\(rank 4\\) transposed convolutions"),
+                         "input rank 5: only 1-D \\(rank 3\\) and 2-D \\(rank 4\\) "
+                         "transposed convolutions are registered"),
     "avg_pool_divisor_override": (nn.AvgPool2d(2, divisor_override=3), (1, 2, 4, 4),
                                   "divisor_override=3"),
     "max_pool_dilation": (nn.MaxPool2d(2, dilation=2), (1, 2, 6, 6), "no dilation"),

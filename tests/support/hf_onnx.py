@@ -20,7 +20,7 @@ BATCH, SEQ, IMAGE = 2, 8, 16
 #: the encoders' and encoder-decoders' sizes: SMALL's (hidden 32, 4 heads, FFN 64, 2 layers)
 TINY: dict[str, Any] = {"vocab_size": VOCAB, "hidden_size": 32, "num_hidden_layers": 2,
                         "num_attention_heads": 4, "intermediate_size": 64,
-                        "max_position_embeddings": 64, "attn_implementation": "eager"}
+                        "max_position_embeddings": 64}
 ENCODERS = ("bert", "roberta", "vit", "t5", "bart")
 MODELS = (*DECODERS, *ENCODERS)
 
@@ -30,10 +30,8 @@ def model(kind: str) -> Any:
     import torch
     import transformers as tf
 
-    if kind in DECODERS:  # eager: the TorchScript exporter writes sdpa with IsNaN, not mapped yet
-        m = small(kind)
-        m.set_attn_implementation("eager")
-        return m
+    if kind in DECODERS:
+        return small(kind)
     torch.manual_seed(0)
     if kind == "bert":
         return tf.BertModel(tf.BertConfig(**TINY)).eval()
@@ -45,14 +43,12 @@ def model(kind: str) -> Any:
             image_size=IMAGE, patch_size=4)).eval()
     if kind == "t5":
         return tf.T5Model(tf.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64,
-                                      num_layers=2, num_heads=4, use_cache=False,
-                                      attn_implementation="eager")).eval()
+                                      num_layers=2, num_heads=4, use_cache=False)).eval()
     if kind == "bart":
         return tf.BartModel(tf.BartConfig(
             vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
             encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
-            decoder_ffn_dim=64, max_position_embeddings=64, use_cache=False,
-            attn_implementation="eager")).eval()
+            decoder_ffn_dim=64, max_position_embeddings=64, use_cache=False)).eval()
     raise KeyError(f"no model {kind!r}; the models are {MODELS}")
 
 

@@ -157,6 +157,14 @@ EXPORT_CASES: dict[str, tuple[list[Any], dict[str, np.ndarray], list[str],
          N("Cast", ["no"], ["cf"], to=F), N("Cast", ["x"], ["same"], to=F)],
         {"x": r(2, 3), "y": r(3), "i": ids(2, 3, high=2), "j": ids(3, high=2)},
         ["an", "o", "no", "w", "ci", "cf", "same"], {}, 13),
+    # torch.onnx.export's sdpa: the softmax of a fully masked row (all -inf) is NaN, which
+    # IsNaN and Where set to 0; IsNaN of the infinities, zeros and finite values is false
+    "isnan-sdpa-masked-row": (
+        [N("Softmax", ["s"], ["p"], axis=-1), N("IsNaN", ["p"], ["nan"]),
+         N("Where", ["nan", "zero", "p"], ["y"]), N("IsNaN", ["v"], ["vn"])],
+        {"s": np.array([[0.5, -np.inf, 1.0], [-np.inf, -np.inf, -np.inf]], np.float32),
+         "v": np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5], np.float32)},
+        ["nan", "y", "vn"], {"zero": np.array(0.0, np.float32)}, 20),
     "pow-expand-tile": (
         [N("Pow", ["x", "two"], ["sq"]), N("Pow", ["a", "x"], ["p"]),
          N("Pow", ["x", "n"], ["pi"]), N("Expand", ["c", "s"], ["e"]),
