@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[mpi,onnx,torch,test]"
+	$(BIN)/python -m pip install --quiet -e ".[mpi,onnx,torch,auto,test]"
 	touch $(STAMP)
 
 lint: $(STAMP)

@@ -54,10 +54,12 @@ RANKS: dict[str, int] = {
     "plan": 5,
     "importers": 5,
     "completion": 5,
-    "execution": 6,
-    "verify": 7,
-    "conformance": 7,
-    "top": 8,
+    # auto-sharding reads the rules' strategies and the planner's prices, and plans
+    "auto": 6,
+    "execution": 7,
+    "verify": 8,
+    "conformance": 8,
+    "top": 9,
 }
 #: the longest module files may be
 MAX_LINES = 500
