@@ -159,6 +159,9 @@ def _merge(mesh: ProcessMesh, parts: Sequence[tuple[DistAttr, ...]]) -> tuple[Di
 
 def strategies(op: Op, mesh: ProcessMesh) -> tuple[Strategy, ...]:
     """Every candidate of ``op`` on ``mesh``: replicated first, then the rule's strategies."""
+    if not op.inputs:  # a constant is made in whatever layout its consumers read
+        return tuple(Strategy((), outs, 1) for outs in itertools.product(
+            *(layouts_of(t, mesh) for t in op.outputs)))
     rep = tuple(DistAttr.replicated(mesh, len(t.shape)) for t in op.inputs)
     found: dict[tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]], None] = {}
     base = answer(op, mesh, rep)

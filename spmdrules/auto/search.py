@@ -109,7 +109,10 @@ class AutoPlan(dict[str, Translated]):
         return self.chosen.estimate
 
     def apply(self, g: Graph) -> Graph:
-        """Annotate ``g`` (the graph planned, or one of the same names) by this plan."""
+        """Annotate ``g`` (the graph planned, or one of the same names) by this plan alone:
+        the annotations it carried are dropped, as the search ignored them."""
+        for t in g.tensors:
+            t.annotation = None
         apply(g, self.mesh, self)
         return g
 
@@ -132,13 +135,29 @@ class AutoPlan(dict[str, Translated]):
             "dim_names": list(m.dim_names)}, "plan": entries}, indent=1)
 
 
+def _ambiguous(g: Graph) -> set[str]:
+    """Tensor names that as plan keys name more than their tensor: a dotted tail of another
+    name, or a module (a dotted head) of one (``loss`` beside ``loss.cross_entropy.loss``)."""
+    out: set[str] = set()
+    for t in g.tensors:
+        parts = t.name.split(".")
+        for k in range(1, len(parts)):
+            out.add(".".join(parts[k:]))
+            out.add(".".join(parts[:k]))
+    return out
+
+
 def _annotations(g: Graph, ch: Choice) -> dict[str, Spec]:
+    """The choice as plan entries: each source's layout and each result's that is not a
+    pending sum, by tensor name (a name that would name other tensors too is left out, and
+    completion infers its tensor)."""
     specs = {name: _spec(a) for name, a in ch.sources.items()}
     for op, s in zip(g.ops, ch.ops, strict=True):
         for t, a in zip(op.outputs, s.outputs, strict=True):
             if not a.partial_items:
                 specs[t.name] = _spec(a)
-    return specs
+    skip = _ambiguous(g)
+    return {n: s for n, s in specs.items() if n not in skip}
 
 
 def evaluate(g: Graph, mesh: ProcessMesh, styles: dict[str, Any], opts: cm.Options
@@ -227,9 +246,11 @@ def _shapes(devices: int, given: Iterable[Sequence[int]] | None) -> list[tuple[i
 
 def _choose(found: list[Candidate], floors: list[float], budget: int, objective: str,
             devices: int) -> AutoPlan:
-    def key(c: Candidate) -> tuple[bool, float]:
+    def key(c: Candidate) -> tuple[bool, float, int]:
         e = c.estimate
-        return (not c.fits(budget), e.time if objective == "time" else e.memory_bytes)
+        # a tie goes to the simpler mesh
+        return (not c.fits(budget), e.time if objective == "time" else e.memory_bytes,
+                c.mesh.ndim)
 
     found.sort(key=key)
     if not found or not found[0].fits(budget):
