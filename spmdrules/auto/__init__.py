@@ -6,8 +6,8 @@
 >>> g = examples.mlp(sr.ProcessMesh([[0, 1], [2, 3]]), batch=8, seq=16, hidden=32, ffn=64,
 ...                  annotate=False)
 >>> p = auto.plan(g, 4, memory_per_rank="1GiB")
->>> p.mesh.shape, p.predicted.time > 0
-((4,), True)
+>>> p.mesh.size, p.predicted.memory_bytes <= p.budget
+(4, True)
 
 ``candidates`` reads each op's strategies off its rule, ``pricing`` prices reshards with the
 planner's steps, ``cost`` is the cost model, ``quotient`` folds repeated blocks, ``solver`` is
