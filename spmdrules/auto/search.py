@@ -207,6 +207,9 @@ def plan(graph: Graph, devices: int, *, memory_per_rank: str | int | float,
     budget = parse_size(memory_per_rank)
     shapes = _shapes(devices, mesh_shapes)
     opts = options or cm.Options()
+    if mesh_shapes is None and not opts.cost.per_dim:
+        # every mesh dim has the same links: a mesh and its permutations plan alike
+        shapes = list(dict.fromkeys(tuple(sorted(s)) for s in shapes))
     q = fold(graph)
     found: list[Candidate] = []
     floors: list[float] = []

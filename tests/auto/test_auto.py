@@ -94,7 +94,9 @@ def test_a_tight_budget_brings_tensor_parallelism() -> None:
     budget = (leanest.predicted.memory_bytes + loose.predicted.memory_bytes) // 2
     tight = auto.plan(g, 4, memory_per_rank=budget)
     assert tight.predicted.memory_bytes <= budget
-    assert _split_over(tight, "fc1.weight") > 1 and _split_over(tight, "fc2.weight") > 1
+    # a weight split: parameters (with their gradients and Adam's state) are what the tight
+    # budget cannot hold replicated
+    assert max(_split_over(tight, w) for w in ("fc1.weight", "fc2.weight")) > 1
     assert tight.predicted.time >= loose.predicted.time
 
 
@@ -128,7 +130,8 @@ def test_bad_input_is_a_typed_error_naming_the_fix(kwargs: dict[str, object],
 
 
 def test_mesh_shapes_are_the_factorisations() -> None:
-    assert auto.mesh_shapes(8) == [(8,), (2, 4), (4, 2), (2, 2, 2)]
+    assert auto.mesh_shapes(8) == [(8,), (2, 4), (4, 2), (2, 2, 2)]  # (4, 2) tried only
+    # where the mesh dims have different links (CostModel.per_dim): else it plans as (2, 4)
     assert auto.mesh_shapes(1) == [(1,)]
 
 
