@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
         calibrate(args.write)
         return
     opts = auto.Options()
-    for kind in args.models.split(","):
+    for kind in filter(None, args.models.split(",")):  # --models "" runs the solve alone
         bench_model(kind, args.devices, opts)
     if args.solve_layers:
         bench_solve(args.solve_layers, 8, opts)
