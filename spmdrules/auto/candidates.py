@@ -10,8 +10,8 @@ by the rule: a combination is a candidate only where the rule accepts its operan
 candidate. Nothing here knows an op by name: the rules decide.
 
 The probes also give the op's *contractions* (a split of two operands together that leaves a
-result a pending sum: matmul's ``k``, a convolution's input channels; a lookup's split table
-is one operand, so no contraction) and the dims no mesh dim may split (a kernel
+result a pending sum: matmul's ``k``; a lookup's split table is one operand, so no
+contraction) and the dims no mesh dim may split (a kernel
 window), from which ``spmdrules.auto.cost`` counts the op's flops.
 """
 

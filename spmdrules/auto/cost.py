@@ -5,8 +5,8 @@ Time is a training step's, compute plus communication, with no overlap assumed:
 * **compute**: each op's work divided over the processes its strategy splits it across, at a
   rate measured per process (``calibration.json`` beside this module, written by
   ``python bench/auto.py --calibrate --write``). An op with a contraction (a split the rule
-  answers with a plain pending sum on two operands: matmul's ``k``, a convolution's input
-  channels) does ``2 x (result elements) x (contracted and unsplittable extents of the operand)``
+  answers with a plain pending sum on two operands: matmul's ``k``; not a convolution's input
+  channels, which its rule keeps whole: docs/auto.md's limits) does ``2 x (result elements) x (contracted and unsplittable extents of the operand)``
   flops at the matmul rate; any other op touches its operands' and results' elements at the
   elementwise rate. The reverse pass does twice the forward's work (``TRAINING_FACTOR``).
 * **communication**: each reshard's plan (the planner's calibrated alpha-beta cost), and in the
