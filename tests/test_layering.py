@@ -8,8 +8,8 @@ The import graph is read with ``ast`` from the installed package's files (the ``
 The layers, lowest first (``docs/architecture.md``): core, runtime (which may import only core),
 engine, rules, graph, then plan, importers and completion (which do not import each other),
 auto (auto-sharding: it plans, and reads the rules and the reshard planner), execution, then
-verify and conformance (which do not import each other), then the top package's own modules (the public face, cli, demo). A module may import its
-own layer and the layers below it.
+verify and conformance (which do not import each other), then the top package's own modules
+(the public face, cli, demo). A module may import its own layer and the layers below it.
 
 The second half checks the other axis of the layout: one op family, one name in every layer. An
 op's shape rule, kernel, VJP, case generator and deviations live in modules named after the
