@@ -8,7 +8,8 @@ Time is a training step's, compute plus communication, with no overlap assumed:
   answers with a plain pending sum on two operands: matmul's ``k``; not a convolution's input
   channels, which its rule keeps whole: docs/auto.md's limits) does ``2 x (result
   elements) x (contracted and unsplittable extents of the operand)`` flops at the matmul
-  rate; any other op touches its operands' and results' elements at the elementwise rate. The reverse pass does twice the forward's work (``TRAINING_FACTOR``).
+  rate; any other op touches its operands' and results' elements at the elementwise rate.
+  The reverse pass does twice the forward's work (``TRAINING_FACTOR``).
 * **communication**: each reshard's plan (the planner's calibrated alpha-beta cost), and in the
   reverse pass the plan back to its source's settled layout; and, for an operand an op reads
   whole on a mesh dim that divides its work (a replicated weight under data parallelism, the
