@@ -12,7 +12,7 @@ EXAMPLE_PLUGIN := tests/plugins/spmdrules_example_op
 $(STAMP): pyproject.toml $(EXAMPLE_PLUGIN)/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[mpi,onnx,torch,test]"
+	$(BIN)/python -m pip install --quiet -e ".[mpi,onnx,torch,auto,test]"
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e $(EXAMPLE_PLUGIN)
 	touch $(STAMP)
 

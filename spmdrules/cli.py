@@ -18,13 +18,14 @@ import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
+from spmdrules import auto
 from spmdrules.completion.driver import Completion, complete
 from spmdrules.completion.explain import explain
 from spmdrules.completion.result import DroppedSplitWarning
 from spmdrules.core import progress
 from spmdrules.core.errors import SpmdError, printable
 from spmdrules.core.mesh import ProcessMesh
-from spmdrules.core.output import check_target
+from spmdrules.core.output import check_target, write_text
 from spmdrules.core.plugins import add_plugin_option, load_plugins
 from spmdrules.graph import examples
 from spmdrules.graph.exchange import dump, load
@@ -78,6 +79,19 @@ def _import(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _auto(args: argparse.Namespace) -> int:
+    if args.optimizer_states < 0:
+        return _fail("--optimizer-states must be >= 0")
+    found = auto.plan(load(args.model), args.devices, memory_per_rank=args.memory,
+                      objective=args.objective,
+                      options=auto.Options(optimizer_states=args.optimizer_states))
+    _say(found.report())
+    if args.output:
+        write_text(args.output, found.to_json())
+        _say(f"wrote {args.output}: {len(found)} annotations on mesh {list(found.mesh.shape)}")
+    return EXIT_OK
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = _Parser(
         prog="spmdrules",
@@ -113,6 +127,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="annotate the model by this plan file (docs/plan.schema.json)")
     i.add_argument("--no-progress", action="store_true",
                    help="no progress bars (they show only on a terminal, for long graphs)")
+    a = sub.add_parser("auto", help="find the fastest plan of MODEL.json within a memory budget",
+                       description="Search the meshes of DEVICES processes for the fastest plan "
+                                   "of MODEL.json whose memory per rank fits; print its predicted "
+                                   "step time and memory and the next two alternatives.")
+    a.add_argument("model", metavar="MODEL.json")
+    a.add_argument("--devices", type=int, required=True, help="the number of processes")
+    a.add_argument("--memory", required=True, help="memory per rank, e.g. 2GiB or 512MiB")
+    a.add_argument("--objective", choices=["time", "memory"], default="time")
+    a.add_argument("--optimizer-states", type=int, default=2, metavar="N",
+                   help="parameter-sized optimizer buffers per parameter (Adam 2, SGD 0)")
+    a.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan file here")
     x = sub.add_parser("example", help="write an example model (annotated, not completed)",
                        description="Write the GPT decoder or the Megatron MLP as a model file.")
     x.add_argument("which", choices=["gpt", "mlp"])
@@ -138,6 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _say(f"wrote {args.output}")
         elif args.command == "import":
             return _import(args)
+        elif args.command == "auto":
+            return _auto(args)
         elif args.command == "explain":
             g = load(args.model)
             _say(explain(_complete(g), g.tensor(args.tensor)))

@@ -7,9 +7,9 @@ The import graph is read with ``ast`` from the installed package's files (the ``
 
 The layers, lowest first (``docs/architecture.md``): core, runtime (which may import only core),
 engine, rules, graph, then plan, importers and completion (which do not import each other),
-execution, then verify and conformance (which do not import each
-other), then the top package's own modules (the public face, cli, demo). A module may import its
-own layer and the layers below it.
+auto (auto-sharding: it plans, and reads the rules and the reshard planner), execution, then
+verify and conformance (which do not import each other), then the top package's own modules
+(the public face, cli, demo). A module may import its own layer and the layers below it.
 
 The second half checks the other axis of the layout: one op family, one name in every layer. An
 op's shape rule, kernel, VJP, case generator and deviations live in modules named after the
@@ -54,10 +54,12 @@ RANKS: dict[str, int] = {
     "plan": 5,
     "importers": 5,
     "completion": 5,
-    "execution": 6,
-    "verify": 7,
-    "conformance": 7,
-    "top": 8,
+    # auto-sharding reads the rules' strategies and the planner's prices, and plans
+    "auto": 6,
+    "execution": 7,
+    "verify": 8,
+    "conformance": 8,
+    "top": 9,
 }
 #: the longest module files may be
 MAX_LINES = 500

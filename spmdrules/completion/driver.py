@@ -11,6 +11,7 @@ from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.completion.dropped import dropped_lines, find_dropped, warn_dropped
 from spmdrules.completion.edges import reshard_edges
 from spmdrules.completion.masks import proven
+from spmdrules.completion.memory import memory
 from spmdrules.completion.offers import KINDS, RawOffer
 from spmdrules.completion.planning import Plan, ReshardError, divisible, fmt_bytes
 from spmdrules.completion.provenance import Provenance
@@ -255,8 +256,7 @@ class Completion:
                      f"{fmt_bytes(sum(p.total_bytes for p in ok))}, time "
                      f"{sum(p.time for p in ok) * 1e3:.3f} ms"
                      + (f"; {bad} with no plan (listed)" if bad else ""))
-        if planned:
-            lines.append(reshard_table(planned))
+        lines += [f"  {memory(self)}", *([reshard_table(planned)] if planned else [])]
         return "\n".join(lines)
 
     def table(self, tensors: Iterable[Tensor | str] | None = None) -> str:
