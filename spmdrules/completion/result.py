@@ -19,7 +19,6 @@ OfferKind = Literal["forward", "demand", "reverse"]
 OriginKind = Literal["annotation", "forward", "demand", "reverse", "default"]
 
 
-RECENT_VISITS: Final = 4
 WEAK_RANK: Final = ranks.WEAK  # rank of an offer no known tensor drove (a placeholder's echo)
 
 
