@@ -34,7 +34,8 @@ _OUTER_RUN = ("PYTEST_XDIST_", "PYTEST_CURRENT_TEST", "PYTEST_VERSION")
 
 
 def nested_pytest(args: list[str], *, cwd: Path, env: dict[str, str],
-                  python: str | Path = sys.executable) -> tuple[int, str]:
+                  python: str | Path = sys.executable,
+                  timeout: float = NESTED_TIMEOUT) -> tuple[int, str]:
     """Run ``python -m pytest args...`` as a run of its own: its exit status and its output.
 
     The run (its controller and, under ``-n``, its xdist workers) is a process group of its own,
@@ -45,15 +46,15 @@ def nested_pytest(args: list[str], *, cwd: Path, env: dict[str, str],
     run before the timeout, so a hang is reported, with where it is, as this test's failure."""
     env = {k: v for k, v in env.items() if not k.startswith(_OUTER_RUN)}
     cmd = [str(python), "-m", "pytest", "-p", "no:cacheprovider",
-           "-o", f"faulthandler_timeout={NESTED_TIMEOUT * 0.8:g}", *args]
+           "-o", f"faulthandler_timeout={timeout * 0.8:g}", *args]
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=NESTED_TIMEOUT)
+        out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
-        pytest.fail(f"the nested run {cmd} did not end in {NESTED_TIMEOUT:g} s (killed):\n"
+        pytest.fail(f"the nested run {cmd} did not end in {timeout:g} s (killed):\n"
                     f"{out[-6000:]}")
     finally:
         # a worker that outlived its controller (the group is empty after a clean end)
@@ -86,6 +87,36 @@ def _interpreter_without_mpiexec(tmp_path: Path) -> Path:
         f"home = {Path(os.path.realpath(sys.executable)).parent}\n"
         "include-system-site-packages = true\n")
     return home / "bin" / "python"
+
+
+STUCK_TEST = '''
+import os, subprocess, threading
+
+
+def test_stuck() -> None:
+    # a process of the run that holds the output pipe, as an xdist worker does
+    child = subprocess.Popen(["sleep", "600"])
+    with open(os.environ["CHILD_PID"], "w") as f:
+        f.write(str(child.pid))
+    threading.Event().wait()
+'''
+
+
+@pytest.mark.timeout(240)
+def test_a_stuck_nested_run_fails_with_its_stacks_and_leaves_no_process(tmp_path: Path) -> None:
+    """A nested run that never ends is this test's failure, with where each thread of it waits,
+    and takes every process of it along: none holds the output pipe (the outer run would wait
+    for it), none outlives it."""
+    (tmp_path / "test_stuck.py").write_text(STUCK_TEST)
+    pid_file = tmp_path / "child.pid"
+    env = {**os.environ, "CHILD_PID": str(pid_file)}
+    with pytest.raises(pytest.fail.Exception, match="did not end in 30 s") as failed:
+        nested_pytest(["-p", "no:timeout", "test_stuck.py"], cwd=tmp_path, env=env, timeout=30)
+    assert "Timeout (0:00:24)!" in str(failed.value) and "test_stuck" in str(failed.value)
+    child = int(pid_file.read_text())
+    state = Path(f"/proc/{child}/stat")
+    assert not state.exists() or state.read_text().split(") ")[1][0] == "Z", \
+        f"the nested run's process {child} outlived it"
 
 
 @pytest.mark.timeout(240)
