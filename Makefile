@@ -23,9 +23,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict spmdrules rules
 
-# pytest-xdist with WORKERS=auto (one worker per core): each test file is one unit of work, every
-# test marked mpi joins one unit, so one worker runs the mpiexec jobs one at a time, and files
-# marked xdist_group(name) share one (tests/support/xdist_mpi.py). Serial (WORKERS=0) by default
+# pytest-xdist with WORKERS=auto (one worker per core): each test file is one unit of work, files
+# marked xdist_group(name) share one, and the tests marked mpi take turns, at most two jobs at
+# once (tests/support/xdist_mpi.py). Serial (WORKERS=0) by default
 # until a run on both cores passes end to end twice (the failures of the one run that ended, at
 # a load of 15 to 20, were a shared fixture over its test's timeout).
 WORKERS ?= 0

@@ -81,7 +81,7 @@ def _shm_segments() -> set[str]:
     return {str(p) for p in shm.glob("mpich_shm_*")} if shm.is_dir() else set()
 
 
-# -- MPI tests: marked, run one at a time, skipped where there is no mpiexec ---------------------
+# -- MPI tests: marked, run in turns under xdist, skipped where there is no mpiexec ---------------
 MPI_MARKER = "mpi"
 NO_MPIEXEC = ("no mpiexec next to {python} or on PATH: install the mpi extra "
               "(pip install -e '.[mpi]') to run the tests marked mpi")
@@ -107,7 +107,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if config.pluginmanager.has_plugin("spmdrules-xdist-mpi"):
         import xdist_mpi
 
-        xdist_mpi.record_units(config, items, MPI_MARKER)
+        xdist_mpi.record_units(config, items)
 
 
 class UnmarkedMpiTest(AssertionError):
@@ -116,11 +116,19 @@ class UnmarkedMpiTest(AssertionError):
 
 @pytest.fixture(autouse=True)
 def mpi_needs_its_marker(request: pytest.FixtureRequest,
-                         monkeypatch: pytest.MonkeyPatch) -> None:
+                         monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A test without ``@pytest.mark.mpi`` cannot start an mpiexec job in this process: it
-    would escape ``make unit-fast``'s filter, the skip where mpiexec is missing, and the one
-    worker that runs MPI jobs under xdist (two jobs at once oversubscribe the cores)."""
-    if request.node.get_closest_marker(MPI_MARKER) is not None:
+    would escape ``make unit-fast``'s filter, the skip where mpiexec is missing, and the turns
+    that MPI tests take under xdist (tests/support/xdist_mpi.py: a job beside the 48-rank one
+    would oversubscribe the cores beyond it). A test with the marker runs in its turn."""
+    marker = request.node.get_closest_marker(MPI_MARKER)
+    if marker is not None:
+        xdist_mpi = request.config.pluginmanager.get_plugin("spmdrules-xdist-mpi")
+        if xdist_mpi is None:
+            yield
+            return
+        with xdist_mpi.mpi_turn(request.config, alone=bool(marker.kwargs.get("alone"))):
+            yield
         return
     import spmdrules.execution.launch as launch_module
 
@@ -130,6 +138,7 @@ def mpi_needs_its_marker(request: pytest.FixtureRequest,
 
     # every job (run_mpi's, tests/support/mpirun.py's) starts its mpiexec in launch's _run
     monkeypatch.setattr(launch_module, "_run", refuse)
+    yield
 
 
 # -- /dev/shm: no MPI job of the run leaves a shared-memory segment ------------------------------

@@ -55,12 +55,18 @@ def job(n: int) -> tuple[dict[str, set[int]], str]:
     return passed, report
 
 
+def _turn(n: int) -> pytest.MarkDecorator | tuple[()]:
+    """The 48-rank job runs with no other job beside it (tests/support/xdist_mpi.py)."""
+    return pytest.mark.mpi(alone=True) if n == BIG else ()
+
+
 PAIRS = [(n, name) for n in SIZES for name in cases.cases_for(n) if name not in BIG_CASES[:1]]
 PAIRS += [(BIG, name) for name in BIG_CASES]
 
 
 @pytest.mark.timeout(JOB_TIMEOUT + 30)
-@pytest.mark.parametrize(("n", "name"), PAIRS, ids=[f"n{n}-{c}" for n, c in PAIRS])
+@pytest.mark.parametrize(("n", "name"), [pytest.param(n, c, marks=_turn(n), id=f"n{n}-{c}")
+                                         for n, c in PAIRS])
 def test_case(n: int, name: str) -> None:
     passed, report = job(n)
     ranks = passed.get(name, set())
@@ -70,7 +76,7 @@ def test_case(n: int, name: str) -> None:
 
 
 @pytest.mark.timeout(JOB_TIMEOUT + 30)
-@pytest.mark.parametrize("n", [*SIZES, BIG])
+@pytest.mark.parametrize("n", [pytest.param(n, marks=_turn(n), id=str(n)) for n in [*SIZES, BIG]])
 def test_job_exits_cleanly(n: int) -> None:
     passed, report = job(n)
     assert passed["__job__"] == set(range(n)), report
