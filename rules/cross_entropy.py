@@ -69,7 +69,8 @@ def cross_entropy(x: Shape, label: Shape, *, soft_label: bool, use_softmax: bool
     _check_shapes(x, label, ax, soft_label)
     xl, ll, lossl = _notation(len(x), ax, soft_label)
     why = _class_axis_shardable(len(x), ax, soft_label, use_softmax)
-    refused = ((0, _CLASS, f"the vocab-parallel kernel does not support {why}"),) if why else ()
+    refused = ((0, _CLASS, f"the vocab-parallel kernel does not support it with {why}"),
+               ) if why else ()
     return Description((xl, ll), (xl, lossl), claim_broadcast=True,
                        claimed=frozenset(_CLASS if why else ""), reverse_merge=(3, 2),
                        policy=Policy(refused=refused))

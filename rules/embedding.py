@@ -66,7 +66,7 @@ def lookup(x: Shape, weight: Shape, padding_idx: int, sparse: bool) -> Descripti
     refused: tuple[tuple[int, str, str], ...] = ()
     if padding_idx != -1 or sparse:
         why = f"padding_idx={padding_idx}" if padding_idx != -1 else "sparse=True"
-        refused = ((1, "j", f"the vocab-parallel kernel does not support {why}"),)
+        refused = ((1, "j", f"the vocab-parallel kernel does not support it with {why}"),)
     ls = _letters(x)
     return Description((ls, "jk"), (ls + "k",),
                        policy=Policy(shared_mesh_dim="error", refused=refused))
