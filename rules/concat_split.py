@@ -1,166 +1,59 @@
 """Joining and cutting along one axis: concat, stack, add_n (join) and split, split_with_num,
-unbind (cut).
+unbind (cut), each a Description of a *whole* tensor and its *pieces* along the op axis.
 
-One description serves the family: a *whole* tensor and its *pieces* along the op axis. The op axis
-is never sharded (a piece boundary would fall inside a shard); every other axis merges like an
-elementwise op. Pieces either keep the op axis (concat, split: ``abc`` <-> ``abc``) or lose it
-(stack, unbind: ``ac`` <-> ``abc``). Joining infers the whole from the pieces, cutting the pieces
-from the whole; each op's reverse rule is the other direction.
+The op axis is never sharded (a piece boundary would fall inside a shard): it is a ``claimed``
+letter, which takes part in the merge but is whole in every answer. Every other axis merges as
+an elementwise op's. Pieces either keep the op axis (concat, split: ``abc`` <-> ``abc``) or lose
+it (stack, unbind: ``ac`` <-> ``abc``). A list output answers flat, one attribute per piece.
 
-Forward concat and stack follow Paddle's cost-based alignment (``AlignDimsSharding``): a mesh dim
-on which the pieces disagree goes to the aligned axis that is cheapest to reshard to.
+The policy: forward concat and stack align their pieces by Paddle's cost
+(``Policy(align=True)``, :mod:`spmdrules.engine.align`); unbind's pieces keep x's pending results
+(``linear``, every reduce type); add_n's pieces are summands, pending alike or not at all; the
+cuts keep a masked pending sum masked (``masks="single"``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.core.spec import SpmdInfo, TensorSpec
-from spmdrules.engine import einsum
-from spmdrules.engine.masks import carry, plain
-from spmdrules.engine.registry import A, T, Vec, register_rule
-from spmdrules.engine.rulekit import attr, normalise_axis
+from spmdrules.engine.described import register_described
+from spmdrules.engine.description import Description, letters
+from spmdrules.engine.policy import EVERY_REDUCTION, LINEAR_REDUCTIONS, Policy
+from spmdrules.engine.registry import A, T, Vec
+from spmdrules.engine.rulekit import normalise_axis
 
-LINEAR_REDUCE = frozenset(("sum", "avg"))
+Shape = tuple[int, ...]
 
+#: the pending results a join keeps, where every piece has them (read by conformance)
+LINEAR_REDUCE = LINEAR_REDUCTIONS
 
-# ---- the family's description: whole <-> piece mappings along the op axis ------------------------
-def _cut(whole: MultiDims, axis: int, keeps_axis: bool) -> MultiDims:
-    """A piece's mapping read off the whole's: the op axis replicated (concat) or gone (stack)."""
-    if keeps_axis:
-        return (*whole[:axis], (), *whole[axis + 1 :])
-    return (*whole[:axis], *whole[axis + 1 :])
-
-
-def _join(piece: MultiDims, axis: int) -> MultiDims:
-    """The whole's mapping read off a piece that lost the op axis (stack): the axis replicated.
-
-    (A piece that keeps the axis reads the same as the whole, the axis replicated: ``_cut``.)
-    """
-    return (*piece[:axis], (), *piece[axis:])
-
-
-# ---- Paddle's alignment of the pieces of concat / stack ------------------------------------------
-# A mesh dim's placement for one tensor: the tensor dim it shards, the reduce type of its pending
-# partial, or None (replicated).
-_Placement = int | str | None
-
-
-def _placements(a: DistAttr) -> list[_Placement]:
-    out: list[_Placement] = [None] * a.mesh.ndim
-    for tdim, dims in enumerate(a.multi_dims_mapping):
-        for md in dims:
-            out[md] = tdim
-    for md, rt in a.partial_items:
-        out[md] = rt
-    return out
-
-
-def _is_empty(shape: tuple[int, ...]) -> bool:
-    return not shape or shape[0] == 0
-
-
-def _local_numel(t: TensorSpec) -> int:
-    # Paddle's GetLocalShape: ceil-divide each sharded dim (by its last mesh dim only).
-    mesh_shape = t.attr.mesh.shape
-    n = 1
-    for size, dims in zip(t.shape, t.attr.multi_dims_mapping, strict=True):
-        n *= -(-size // mesh_shape[max(dims)]) if dims else size
-    return n
-
-
-def _align(pieces: Sequence[TensorSpec], aligned: Sequence[int]) -> tuple[MultiDims, PartialItems]:
-    """One mapping for every piece (same rank) and the sum/avg partials they all share.
-
-    A mesh dim on which every non-empty piece agrees keeps its shard (of an aligned axis) or its
-    sum/avg partial. A mesh dim on which they disagree goes to the aligned axis that is cheapest
-    to reshard to (the fewest elements moved; ties: the lowest axis), or to none.
-    """
-    nonempty = [t for t in pieces if not _is_empty(t.shape)] or [pieces[0]]
-    first = nonempty[0].attr
-    if all(t.attr == first for t in nonempty):  # already aligned: nothing to choose
-        return (
-            tuple(d if i in aligned else () for i, d in enumerate(first.multi_dims_mapping)),
-            tuple(p for p in first.partial_items if p[1] in LINEAR_REDUCE),
-        )
-    mesh_shape = first.mesh.shape
-    places = [_placements(t.attr) for t in nonempty]
-    ref = places[0]
-    agreed = [all(p[md] == ref[md] for p in places) for md in range(len(mesh_shape))]
-    owner: dict[int, int] = {}  # mesh dim -> tensor dim
-    partial: list[tuple[int, str]] = []
-    for md, ok in enumerate(agreed):
-        where = ref[md]
-        if not ok:
-            continue
-        if isinstance(where, int) and where in aligned:
-            owner[md] = where
-        elif isinstance(where, str) and where in LINEAR_REDUCE:
-            partial.append((md, where))
-    # Agreed co-shards keep their order (it is the data layout); a chosen axis was unsharded.
-    mdm = [tuple(md for md in dims if md in owner) for dims in first.multi_dims_mapping]
-    costs = [_local_numel(t) for t in nonempty]
-    for md, ok in enumerate(agreed):
-        if not ok:
-            tdim = _cheapest_axis(nonempty, costs, aligned, set(owner.values()), mesh_shape[md])
-            if tdim is not None:
-                owner[md] = tdim
-                mdm[tdim] = (md,)
-    return tuple(mdm), tuple(partial)
-
-
-def _cheapest_axis(
-    pieces: Sequence[TensorSpec], costs: Sequence[int], aligned: Sequence[int],
-    taken: set[int], size: int,
-) -> int | None:
-    """The aligned tensor dim cheapest to shard over a mesh dim of ``size``; ties: the lowest."""
-    best: int | None = None
-    best_cost = 0
-    for tdim in aligned:
-        if tdim in taken:
-            continue
-        cost = 0
-        for t, c in zip(pieces, costs, strict=True):
-            if t.shape[tdim] < size:
-                break
-            if not t.attr.multi_dims_mapping[tdim]:
-                cost += c * size
-        else:
-            if best is None or cost < best_cost:
-                best, best_cost = tdim, cost
-    return best
-
-
-def _letters(ndim: int) -> str:
-    if ndim > len(einsum.ALPHABET):
-        raise RuleArgumentError(
-            f"rank {ndim} exceeds the {len(einsum.ALPHABET)} axes this rule can name"
-        )
-    return einsum.ALPHABET[:ndim]
+_ALIGNED = Policy(align=True)
+_CUT = Policy(masks="single")
+# Deviation UnbindPartialOutput: the pieces of a partial tensor are partial; Paddle drops it.
+_UNBOUND = Policy(masks="single", linear_types=EVERY_REDUCTION)
+_SUMMANDS = Policy(summands=True, linear_types=LINEAR_REDUCTIONS)
 
 
 # ---- shape checks --------------------------------------------------------------------------------
-def _need_pieces(name: str, pieces: Sequence[TensorSpec]) -> None:
+def _need_pieces(name: str, pieces: Sequence[Shape]) -> None:
     if not pieces:
         raise RuleArgumentError(f"{name!r} is an empty list; give at least one tensor")
 
 
-def _same_rank(name: str, pieces: Sequence[TensorSpec], ndim: int) -> None:
-    for i, t in enumerate(pieces):
-        if t.ndim != ndim:
+def _same_rank(name: str, pieces: Sequence[Shape], ndim: int) -> None:
+    for i, s in enumerate(pieces):
+        if len(s) != ndim:
             raise RuleArgumentError(
-                f"'{name}[{i}]' has rank {t.ndim} but '{name}[0]' has rank {ndim}; every "
+                f"'{name}[{i}]' has rank {len(s)} but '{name}[0]' has rank {ndim}; every "
                 "tensor of the list must have the same rank"
             )
 
 
-def _same_shape_except(
-    name: str, pieces: Sequence[TensorSpec], axis: int | None, ref: tuple[int, ...], ref_name: str
-) -> None:
-    for i, t in enumerate(pieces):
-        for d, (a, b) in enumerate(zip(t.shape, ref, strict=True)):
+def _same_shape_except(name: str, pieces: Sequence[Shape], axis: int | None, ref: Shape,
+                       ref_name: str) -> None:
+    for i, s in enumerate(pieces):
+        for d, (a, b) in enumerate(zip(s, ref, strict=True)):
             if d != axis and a != b:
                 raise RuleArgumentError(
                     f"'{name}[{i}]' dim {d} has size {a} but {ref_name} has {b}; only the op "
@@ -170,104 +63,80 @@ def _same_shape_except(
                 )
 
 
-def _check_whole(name: str, whole: TensorSpec, expect: tuple[int, ...]) -> None:
-    if whole.shape != expect:
+def _check_whole(name: str, whole: Shape, expect: Shape) -> None:
+    if whole != expect:
         raise RuleArgumentError(
-            f"{name!r} has shape {list(whole.shape)} but the pieces give {list(expect)}"
+            f"{name!r} has shape {list(whole)} but the pieces give {list(expect)}"
         )
 
 
-def _rank_at_least_1(name: str, t: TensorSpec) -> None:
-    if t.ndim == 0:
+def _rank_at_least_1(name: str, shape: Shape) -> None:
+    if not shape:
         raise RuleArgumentError(f"{name!r} is a 0-d tensor; it has no axis to split or join on")
 
 
-# ---- concat --------------------------------------------------------------------------------------
-def _concat_axis(x: Sequence[TensorSpec], axis: int) -> int:
+def _cut(ls: str, a: int, keeps_axis: bool) -> str:
+    """A piece's letters: the whole's, without the op axis where the piece loses it."""
+    return ls if keeps_axis else ls[:a] + ls[a + 1:]
+
+
+# ---- concat and stack: join the pieces `x` -------------------------------------------------------
+def _concat_axis(x: Sequence[Shape], axis: int) -> int:
     _need_pieces("x", x)
-    ndim = x[0].ndim
+    ndim = len(x[0])
     _rank_at_least_1("x[0]", x[0])
     _same_rank("x", x, ndim)
     a = normalise_axis("concat", "x", axis, ndim)
-    _same_shape_except("x", x, a, x[0].shape, "'x[0]'")
+    _same_shape_except("x", x, a, x[0], "'x[0]'")
     return a
 
 
-def concat_forward(x: tuple[TensorSpec, ...], axis: int) -> SpmdInfo:
+def concat(x: tuple[Shape, ...], *, axis: int) -> Description:
+    """``abc,abc,..->abc``, the axis claimed. Deviations partial-pieces-kept (the concat of
+    pending pieces is pending) and join-reverse-echoes-out (reverse gives the out the local
+    concat yields; Paddle echoes ``out``)."""
     a = _concat_axis(x, axis)
-    aligned = [d for d in range(x[0].ndim) if d != a]
-    piece = attr(x[0], *_align(x, aligned))
-    # Deviation partial-pieces-kept: the concat of partial pieces is partial; Paddle drops it here.
-    return SpmdInfo([(piece,) * len(x)], [piece])
+    ls = letters(len(x[0]))
+    return Description((ls,), (ls,), claimed=frozenset(ls[a]), policy=_ALIGNED)
 
 
-def concat_reverse(x: tuple[TensorSpec, ...], out: TensorSpec, axis: int) -> SpmdInfo:
+def _check_concat_out(x: tuple[Shape, ...], out: Shape, axis: int) -> None:
     a = _concat_axis(x, axis)
-    whole = (*x[0].shape[:a], sum(t.shape[a] for t in x), *x[0].shape[a + 1 :])
-    _check_whole("out", out, whole)
-    piece = attr(out, _cut(out.attr.multi_dims_mapping, a, keeps_axis=True))
-    # Deviation join-reverse-echoes-out: the out the local concat yields (Paddle echoes `out`).
-    return SpmdInfo([(piece,) * len(x)], [piece])
+    _check_whole("out", out, (*x[0][:a], sum(s[a] for s in x), *x[0][a + 1:]))
 
 
-# ---- stack ---------------------------------------------------------------------------------------
-def _stack_axis(x: Sequence[TensorSpec], axis: int) -> int:
+def _stack_axis(x: Sequence[Shape], axis: int) -> int:
     _need_pieces("x", x)
-    ndim = x[0].ndim
+    ndim = len(x[0])
     _same_rank("x", x, ndim)
-    _same_shape_except("x", x, None, x[0].shape, "'x[0]'")
+    _same_shape_except("x", x, None, x[0], "'x[0]'")
     return normalise_axis("stack", "x", axis, ndim, allow_end=True)
 
 
-def stack_forward(x: tuple[TensorSpec, ...], axis: int) -> SpmdInfo:
+def stack(x: tuple[Shape, ...], *, axis: int) -> Description:
+    """``ac,ac,..->abc``: the new axis only in the output (deviation join-reverse-echoes-out)."""
     a = _stack_axis(x, axis)
-    mdm, part = _align(x, range(x[0].ndim))
-    piece = attr(x[0], mdm, part)
-    return SpmdInfo([(piece,) * len(x)], [attr(x[0], _join(mdm, a), part)])
+    ls = letters(len(x[0]) + 1)
+    return Description((_cut(ls, a, False),), (ls,), claimed=frozenset(ls[a]), policy=_ALIGNED)
 
 
-def stack_reverse(x: tuple[TensorSpec, ...], out: TensorSpec, axis: int) -> SpmdInfo:
+def _check_stack_out(x: tuple[Shape, ...], out: Shape, axis: int) -> None:
     a = _stack_axis(x, axis)
-    _check_whole("out", out, (*x[0].shape[:a], len(x), *x[0].shape[a:]))
-    mdm = _cut(out.attr.multi_dims_mapping, a, keeps_axis=False)
-    # Deviation join-reverse-echoes-out: the out the local stack yields (Paddle echoes `out`).
-    return SpmdInfo([(attr(out, mdm),) * len(x)], [attr(out, _join(mdm, a))])
+    _check_whole("out", out, (*x[0][:a], len(x), *x[0][a:]))
 
 
 # ---- split / split_with_num / unbind: cut the whole `x` into `outs` ------------------------------
-def _cut_forward(x: TensorSpec, a: int, n: int, keeps_axis: bool, keep_partial: bool) -> SpmdInfo:
-    """The pieces of ``x``. A masked pending sum is cut into masked sums, each slice of a piece
-    a slice of x (``spmdrules.engine.masks``); a plain one is kept only with ``keep_partial``."""
-    if x.attr._masks:
-        info = _cut_forward(plain(x), a, n, keeps_axis, keep_partial)
-        ls = _letters(x.ndim)
-        piece_ls = ls if keeps_axis else ls[:a] + ls[a + 1:]
-        return carry(info, [(x, ls)], [piece_ls] * n)
-    mdm = _cut(x.attr.multi_dims_mapping, a, keeps_axis=True)
-    part = x.attr.partial_items if keep_partial else ()
-    piece = attr(x, mdm if keeps_axis else _cut(mdm, a, keeps_axis=False), part)
-    return SpmdInfo([attr(x, mdm, part)], [piece] * n)
+def _pieces(x: Shape, a: int, n: int, keeps_axis: bool, policy: Policy = _CUT) -> Description:
+    ls = letters(len(x))
+    return Description((ls,), (_cut(ls, a, keeps_axis),) * n, claimed=frozenset(ls[a]),
+                       linear=(0,) if policy.linear_types != _CUT.linear_types else (),
+                       policy=policy)
 
 
-def _cut_reverse(
-    x: TensorSpec, outs: tuple[TensorSpec, ...], a: int, keeps_axis: bool
-) -> SpmdInfo:
-    letters = _letters(x.ndim)
-    piece_letters = letters if keeps_axis else letters[:a] + letters[a + 1 :]
-    merged = einsum.merge(
-        ((piece_letters, o.attr.multi_dims_mapping) for o in outs),
-        names=[f"outs[{i}]" for i in range(len(outs))],
-    )
-    merged = einsum.resolve_mesh_conflicts(merged)
-    whole = _cut(einsum.mapping_for(letters, merged), a, keeps_axis=True)
-    piece = attr(x, _cut(whole, a, keeps_axis))
-    return SpmdInfo([attr(x, whole)], [piece] * len(outs))
-
-
-def _split_sizes(x: TensorSpec, sections: tuple[int, ...], axis: int) -> tuple[int, tuple[int, ...]]:
+def _split_sizes(x: Shape, sections: tuple[int, ...], axis: int) -> tuple[int, tuple[int, ...]]:
     _rank_at_least_1("x", x)
-    a = normalise_axis("split", "x", axis, x.ndim)
-    n = x.shape[a]
+    a = normalise_axis("split", "x", axis, len(x))
+    n = x[a]
     if not sections:
         raise RuleArgumentError("'sections' is empty; give at least one section size")
     if any(s < -1 for s in sections) or sections.count(-1) > 1:
@@ -290,44 +159,38 @@ def _split_sizes(x: TensorSpec, sections: tuple[int, ...], axis: int) -> tuple[i
     return a, sections
 
 
-def _check_pieces(x: TensorSpec, outs: Sequence[TensorSpec], a: int, sizes: Sequence[int] | None
-                  ) -> None:
+def _check_pieces(x: Shape, outs: Sequence[Shape], a: int, sizes: Sequence[int] | None) -> None:
     """Each out is x cut at axis ``a`` (size ``sizes[i]``), or x without axis ``a`` (unbind)."""
     for i, o in enumerate(outs):
-        if sizes is None:
-            want = (*x.shape[:a], *x.shape[a + 1 :])
-        else:
-            want = (*x.shape[:a], sizes[i], *x.shape[a + 1 :])
-        if o.shape != want:
+        want = (*x[:a], *x[a + 1:]) if sizes is None else (*x[:a], sizes[i], *x[a + 1:])
+        if o != want:
             raise RuleArgumentError(
-                f"'outs[{i}]' has shape {list(o.shape)} but cutting 'x' {list(x.shape)} at dim "
+                f"'outs[{i}]' has shape {list(o)} but cutting 'x' {list(x)} at dim "
                 f"{a} gives {list(want)}"
             )
 
 
-def _count(outs: Sequence[TensorSpec], n: int, what: str) -> None:
+def _count(outs: Sequence[Shape], n: int, what: str) -> None:
     if len(outs) != n:
         raise RuleArgumentError(f"'outs' holds {len(outs)} tensors but {what} gives {n}")
 
 
-def split_forward(x: TensorSpec, sections: tuple[int, ...], axis: int) -> SpmdInfo:
+def split(x: Shape, *, sections: tuple[int, ...], axis: int) -> Description:
     a, sizes = _split_sizes(x, sections, axis)
-    return _cut_forward(x, a, len(sizes), keeps_axis=True, keep_partial=False)
+    return _pieces(x, a, len(sizes), keeps_axis=True)
 
 
-def split_reverse(
-    x: TensorSpec, outs: tuple[TensorSpec, ...], sections: tuple[int, ...], axis: int
-) -> SpmdInfo:
+def _check_split_outs(x: Shape, outs: tuple[Shape, ...], sections: tuple[int, ...],
+                      axis: int) -> None:
     a, sizes = _split_sizes(x, sections, axis)
     _count(outs, len(sizes), f"'sections' {list(sections)}")
     _check_pieces(x, outs, a, sizes)
-    return _cut_reverse(x, outs, a, keeps_axis=True)
 
 
-def _num_sizes(x: TensorSpec, num: int, axis: int) -> tuple[int, tuple[int, ...]]:
+def _num_sizes(x: Shape, num: int, axis: int) -> tuple[int, tuple[int, ...]]:
     _rank_at_least_1("x", x)
-    a = normalise_axis("split_with_num", "x", axis, x.ndim)
-    n = x.shape[a]
+    a = normalise_axis("split_with_num", "x", axis, len(x))
+    n = x[a]
     if num < 1 or n % num:
         raise RuleArgumentError(
             f"'num' {num} must be >= 1 and divide the size {n} of 'x' dim {a}"
@@ -335,78 +198,60 @@ def _num_sizes(x: TensorSpec, num: int, axis: int) -> tuple[int, tuple[int, ...]
     return a, (n // num,) * num
 
 
-def split_with_num_forward(x: TensorSpec, num: int, axis: int) -> SpmdInfo:
+def split_with_num(x: Shape, *, num: int, axis: int) -> Description:
     a, _ = _num_sizes(x, num, axis)
-    return _cut_forward(x, a, num, keeps_axis=True, keep_partial=False)
+    return _pieces(x, a, num, keeps_axis=True)
 
 
-def split_with_num_reverse(x: TensorSpec, outs: tuple[TensorSpec, ...], num: int, axis: int
-                           ) -> SpmdInfo:
+def _check_split_with_num_outs(x: Shape, outs: tuple[Shape, ...], num: int, axis: int) -> None:
     a, sizes = _num_sizes(x, num, axis)
     _count(outs, num, f"'num' {num}")
     _check_pieces(x, outs, a, sizes)
-    return _cut_reverse(x, outs, a, keeps_axis=True)
 
 
-def unbind_forward(x: TensorSpec, axis: int) -> SpmdInfo:
+def _unbind_axis(x: Shape, axis: int) -> int:
     _rank_at_least_1("x", x)
-    a = normalise_axis("unbind", "x", axis, x.ndim)
-    # Deviation UnbindPartialOutput: the pieces of a partial tensor are partial; Paddle drops it.
-    return _cut_forward(x, a, x.shape[a], keeps_axis=False, keep_partial=True)
+    return normalise_axis("unbind", "x", axis, len(x))
 
 
-def unbind_reverse(x: TensorSpec, outs: tuple[TensorSpec, ...], axis: int) -> SpmdInfo:
-    _rank_at_least_1("x", x)
-    a = normalise_axis("unbind", "x", axis, x.ndim)
-    _count(outs, x.shape[a], f"'x' dim {a} of size {x.shape[a]}")
+def unbind(x: Shape, *, axis: int) -> Description:
+    a = _unbind_axis(x, axis)
+    return _pieces(x, a, x[a], keeps_axis=False, policy=_UNBOUND)
+
+
+def _check_unbind_outs(x: Shape, outs: tuple[Shape, ...], axis: int) -> None:
+    a = _unbind_axis(x, axis)
+    _count(outs, x[a], f"'x' dim {a} of size {x[a]}")
     _check_pieces(x, outs, a, None)
-    return _cut_reverse(x, outs, a, keeps_axis=False)
 
 
 # ---- add_n: the pieces are summed, so every axis merges and a shared linear partial survives ------
-def add_n_forward(inputs: tuple[TensorSpec, ...]) -> SpmdInfo:
+def add_n(inputs: tuple[Shape, ...]) -> Description:
     _need_pieces("inputs", inputs)
-    first = inputs[0]
-    _same_rank("inputs", inputs, first.ndim)
-    _same_shape_except("inputs", inputs, None, first.shape, "'inputs[0]'")
-    if all(t.attr == first.attr for t in inputs):
-        mdm = first.attr.multi_dims_mapping
-    else:
-        letters = _letters(first.ndim)
-        merged = einsum.merge(
-            ((letters, t.attr.multi_dims_mapping) for t in inputs),
-            names=[f"inputs[{i}]" for i in range(len(inputs))],
-        )
-        mdm = einsum.mapping_for(letters, einsum.resolve_mesh_conflicts(merged))
-    part = first.attr.partial_items
-    # A sum of pieces partial the same way is partial that way, for linear reductions only.
-    if not part or any(t.attr.partial_items != part for t in inputs) or any(
-        rt not in LINEAR_REDUCE for _, rt in part
-    ):
-        part = ()
-    piece = attr(first, mdm, part)
-    return SpmdInfo([(piece,) * len(inputs)], [piece])
+    ndim = len(inputs[0])
+    _same_rank("inputs", inputs, ndim)
+    _same_shape_except("inputs", inputs, None, inputs[0], "'inputs[0]'")
+    ls = letters(ndim)
+    return Description((ls,), (ls,), linear=(0,), policy=_SUMMANDS)
 
 
 # ---- registration --------------------------------------------------------------------------------
-register_rule("concat", forward=concat_forward, reverse=concat_reverse, inputs=[Vec("x")],
-              outputs=[T("out")], attrs=[A("axis", "int", 0)],
-              doc="Join along `axis`: the axis is replicated, the others aligned by cost.")
-register_rule("stack", forward=stack_forward, reverse=stack_reverse, inputs=[Vec("x")],
-              outputs=[T("out")], attrs=[A("axis", "int", 0)],
-              doc="Join along a new `axis`: every input axis aligned by cost.")
-register_rule("split", forward=split_forward, reverse=split_reverse, inputs=[T("x")],
-              outputs=[Vec("outs")], attrs=[A("sections", "ints", ()), A("axis", "int", 0)],
-              masks=True,
-              doc="Cut along `axis` into `sections`: the axis is replicated.")
-register_rule("split_with_num", forward=split_with_num_forward, reverse=split_with_num_reverse,
-              inputs=[T("x")], outputs=[Vec("outs")],
-              attrs=[A("num", "int", 1), A("axis", "int", 0)],
-              masks=True,
-              doc="Cut along `axis` into `num` equal pieces: the axis is replicated.")
-register_rule("unbind", forward=unbind_forward, reverse=unbind_reverse, inputs=[T("x")],
-              outputs=[Vec("outs")], attrs=[A("axis", "int", 0)],
-              masks=True,
-              doc="Cut along `axis` into its slices, which lose the axis.")
-register_rule("add_n", forward=add_n_forward, inputs=[Vec("inputs")], outputs=[T("out")],
-              doc="Sum of same-shape tensors: every axis merges (conflict: error).")
+register_described("concat", concat, inputs=[Vec("x")], outputs=[T("out")],
+                   attrs=[A("axis", "int", 0)], check_reverse=_check_concat_out,
+                   doc="Join along `axis`: the axis is replicated, the others aligned by cost.")
+register_described("stack", stack, inputs=[Vec("x")], outputs=[T("out")],
+                   attrs=[A("axis", "int", 0)], check_reverse=_check_stack_out,
+                   doc="Join along a new `axis`: every input axis aligned by cost.")
+register_described("split", split, inputs=[T("x")], outputs=[Vec("outs")],
+                   attrs=[A("sections", "ints", ()), A("axis", "int", 0)], masks=True,
+                   check_reverse=_check_split_outs,
+                   doc="Cut along `axis` into `sections`: the axis is replicated.")
+register_described("split_with_num", split_with_num, inputs=[T("x")], outputs=[Vec("outs")],
+                   attrs=[A("num", "int", 1), A("axis", "int", 0)], masks=True,
+                   check_reverse=_check_split_with_num_outs,
+                   doc="Cut along `axis` into `num` equal pieces: the axis is replicated.")
+register_described("unbind", unbind, inputs=[T("x")], outputs=[Vec("outs")],
+                   attrs=[A("axis", "int", 0)], masks=True, check_reverse=_check_unbind_outs,
+                   doc="Cut along `axis` into its slices, which lose the axis.")
+register_described("add_n", add_n, inputs=[Vec("inputs")], outputs=[T("out")], reverse=False,
+                   doc="Sum of same-shape tensors: every axis merges (conflict: error).")

@@ -9,14 +9,15 @@ itself, so the loss is complete, not partial. Partial inputs are resharded to re
 
 from __future__ import annotations
 
-from spmdrules.core.attr import MultiDims
 from spmdrules.core.errors import RuleArgumentError, UnsupportedError
-from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine import einsum
 from spmdrules.engine.described import register_described
 from spmdrules.engine.description import Description, letters
-from spmdrules.engine.registry import A, T, register_rule
-from spmdrules.engine.rulekit import attr, normalise_axis
+from spmdrules.engine.policy import Policy
+from spmdrules.engine.registry import A, T
+from spmdrules.engine.rulekit import normalise_axis
+
+Shape = tuple[int, ...]
 
 CE_OPS = ("cross_entropy_with_softmax", "softmax_with_cross_entropy")
 _CLASS = "k"
@@ -32,19 +33,19 @@ def _notation(ndim: int, axis: int, soft_label: bool) -> tuple[str, str, str]:
     return x, (x if soft_label else loss), loss
 
 
-def _check_shapes(x: TensorSpec, label: TensorSpec, axis: int, soft_label: bool) -> None:
-    want = x.shape if soft_label else (*x.shape[:axis], 1, *x.shape[axis + 1 :])
-    if label.shape != want:
+def _check_shapes(x: Shape, label: Shape, axis: int, soft_label: bool) -> None:
+    want = x if soft_label else (*x[:axis], 1, *x[axis + 1 :])
+    if label != want:
         kind = "soft labels have x's shape" if soft_label else "hard labels have size 1 on axis"
         raise RuleArgumentError(
-            f"'label' has shape {list(label.shape)} but must be {list(want)} ({kind} {axis})"
+            f"'label' has shape {list(label)} but must be {list(want)} ({kind} {axis})"
         )
 
 
-def _axis(x: TensorSpec, axis: int) -> int:
-    if not x.shape:
+def _axis(x: Shape, axis: int) -> int:
+    if not x:
         raise RuleArgumentError("'x' is 0-d; cross entropy needs a class axis")
-    return normalise_axis("cross_entropy", "x", axis, len(x.shape))
+    return normalise_axis("cross_entropy", "x", axis, len(x))
 
 
 def _class_axis_shardable(ndim: int, axis: int, soft_label: bool, use_softmax: bool) -> str:
@@ -58,79 +59,54 @@ def _class_axis_shardable(ndim: int, axis: int, soft_label: bool, use_softmax: b
     return ""
 
 
-def ce_forward(
-    x: TensorSpec, label: TensorSpec, soft_label: bool, use_softmax: bool,
-    numeric_stable_mode: bool, ignore_index: int, axis: int,
-) -> SpmdInfo:
+def cross_entropy(x: Shape, label: Shape, *, soft_label: bool, use_softmax: bool, axis: int
+                  ) -> Description:
+    """``x, label -> softmax_out, loss``; the label's size-1 class dim claims its mesh dim (the
+    '1' letter merges). Where the vocab-parallel kernel cannot run, a class split of x is
+    refused, and the label's (soft labels share x's class letter) is gathered: the loss cannot be
+    computed on class shards, so the class letter is claimed, whole in every answer."""
     ax = _axis(x, axis)
     _check_shapes(x, label, ax, soft_label)
-    xm = x.attr.multi_dims_mapping
-    if xm[ax]:
-        why = _class_axis_shardable(len(xm), ax, soft_label, use_softmax)
-        if why:
-            raise UnsupportedError(
-                f"'x' dim {ax} (the classes) is sharded on mesh dims {list(xm[ax])}, which the "
-                f"vocab-parallel kernel does not support with {why}; replicate x dim {ax}"
-            )
-    xl, ll, lossl = _notation(len(xm), ax, soft_label)
-    letters = einsum.resolve_mesh_conflicts(
-        einsum.merge(((xl, xm), (ll, label.attr.multi_dims_mapping)), names=("x", "label"))
-    )
-    if letters.get(_CLASS) and _class_axis_shardable(len(xm), ax, soft_label, use_softmax):
-        # Only the label (soft labels share x's class axis) brought the split: the loss cannot
-        # be computed on class shards here, so the label is gathered instead.
-        letters[_CLASS] = ()
-    xo: MultiDims = einsum.mapping_for(xl, letters)
-    return SpmdInfo(
-        (attr(x, xo), attr(label, einsum.mapping_for(ll, letters))),
-        (attr(x, xo), attr(label, einsum.mapping_for(lossl, letters))),
-    )
+    xl, ll, lossl = _notation(len(x), ax, soft_label)
+    why = _class_axis_shardable(len(x), ax, soft_label, use_softmax)
+    refused = ((0, _CLASS, f"the vocab-parallel kernel does not support it with {why}"),
+               ) if why else ()
+    return Description((xl, ll), (xl, lossl), claim_broadcast=True,
+                       claimed=frozenset(_CLASS if why else ""), reverse_merge=(3, 2),
+                       policy=Policy(refused=refused))
 
 
-def ce_reverse(
-    x: TensorSpec, label: TensorSpec, softmax_out: TensorSpec, loss: TensorSpec,
-    soft_label: bool, use_softmax: bool, numeric_stable_mode: bool, ignore_index: int, axis: int,
-) -> SpmdInfo:
+def _check_outputs(x: Shape, label: Shape, softmax_out: Shape, loss: Shape, soft_label: bool,
+                   use_softmax: bool, numeric_stable_mode: bool, ignore_index: int, axis: int
+                   ) -> None:
     ax = _axis(x, axis)
     _check_shapes(x, label, ax, soft_label)
-    if softmax_out.shape != x.shape:
+    if softmax_out != x:
         raise RuleArgumentError(
-            f"'softmax_out' has shape {list(softmax_out.shape)} but 'x' has {list(x.shape)}"
+            f"'softmax_out' has shape {list(softmax_out)} but 'x' has {list(x)}"
         )
-    if loss.shape != (*x.shape[:ax], 1, *x.shape[ax + 1 :]):
+    if loss != (*x[:ax], 1, *x[ax + 1 :]):
         raise RuleArgumentError(
-            f"'loss' has shape {list(loss.shape)} but must be x's shape with size 1 on axis {ax}"
+            f"'loss' has shape {list(loss)} but must be x's shape with size 1 on axis {ax}"
         )
     if not use_softmax:
         raise UnsupportedError(
             "reverse inference with use_softmax=False is not supported (Paddle refuses it too); "
             "infer forward from x and label instead"
         )
-    xl, ll, lossl = _notation(len(x.shape), ax, soft_label)
-    letters = einsum.resolve_mesh_conflicts(
-        einsum.merge(
-            ((lossl, loss.attr.multi_dims_mapping), (xl, softmax_out.attr.multi_dims_mapping)),
-            names=("loss", "softmax_out"),
-        )
-    )
-    if letters.get(_CLASS) and _class_axis_shardable(len(x.shape), ax, soft_label, use_softmax):
-        letters[_CLASS] = ()
-    xo = einsum.mapping_for(xl, letters)
-    return SpmdInfo(
-        (attr(x, xo), attr(label, einsum.mapping_for(ll, letters))),
-        (attr(softmax_out, xo), attr(loss, einsum.mapping_for(lossl, letters))),
-    )
 
 
+# Reverse merges loss, then softmax_out (reverse_merge).
 for _name in CE_OPS:
-    register_rule(
-        _name, forward=ce_forward, reverse=ce_reverse, inputs=[T("x"), T("label")],
+    register_described(
+        _name, cross_entropy, inputs=[T("x"), T("label")],
         outputs=[T("softmax_out"), T("loss")],
         attrs=[
             A("soft_label", "bool", False), A("use_softmax", "bool", True),
             A("numeric_stable_mode", "bool", True), A("ignore_index", "int", -100),
             A("axis", "int", -1),
         ],
+        check_reverse=_check_outputs,
         doc="CrossEntropyWithSoftmaxInferSpmdStatic: the class axis may be sharded only for the "
         "vocab-parallel kernel (softmax on, hard labels, last axis).",
     )

@@ -5,26 +5,32 @@ parallelism: each shard looks up only the ids in its row range and writes zeros 
 output is a pending sum over j's mesh dim (Paddle's c_embedding kernel). That kernel has no
 padding_idx and no sparse gradient, so row sharding with either is refused. One mesh dim may not
 shard two letters (Paddle raises rather than choose). Partial inputs are resharded to replicated.
+Both are named fields of the description's policy (``shared_mesh_dim``, ``refused``).
 """
 
 from __future__ import annotations
 
-from spmdrules.core.attr import MultiDims, PartialItems
-from spmdrules.core.errors import RuleArgumentError, ShardingConflictError, UnsupportedError
+from spmdrules.core.attr import MultiDims
+from spmdrules.core.errors import RuleArgumentError, ShardingConflictError
 from spmdrules.core.spec import SpmdInfo, TensorSpec
+from spmdrules.engine.described import ranks, register_described
+from spmdrules.engine.description import Description, letters
+from spmdrules.engine.policy import Policy
 from spmdrules.engine.registry import A, T, register_rule
 from spmdrules.engine.rulekit import attr
+
+Shape = tuple[int, ...]
 
 EMBEDDING_OPS = ("embedding", "lookup_table_v2")
 
 
-def _check_weight(weight: TensorSpec, padding_idx: int) -> None:
-    if len(weight.shape) != 2:
+def _check_weight(weight: Shape, padding_idx: int) -> None:
+    if len(weight) != 2:
         raise RuleArgumentError(
-            f"'weight' has rank {len(weight.shape)} but the embedding table must be 2-D "
+            f"'weight' has rank {len(weight)} but the embedding table must be 2-D "
             "[vocab_size, hidden]"
         )
-    vocab = weight.shape[0]
+    vocab = weight[0]
     if padding_idx != -1 and not -vocab <= padding_idx < vocab:
         raise RuleArgumentError(
             f"padding_idx {padding_idx} is not a row of 'weight' (vocab size {vocab}); use "
@@ -42,53 +48,45 @@ def _claim(owner: dict[int, str], dims: tuple[int, ...], who: str) -> None:
             )
 
 
-def embedding_forward(
-    x: TensorSpec, weight: TensorSpec, padding_idx: int, sparse: bool
-) -> SpmdInfo:
+def _check_ids(x: Shape, weight: Shape, padding_idx: int, sparse: bool) -> None:
     _check_weight(weight, padding_idx)
-    xm = x.attr.multi_dims_mapping
-    rows, hidden = weight.attr.multi_dims_mapping
-    if rows and (padding_idx != -1 or sparse):
+
+
+def _check_table(weight: Shape, x: Shape, start_index: int, vocab_size: int) -> None:
+    _check_weight(weight, -1)
+
+
+def _letters(x: Shape) -> str:
+    return letters(len(x), skip="jk")
+
+
+def lookup(x: Shape, weight: Shape, padding_idx: int, sparse: bool) -> Description:
+    """``a..,jk->a..k``: a vocabulary split ``j`` leaves a pending sum, one mesh dim may not
+    split two letters, and the kernels with a padding_idx or a sparse gradient refuse ``j``."""
+    refused: tuple[tuple[int, str, str], ...] = ()
+    if padding_idx != -1 or sparse:
         why = f"padding_idx={padding_idx}" if padding_idx != -1 else "sparse=True"
-        raise UnsupportedError(
-            f"'weight' dim 0 (the vocabulary) is sharded on mesh dims {list(rows)}, which the "
-            f"vocab-parallel kernel does not support with {why}; replicate weight dim 0"
-        )
-    owner: dict[int, str] = {}
-    for i, dims in enumerate(xm):
-        _claim(owner, dims, f"'x' dim {i}")
-    _claim(owner, rows, "'weight' dim 0")
-    _claim(owner, hidden, "'weight' dim 1")
-    partial: PartialItems = tuple((d, "sum") for d in sorted(rows))
-    out: MultiDims = (*xm, hidden)
-    return SpmdInfo(
-        (attr(x, xm), attr(weight, (rows, hidden))),
-        (attr(x, out, partial),),
-    )
+        refused = ((1, "j", f"the vocab-parallel kernel does not support it with {why}"),)
+    ls = _letters(x)
+    return Description((ls, "jk"), (ls + "k",),
+                       policy=Policy(shared_mesh_dim="error", refused=refused))
 
 
-def embedding_reverse(
-    x: TensorSpec, weight: TensorSpec, out: TensorSpec, padding_idx: int, sparse: bool
-) -> SpmdInfo:
+def _check_out(x: Shape, weight: Shape, out: Shape, padding_idx: int, sparse: bool) -> None:
     _check_weight(weight, padding_idx)
-    if out.shape != (*x.shape, weight.shape[1]):
+    if out != (*x, weight[1]):
         raise RuleArgumentError(
-            f"'out' has shape {list(out.shape)} but embedding gives x's shape plus the hidden "
-            f"size: {[*x.shape, weight.shape[1]]}"
+            f"'out' has shape {list(out)} but embedding gives x's shape plus the hidden "
+            f"size: {[*x, weight[1]]}"
         )
-    # out's own partial status is dropped: from replicated vocab rows the lookup is complete.
-    om = out.attr.multi_dims_mapping
-    return SpmdInfo(
-        (attr(x, om[:-1]), attr(weight, ((), om[-1]))),
-        (attr(out, om),),
-    )
 
 
+# Reverse: out's own partial status is dropped; from replicated vocab rows the lookup is complete.
 for _name in EMBEDDING_OPS:
-    register_rule(
-        _name, forward=embedding_forward, reverse=embedding_reverse,
-        inputs=[T("x"), T("weight")], outputs=[T("out")],
-        attrs=[A("padding_idx", "int", -1), A("sparse", "bool", False)],
+    register_described(
+        _name, lookup, inputs=[T("x"), T("weight")], outputs=[T("out")],
+        attrs=[A("padding_idx", "int", -1), A("sparse", "bool", False)], key=ranks,
+        check=_check_ids, check_reverse=_check_out,
         # torch's padding_idx: the row reads as it is and gets no gradient, which a vocab split
         # keeps (each rank drops its own rows' share), so the rule never needs it
         op_attrs=[A("no_grad_idx", "int", -1)],
@@ -97,12 +95,12 @@ for _name in EMBEDDING_OPS:
 
 
 # ---- c_embedding(weight, x) -> out: the vocab-parallel lookup, rows offset by start_index ------
-def c_embedding_forward(weight: TensorSpec, x: TensorSpec, start_index: int,
-                        vocab_size: int) -> SpmdInfo:
-    """embedding's rule with the table first: ids ``start_index + r`` read row ``r``, others
-    zeros, so row-sharded tables leave a pending sum over the rows' mesh dims."""
-    info = embedding_forward(x, weight, -1, False)
-    return SpmdInfo((info.inputs[1], info.inputs[0]), info.outputs)
+def c_lookup(weight: Shape, x: Shape) -> Description:
+    """embedding's description with the table first: ids ``start_index + r`` read row ``r``,
+    others zeros, so row-sharded tables leave a pending sum over the rows' mesh dims."""
+    ls = _letters(x)
+    return Description(("jk", ls), (ls + "k",), merge=(1, 0),
+                       policy=Policy(shared_mesh_dim="error"))
 
 
 def c_embedding_grad(weight: TensorSpec, x: TensorSpec, out_grad: TensorSpec,
@@ -117,7 +115,7 @@ def c_embedding_grad(weight: TensorSpec, x: TensorSpec, out_grad: TensorSpec,
     rank adds its ids). The table's values are not read: its pending sums stay pending where they
     fit. ``echo`` is Paddle's answer (w_grad the table's given attribute plus the pending sums,
     x's partial handed back), kept to recognise it."""
-    _check_weight(weight, -1)
+    _check_weight(weight.shape, -1)
     if out_grad.shape != (*x.shape, weight.shape[1]):
         raise RuleArgumentError(
             f"'out_grad' has shape {list(out_grad.shape)} but must be x's shape plus the hidden "
@@ -154,8 +152,8 @@ def c_embedding_grad(weight: TensorSpec, x: TensorSpec, out_grad: TensorSpec,
         (attr(weight, layout, tuple((d, "sum") for d in summed)),))
 
 
-register_rule(
-    "c_embedding", forward=c_embedding_forward,
+register_described(
+    "c_embedding", c_lookup, reverse=False, key=ranks, check=_check_table,
     inputs=[T("weight"), T("x")], outputs=[T("out")],
     attrs=[A("start_index", "int", 0), A("vocab_size", "int", -1)],
     doc="CEmbeddingInferSpmd: embedding's rule, the table first; row shards -> P(sum).",

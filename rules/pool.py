@@ -15,22 +15,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from spmdrules.core.attr import MultiDims, PartialItems
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.core.spec import SpmdInfo, TensorSpec
-from spmdrules.engine.registry import A, T, register_rule
-from spmdrules.engine.rulekit import attr, shard_product
-from spmdrules.engine.windows import block_halos, collapsed, geometry
+from spmdrules.engine.described import register_described
+from spmdrules.engine.description import Description, letters
+from spmdrules.engine.policy import Policy
+from spmdrules.engine.registry import A, T
+from spmdrules.engine.windows import Windowed, geometry
+
+Shape = tuple[int, ...]
 
 POOL_OPS: Final = ("pool2d", "pool3d")
 _FORMATS: Final = {2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
 
 
-def spatial_dims(op: str, x: TensorSpec, data_format: str) -> list[int]:
+def spatial_dims(op: str, x: Shape, data_format: str) -> list[int]:
     nsp = 3 if op == "pool3d" else 2
-    if x.ndim != nsp + 2:
+    if len(x) != nsp + 2:
         raise RuleArgumentError(
-            f"{op}: 'x' has rank {x.ndim} but must have rank {nsp + 2} "
+            f"{op}: 'x' has rank {len(x)} but must have rank {nsp + 2} "
             f"({' or '.join(_FORMATS[nsp])})"
         )
     if data_format not in _FORMATS[nsp]:
@@ -44,58 +46,40 @@ def reduces_whole(attrs: dict[str, Any]) -> bool:
     return bool(attrs["global_pooling"]) or bool(attrs["adaptive"])
 
 
-def _windows(op: str, name: str, t: TensorSpec, sp: Sequence[int], m: MultiDims,
-             attrs: dict[str, Any], out_lengths: Sequence[int] | None = None) -> MultiDims:
-    """``m`` as the pool reads it: a spatial split whose output (``out_lengths``, else the
-    windows' over ``t``) is shorter than its pieces ends here, whole (``windows.collapsed``);
-    the others keep theirs, refused where a window would reach past the neighbouring block."""
-    if not any(m[d] for d in sp):
-        return m
-    if attrs["pooling_type"] not in ("max", "avg"):
-        raise RuleArgumentError(f"{op}: pooling_type {attrs['pooling_type']!r} is not 'max' or "
-                                "'avg'")
-    lengths = [t.shape[d] for d in sp]
-    kernel = list(attrs["kernel_size"]) or [1]
-    if len(kernel) == 1:
-        kernel = kernel * len(sp)
-    if len(kernel) != len(sp):
-        raise RuleArgumentError(f"{op}: kernel_size {kernel} needs {len(sp)} entries")
-    g = geometry(op, lengths, kernel, attrs, ceil_mode=bool(attrs["ceil_mode"]))
-    shape = t.attr.mesh.shape
-    ends = {sp[i] for i in collapsed(shape, m, sp, g.out_lengths if out_lengths is None
-                                     else out_lengths)}
-    for i, d in enumerate(sp):
-        if m[d] and d not in ends:
-            block_halos(op, name, d, lengths[i], g.out_lengths[i], g.windows[i],
-                        shard_product(shape, m[d]))
-    return tuple(() if d in ends else dims for d, dims in enumerate(m))
+def _windows(op: str, x: Shape, sp: Sequence[int], ls: str, attrs: dict[str, Any]) -> Windowed:
+    """The pool's windows over x's spatial letters; the attributes' errors refuse a split only."""
+    lengths = tuple(x[d] for d in sp)
+    spatial = "".join(ls[d] for d in sp)
+    try:
+        if attrs["pooling_type"] not in ("max", "avg"):
+            raise RuleArgumentError(f"{op}: pooling_type {attrs['pooling_type']!r} is not 'max' "
+                                    "or 'avg'")
+        kernel = list(attrs["kernel_size"]) or [1]
+        if len(kernel) == 1:
+            kernel = kernel * len(sp)
+        if len(kernel) != len(sp):
+            raise RuleArgumentError(f"{op}: kernel_size {kernel} needs {len(sp)} entries")
+        g = geometry(op, lengths, kernel, attrs, ceil_mode=bool(attrs["ceil_mode"]))
+    except RuleArgumentError as e:
+        return Windowed(op, "x", spatial, tuple(sp), lengths, lengths, refusal=str(e))
+    return Windowed(op, "x", spatial, tuple(sp), lengths, g.out_lengths, g.windows)
 
 
-def pool_forward(x: TensorSpec, *values: Any, op: str = "pool2d") -> SpmdInfo:
+def pool(x: Shape, *values: Any, op: str = "pool2d") -> Description:
+    """``x nc<S> -> out nc<S>``, the spatial letters read through the windows; adaptive and
+    global pooling: ``out`` has spatial letters of its own, so x's split ones are pending (max
+    for max pooling, sum for average pooling) and out's are kept in reverse."""
     attrs = dict(zip(_NAMES, values, strict=True))
     sp = spatial_dims(op, x, str(attrs["data_format"]))
-    m = x.attr.multi_dims_mapping
+    ls = letters(len(x))
     if reduces_whole(attrs):
+        fresh = letters(len(x) + len(sp))[len(x):]
+        out = list(ls)
+        for d, ch in zip(sp, fresh, strict=True):
+            out[d] = ch
         rt = "max" if attrs["pooling_type"] == "max" else "sum"
-        partial: PartialItems = tuple(sorted((d, rt) for i in sp for d in m[i]))
-        out_m = tuple(() if i in sp else dims for i, dims in enumerate(m))
-        return SpmdInfo((attr(x, m),), (attr(x, out_m, partial),))
-    m = _windows(op, "x", x, sp, m, attrs)
-    return SpmdInfo((attr(x, m),), (attr(x, m),))
-
-
-def pool_reverse(x: TensorSpec, out: TensorSpec, *values: Any, op: str = "pool2d") -> SpmdInfo:
-    attrs = dict(zip(_NAMES, values, strict=True))
-    sp = spatial_dims(op, x, str(attrs["data_format"]))
-    if out.ndim != x.ndim:
-        raise RuleArgumentError(f"{op}: 'out' has rank {out.ndim} but 'x' has {x.ndim}")
-    m = out.attr.multi_dims_mapping
-    if reduces_whole(attrs):
-        # every output bin reads the whole dim: x's spatial dims whole, out's blocks kept
-        xm = tuple(() if i in sp else dims for i, dims in enumerate(m))
-        return SpmdInfo((attr(x, xm),), (attr(out, m),))
-    m = _windows(op, "x", x, sp, m, attrs, [out.shape[d] for d in sp])
-    return SpmdInfo((attr(x, m),), (attr(out, m),))
+        return Description((ls,), ("".join(out),), pending=rt)
+    return Description((ls,), (ls,), policy=Policy(windows=_windows(op, x, sp, ls, attrs)))
 
 
 _ATTRS: Final = [
@@ -113,14 +97,15 @@ def _register(op: str) -> None:
     if op == "pool3d":
         attrs[_NAMES.index("data_format")] = A("data_format", "str", "NCDHW")
 
-    def fwd(x: TensorSpec, *values: Any) -> SpmdInfo:
-        return pool_forward(x, *values, op=op)
+    def describe(x: Shape, **values: Any) -> Description:
+        return pool(x, *(values[a] for a in _NAMES), op=op)
 
-    def rev(x: TensorSpec, out: TensorSpec, *values: Any) -> SpmdInfo:
-        return pool_reverse(x, out, *values, op=op)
+    def same_rank(x: Shape, out: Shape, *values: Any) -> None:
+        if len(out) != len(x):
+            raise RuleArgumentError(f"{op}: 'out' has rank {len(out)} but 'x' has {len(x)}")
 
-    register_rule(
-        op, forward=fwd, reverse=rev, inputs=[T("x")], outputs=[T("out")], attrs=attrs,
+    register_described(
+        op, describe, inputs=[T("x")], outputs=[T("out")], attrs=attrs, check_reverse=same_rank,
         doc=f"{op}: batch, channels and spatial dims keep their shards (a halo for windows; "
         "adaptive/global pooling is pending over a sharded spatial dim).",
     )

@@ -37,6 +37,23 @@ def _letters(s: ShapeArg, ls: str) -> str | None:
 
 def check_rope(q: ShapeArg, k: ShapeArg, v: ShapeArg, sin: ShapeArg, cos: ShapeArg,
                position_ids: ShapeArg, time_major: bool) -> Shape:
+    qs = _check_qkv(q, k, v)
+    batch, seq = (qs[1], qs[0]) if time_major else (qs[0], qs[1])
+    _check_tables(qs, seq, sin, cos, _present(position_ids))
+    if _present(position_ids) and position_ids != (batch, seq):
+        raise RuleArgumentError(
+            f"'position_ids' has shape {list(position_ids)} but must be [batch, seq_len] = "  # type: ignore[arg-type]
+            f"{[batch, seq]}"
+        )
+    if qs[3] % 2:
+        raise RuleArgumentError(
+            f"'q' has head_dim {qs[3]}; rotary embedding rotates pairs, so it must be even"
+        )
+    return qs
+
+
+def _check_qkv(q: ShapeArg, k: ShapeArg, v: ShapeArg) -> Shape:
+    """q's shape: 4-D, and k's and v's where present."""
     if not isinstance(q, tuple) or len(q) != 4:
         raise RuleArgumentError(
             f"'q' must be 4-D [batch, seq_len, num_heads, head_dim] ([seq_len, batch, ...] when "
@@ -49,35 +66,29 @@ def check_rope(q: ShapeArg, k: ShapeArg, v: ShapeArg, sin: ShapeArg, cos: ShapeA
                 f"{name!r} has shape {list(t)} but 'q' has {list(qs)}; "  # type: ignore[arg-type]
                 "rotary embedding rotates tensors of one shape"
             )
-    batch, seq = (qs[1], qs[0]) if time_major else (qs[0], qs[1])
+    return qs
+
+
+def _check_tables(qs: Shape, seq: int, sin: ShapeArg, cos: ShapeArg, ids: bool) -> None:
+    """sin and cos: both or neither, one shape, covering q's sequence (at least, with ids)."""
     if _present(sin) != _present(cos) or (_present(sin) and sin != cos):
         raise RuleArgumentError(
             f"'sin' and 'cos' must have one shape, got {sin} and {cos}; pass both or neither"
         )
-    if _present(sin):
-        ss: Shape = sin  # type: ignore[assignment]
-        if len(ss) not in (2, 4) or (len(ss) == 4 and (ss[0] != 1 or ss[2] != 1)):
-            raise RuleArgumentError(
-                f"'sin' and 'cos' must be [1, seq_len, 1, head_dim] or [seq_len, head_dim], got "
-                f"{list(ss)}"
-            )
-        s_seq, s_dim = ss[-3] if len(ss) == 4 else ss[0], ss[-1]
-        ids = _present(position_ids)
-        if s_dim != qs[3] or (s_seq < seq if ids else s_seq != seq):
-            raise RuleArgumentError(
-                f"'sin' and 'cos' have seq_len {s_seq} and head_dim {s_dim}, but q needs head_dim "
-                f"{qs[3]} and seq_len {'at least ' if ids else ''}{seq}"
-            )
-    if _present(position_ids) and position_ids != (batch, seq):
+    if not _present(sin):
+        return
+    ss: Shape = sin  # type: ignore[assignment]
+    if len(ss) not in (2, 4) or (len(ss) == 4 and (ss[0] != 1 or ss[2] != 1)):
         raise RuleArgumentError(
-            f"'position_ids' has shape {list(position_ids)} but must be [batch, seq_len] = "  # type: ignore[arg-type]
-            f"{[batch, seq]}"
+            f"'sin' and 'cos' must be [1, seq_len, 1, head_dim] or [seq_len, head_dim], got "
+            f"{list(ss)}"
         )
-    if qs[3] % 2:
+    s_seq, s_dim = ss[-3] if len(ss) == 4 else ss[0], ss[-1]
+    if s_dim != qs[3] or (s_seq < seq if ids else s_seq != seq):
         raise RuleArgumentError(
-            f"'q' has head_dim {qs[3]}; rotary embedding rotates pairs, so it must be even"
+            f"'sin' and 'cos' have seq_len {s_seq} and head_dim {s_dim}, but q needs head_dim "
+            f"{qs[3]} and seq_len {'at least ' if ids else ''}{seq}"
         )
-    return qs
 
 
 def describe_rope(q: ShapeArg, k: ShapeArg, v: ShapeArg, sin: ShapeArg, cos: ShapeArg,

@@ -16,53 +16,42 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from spmdrules.core.attr import MultiDims
 from spmdrules.core.errors import RuleArgumentError
-from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine.attributes import AttrParam
-from spmdrules.engine.registry import A, T, register_rule
+from spmdrules.engine.described import register_described
+from spmdrules.engine.description import Description, letters
+from spmdrules.engine.policy import Policy
+from spmdrules.engine.registry import A, T
 from spmdrules.engine.resampling import METHODS, resampling, spatial_of
-from spmdrules.engine.rulekit import attr, shard_product
-from spmdrules.engine.windows import block_halos, collapsed
+from spmdrules.engine.windows import Windowed
+
+Shape = tuple[int, ...]
 
 UPSAMPLE_OPS: Final = tuple(METHODS)
 
 
-def _kept(op: str, x: TensorSpec, sp: Sequence[int], m: MultiDims, attrs: dict[str, Any],
-          out_lengths: Sequence[int] | None = None) -> MultiDims:
-    """``m`` as the interpolation reads it: a spatial split whose output is shorter than its
-    pieces ends here (whole); the others keep theirs, refused where an output block would read
-    past the neighbouring input block."""
-    lengths = [x.shape[d] for d in sp]
+def interpolation(x: Shape, *values: Any, op: str) -> Description:
+    """``x -> out`` letter for letter, the spatial letters read through the source positions."""
+    attrs = dict(zip(_NAMES, values, strict=True))
+    sp = spatial_of(op, len(x), str(attrs["data_format"]))
+    lengths = tuple(x[d] for d in sp)
     taps = resampling(op, lengths, attrs)
-    outs = [t.m for t in taps]
-    if out_lengths is not None and list(out_lengths) != outs:
-        raise RuleArgumentError(f"{op}: 'out' has spatial lengths {list(out_lengths)} but the "
-                                f"attributes over 'x' {lengths} give {outs}")
-    if not any(m[d] for d in sp):
-        return m
-    shape = x.attr.mesh.shape
-    ends = {sp[i] for i in collapsed(shape, m, sp, outs)}
-    for i, d in enumerate(sp):
-        if m[d] and d not in ends:
-            block_halos(op, "x", d, lengths[i], outs[i], taps[i], shard_product(shape, m[d]))
-    return tuple(() if d in ends else dims for d, dims in enumerate(m))
+    ls = letters(len(x))
+    windows = Windowed(op, "x", "".join(ls[d] for d in sp), tuple(sp), lengths,
+                       tuple(t.m for t in taps), tuple(taps))
+    return Description((ls,), (ls,), policy=Policy(windows=windows))
 
 
-def upsample_forward(x: TensorSpec, *values: Any, op: str) -> SpmdInfo:
+def _check_out(op: str, x: Shape, out: Shape, values: Sequence[Any]) -> None:
     attrs = dict(zip(_NAMES, values, strict=True))
-    sp = spatial_of(op, x.ndim, str(attrs["data_format"]))
-    m = _kept(op, x, sp, x.attr.multi_dims_mapping, attrs)
-    return SpmdInfo((attr(x, m),), (attr(x, m),))
-
-
-def upsample_reverse(x: TensorSpec, out: TensorSpec, *values: Any, op: str) -> SpmdInfo:
-    attrs = dict(zip(_NAMES, values, strict=True))
-    sp = spatial_of(op, x.ndim, str(attrs["data_format"]))
-    if out.ndim != x.ndim:
-        raise RuleArgumentError(f"{op}: 'out' has rank {out.ndim} but 'x' has {x.ndim}")
-    m = _kept(op, x, sp, out.attr.multi_dims_mapping, attrs, [out.shape[d] for d in sp])
-    return SpmdInfo((attr(x, m),), (attr(out, m),))
+    sp = spatial_of(op, len(x), str(attrs["data_format"]))
+    if len(out) != len(x):
+        raise RuleArgumentError(f"{op}: 'out' has rank {len(out)} but 'x' has {len(x)}")
+    lengths = [x[d] for d in sp]
+    outs = [t.m for t in resampling(op, lengths, attrs)]
+    if [out[d] for d in sp] != outs:
+        raise RuleArgumentError(f"{op}: 'out' has spatial lengths {[out[d] for d in sp]} but "
+                                f"the attributes over 'x' {lengths} give {outs}")
 
 
 def _attrs(op: str) -> list[AttrParam]:
@@ -80,14 +69,15 @@ _NAMES: Final = tuple(a.name for a in _attrs("nearest_interp"))
 
 
 def _register(op: str) -> None:
-    def fwd(x: TensorSpec, *values: Any) -> SpmdInfo:
-        return upsample_forward(x, *values, op=op)
+    def describe(x: Shape, **values: Any) -> Description:
+        return interpolation(x, *(values[a] for a in _NAMES), op=op)
 
-    def rev(x: TensorSpec, out: TensorSpec, *values: Any) -> SpmdInfo:
-        return upsample_reverse(x, out, *values, op=op)
+    def check_out(x: Shape, out: Shape, *values: Any) -> None:
+        _check_out(op, x, out, values)
 
-    register_rule(
-        op, forward=fwd, reverse=rev, inputs=[T("x")], outputs=[T("out")], attrs=_attrs(op),
+    register_described(
+        op, describe, inputs=[T("x")], outputs=[T("out")], attrs=_attrs(op),
+        check_reverse=check_out,
         doc=f"{op}: batch, channels and spatial dims keep their shards (a spatial split reads a "
         "halo of its neighbours' rows where the source positions need it).",
     )

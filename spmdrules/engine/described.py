@@ -40,6 +40,28 @@ def _carried(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
     outs = [ls for ls in desc.outputs if isinstance(ls, str)]
     return carry(info, operands, outs, product=desc.policy.masks == "product")
 
+def _piece_names(inputs: tuple[str, ...], outputs: Sequence[TensorParam], d: Description
+                 ) -> tuple[str, ...]:
+    """The names of a description's flat outputs: a list output's pieces as ``name[j]``."""
+    pieces = len(d.outputs) - len(outputs) + 1
+    out: list[str] = []
+    for p in outputs:
+        out += [f"{p.name}[{j}]" for j in range(pieces)] if p.kind == "list" else [p.name]
+    return (*inputs, *out)
+
+
+def _splice(outs: Sequence[Any], spliced: Sequence[bool]) -> tuple[Any, ...]:
+    """The given outputs with each list output's pieces in its place."""
+    return tuple(t for o, s in zip(outs, spliced, strict=True) for t in (o if s else (o,)))
+
+
+def _as_sides(info: SpmdInfo) -> SpmdInfo:
+    """An answer for ``(ins, outs)``: each list's attributes, as the op's inputs and outputs."""
+    ins, outs = info.inputs
+    assert isinstance(ins, tuple) and isinstance(outs, tuple)
+    return SpmdInfo(ins, outs)
+
+
 # ---- registering an op by its description -------------------------------------------------------
 Describe = Callable[..., Description]
 
@@ -91,6 +113,7 @@ def register_described(
     check_forward: Callable[..., None] | None = None,
     reverse_attrs: Sequence[AttrParam] | None = None,
     origin: str | None = None,
+    sides: bool = False,
 ) -> Rule:
     """Register ``name`` with forward (and reverse) inference derived from ``describe``.
 
@@ -112,9 +135,14 @@ def register_described(
     ``reverse_attrs``: the reverse rule takes fewer attributes (see ``register_rule``); the
     others keep their defaults when the op is described in reverse.
     ``masks``: the rule takes masked pending sums; the description's ``policy.masks`` says which
-    results stay masked.
+    results stay masked. ``sides``: the op's two list arguments are its inputs and its outputs,
+    both given in either direction (Paddle's generic rules take ``(ins, outs)``); the answer
+    holds the first list's attributes as its inputs and the second's as its outputs.
     """
     n = len(inputs)
+    # a list output answers flat, one attribute per piece (as Paddle's split): the description
+    # names each piece, and reverse inference reads the given pieces flat
+    spliced = [p.kind == "list" for p in outputs]
     attr_names = tuple(a.name for a in attrs)
     names = tuple(p.name for p in (*inputs, *outputs))
     sig = inspect.signature(describe)
@@ -144,7 +172,8 @@ def register_described(
         shapes = tuple(map(_shape_of, args))
         kw = {a: v for a, v in zip(attr_names, values, strict=True) if a in wanted}
         d = describe(*shapes, **kw)
-        d = dataclasses.replace(d, names=names)
+        d = dataclasses.replace(d, names=names if not any(spliced)
+                                else _piece_names(names[:n], outputs, d))
         entry = (d, compile_plan(d))
         if k is not None:
             if len(cache) >= DESCRIBE_CACHE:
@@ -157,6 +186,8 @@ def register_described(
         if check_forward is not None:
             check_forward(*map(_shape_of, args), *call[n:])
         desc, plan = described(args, call[n:])
+        if sides:
+            return _as_sides(infer_forward(desc, args))
         if masks and desc.policy.masks != "none" and _masked(args):
             return _carried(desc, args)
         return (Switches.fast and plan.forward(args)) or infer_forward(desc, args)
@@ -172,6 +203,10 @@ def register_described(
             given = dict(zip(rev_names, values, strict=True))
             values = tuple(given.get(a.name, a.default) for a in attrs)
         desc, plan = described(args, values)
+        if sides:
+            return _as_sides(infer_reverse(desc, args, outs))
+        if any(spliced):
+            outs = _splice(outs, spliced)
         return (Switches.fast and plan.reverse(args, outs)) or infer_reverse(desc, args, outs)
 
     # the op's entry points lead to its description, which lives in the family's module

@@ -48,11 +48,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
-from spmdrules.core.errors import RuleArgumentError
+from spmdrules.core.errors import RuleArgumentError, UnsupportedError
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine import contraction as products
 from spmdrules.engine import einsum
+from spmdrules.engine.align import align
 from spmdrules.engine.contraction import Contraction, OperandReading
 from spmdrules.engine.einsum import ALPHABET, AxisConflict, LetterMap
 from spmdrules.engine.grouped import grouped_sizes, guard_uneven, ungrouped
@@ -183,9 +184,7 @@ def _letter_map(
     if desc.grouped and guard_uneven(desc.grouped_guard, every or flat):
         whole = whole | desc.grouped
     claim = desc.claim_broadcast or (reverse and desc.policy.reverse_claims_broadcast)
-    lm = einsum.merge(_operands(desc, chosen, whole, claim),
-                      on_axis_conflict=desc.on_axis_conflict, names=[nm for *_, nm in chosen])
-    lm = einsum.resolve_mesh_conflicts(lm, desc.priority)
+    lm = _merged(desc, chosen, whole, claim)
     if sizes_of:
         lm = ungrouped(lm, sizes_of, chosen[0][2].attr.mesh.shape if chosen else ())
     if desc.claimed:
@@ -194,6 +193,22 @@ def _letter_map(
         sizes = einsum.letter_sizes((ls, t.shape) for _, ls, t, _ in flat)
         lm = einsum.drop_indivisible(lm, sizes, flat[0][2].attr.mesh.shape if flat else (),
                                      None if desc.divisible else desc.policy.even)
+    return lm
+
+
+def _merged(desc: Description, chosen: Sequence[tuple[int, str, TensorSpec, str]],
+            whole: frozenset[str], claim: bool) -> LetterMap:
+    """The chosen tensors' letters merged, each mesh dim on one letter (``priority``, or the
+    op refuses: ``policy.shared_mesh_dim``), a window op's spatial splits read through its
+    windows (``policy.windows``)."""
+    operands = _operands(desc, chosen, whole, claim)
+    names = [nm for *_, nm in chosen]
+    if desc.policy.shared_mesh_dim == "error":
+        einsum.refuse_shared_mesh_dims(operands, names)
+    lm = einsum.merge(operands, on_axis_conflict=desc.on_axis_conflict, names=names)
+    lm = einsum.resolve_mesh_conflicts(lm, desc.priority)
+    if desc.policy.windows is not None and chosen:
+        lm = desc.policy.windows.read(lm, chosen[0][2].attr.mesh.shape)
     return lm
 
 
@@ -263,22 +278,10 @@ def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
         if not desc.inputs:  # a constant: nothing to go on, its consumer places it
             return SpmdInfo((), (None,) * len(desc.outputs))
         raise RuleArgumentError("the op needs at least one tensor argument")
-    lm = _letter_map(desc, flat, desc.merge)
-    partial: dict[int, str] = {}
-    masked: tuple[int, ...] = ()
-    if lm:
-        kept = "".join(_each(ls) for ls in desc.outputs)
-        contracted = [ch for ch, dims in lm.items() if dims and ch not in kept and ch != "1"]
-        if contracted and desc.pending is None:
-            lm = {ch: (() if ch in contracted else dims) for ch, dims in lm.items()}
-        elif contracted:
-            for ch in contracted:
-                for d in lm[ch]:
-                    partial[d] = desc.pending  # type: ignore[assignment]
-            if desc.mask is not None and desc.pending == "sum":
-                # a letter split over several mesh dims leaves plain sums: a slice is then
-                # zero along each of them but on one process of the group, not on one process
-                masked = tuple(sorted(lm[ch][0] for ch in contracted if len(lm[ch]) == 1))
+    _refuse(desc.policy.refused, flat)
+    if desc.policy.align:
+        return _aligned_forward(desc, args, flat)
+    lm, partial, masked = _pending(desc, _letter_map(desc, flat, desc.merge))
     linear_partial = _linear_partials(desc, args, lm, partial) if desc.linear else {}
     out_partial: PartialItems = tuple(sorted(partial.items())) if partial else ()
     rep = desc.replicated_dims
@@ -286,6 +289,55 @@ def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
     ins = _rebuild(desc.inputs, args, lambda i, ls, t: t.attr if i in unread
                    else _attr(t, ls, lm, linear_partial.get(i, ()), i, rep))
     return SpmdInfo(ins, _out_attrs(desc, flat[0][2].attr.mesh, lm, out_partial, masked))
+
+
+def _pending(desc: Description, lm: LetterMap) -> tuple[LetterMap, dict[int, str], tuple[int, ...]]:
+    """The letters no output keeps: whole (``pending`` None), or pending results over their mesh
+    dims, and the mesh dims of those that ``mask`` masks. An op without outputs (Paddle's generic
+    rules, whose outputs are a list argument) leaves none."""
+    kept = "".join(_each(ls) for ls in desc.outputs)
+    contracted = [ch for ch, dims in lm.items() if dims and ch not in kept and ch != "1"]
+    if not contracted or not desc.outputs:  # no output to hold a pending result
+        return lm, {}, ()
+    if desc.pending is None:
+        return {ch: (() if ch in contracted else dims) for ch, dims in lm.items()}, {}, ()
+    partial = {d: desc.pending for ch in contracted for d in lm[ch]}
+    masked: tuple[int, ...] = ()
+    if desc.mask is not None and desc.pending == "sum":
+        # a letter split over several mesh dims leaves plain sums: a slice is then
+        # zero along each of them but on one process of the group, not on one process
+        masked = tuple(sorted(lm[ch][0] for ch in contracted if len(lm[ch]) == 1))
+    return lm, partial, masked
+
+
+def _refuse(refused: tuple[tuple[int, str, str], ...],
+            flat: Sequence[tuple[int, str, TensorSpec, str]]) -> None:
+    """An input that shards a letter the op's kernel cannot split (``policy.refused``)."""
+    for arg, ch, why in refused:
+        for _, ls, t, nm in (f for f in flat if f[0] == arg):
+            for i, dims in enumerate(t.attr.multi_dims_mapping):
+                if dims and ls[i] == ch:
+                    raise UnsupportedError(
+                        f"{nm!r} dim {i} is sharded on mesh dims {list(dims)}, but {why}; "
+                        f"replicate {nm} dim {i}"
+                    )
+
+
+def _aligned_forward(desc: Description, args: Sequence[Arg],
+                     flat: Sequence[tuple[int, str, TensorSpec, str]]) -> SpmdInfo:
+    """The pieces of the merged list argument aligned by cost (``policy.align``); every tensor
+    read off the aligned pieces' letters, with the linear pending results they share."""
+    i = (desc.merge or (0,))[0]
+    pieces = args[i]
+    given = desc.inputs[i]
+    ls = given[0] if isinstance(given, tuple) else given
+    if not isinstance(pieces, tuple) or not isinstance(ls, str):
+        raise RuleArgumentError("an aligned description merges one list of tensors")
+    aligned = [p for p, ch in enumerate(ls) if ch not in desc.whole | desc.claimed]
+    mdm, partial = align(pieces, aligned)
+    lm = {ch: dims for ch, dims in zip(ls, mdm, strict=True) if dims}
+    ins = _rebuild(desc.inputs, args, lambda j, ls, t: _attr(t, ls, lm, partial))
+    return SpmdInfo(ins, _out_attrs(desc, flat[0][2].attr.mesh, lm, partial))
 
 
 def _linear_partials(desc: Description, args: Sequence[Arg], lm: LetterMap,

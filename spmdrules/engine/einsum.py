@@ -188,6 +188,22 @@ def _first_claim(operands: Sequence[tuple[str, Mapping_]], ch: str) -> tuple[int
     return 0, 0
 
 
+def refuse_shared_mesh_dims(operands: Sequence[tuple[str, Mapping_]],
+                            names: Sequence[str]) -> None:
+    """Raise where one mesh dim shards two letters (the op cannot choose between them); the
+    error names both tensors and dims."""
+    owner: dict[int, tuple[str, int, int]] = {}  # mesh dim -> (letter, operand, dim)
+    for t, (letters, mapping) in enumerate(operands):
+        for i, (ch, dims) in enumerate(zip(letters, mapping, strict=True)):
+            for d in dims if ch != BROADCAST else ():
+                ch0, t0, i0 = owner.setdefault(d, (ch, t, i))
+                if ch0 != ch:
+                    raise ShardingConflictError(
+                        f"mesh dim {d} shards both {names[t0]!r} dim {i0} and {names[t]!r} dim "
+                        f"{i}; the op cannot split two dims on one mesh dim. Replicate one of them"
+                    )
+
+
 def resolve_mesh_conflicts(letter_map: LetterMap, priority: str | None = None) -> LetterMap:
     """Give each mesh dim to one letter only: the first in ``priority`` (default: insertion order).
 

@@ -165,8 +165,7 @@ class Plan:
 
 def compile_plan(desc: Description) -> Plan:
     single = all(ls is None or isinstance(ls, str) for ls in (*desc.inputs, *desc.outputs))
-    fast = (single and not desc.divisible and not desc.grouped and not desc.policy.unread
-            and not desc.policy.even
+    fast = (single and not desc.divisible and not desc.grouped and desc.policy.plain_merge
             and desc.reverse_merge is None and not desc.replicated_dims and not desc.claimed
             and desc.mask is None and desc.contraction is None
             and desc.reading is None)

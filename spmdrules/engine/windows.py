@@ -229,3 +229,44 @@ def block_halos(op: str, tensor: str, dim: int, n: int, out_n: int, w: Window | 
             )
         out.append((left, right))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Windowed:
+    """The spatial letters of a window op (pooling, an interpolation) as a description's policy
+    (``Policy.windows``): each letter's input and output lengths and its windows, so that the
+    engine ends a split whose output is shorter than its pieces (``collapsed``) and refuses one
+    whose windows reach past the neighbouring block (``block_halos``); the lowering exchanges
+    the halos. ``refusal``: the geometry's error for this call's attributes, raised only where a
+    spatial letter is split (unsplit, the attributes never matter to the layout)."""
+
+    op: str
+    tensor: str
+    letters: str
+    dims: tuple[int, ...]
+    in_lengths: Shape
+    out_lengths: Shape
+    windows: tuple[Window | Resampling, ...] = ()
+    refusal: str = ""
+    transposed: bool = False
+
+    def read(self, lm: Mapping[str, tuple[int, ...]], mesh_shape: Sequence[int]
+             ) -> dict[str, tuple[int, ...]]:
+        """``lm`` with the letters whose split ends here whole; raises where a window would
+        reach past the neighbouring block."""
+        mapping = [lm.get(ch, ()) for ch in self.letters]
+        if not any(mapping):
+            return dict(lm)
+        if self.refusal:
+            raise RuleArgumentError(self.refusal)
+        ends = collapsed(mesh_shape, mapping, range(len(mapping)), self.out_lengths)
+        for i, dims in enumerate(mapping):
+            if dims and i not in ends:
+                parts = 1
+                for d in dims:
+                    parts *= int(mesh_shape[d])
+                block_halos(self.op, self.tensor, self.dims[i], self.in_lengths[i],
+                            self.out_lengths[i], self.windows[i], parts,
+                            transposed=self.transposed)
+        gone = {self.letters[i] for i in ends}
+        return {ch: (() if ch in gone else dims) for ch, dims in lm.items()}

@@ -24,8 +24,11 @@ PINNED = {
     "reshape": (6, 6),
     "matmul": (4, 3),  # bmm_grad: it combines three products
     "einsum_op": (2, 1),  # einsum_grad
+    "concat_split": (6, 6), "generic": (3, 3), "cross_entropy": (4, 4),
+    "pool": (2, 2), "upsample": (2, 2),
+    "embedding": (4, 3),  # c_embedding_grad: its table's pending sums and Paddle's echo
 }
-TOTAL = (225, 185)
+TOTAL = (225, 203)
 
 
 def test_the_share_of_derived_names_is_pinned() -> None:
