@@ -117,9 +117,11 @@ class _Proof:
         self.region: set[Any] = set()
         self.frontier: list[Any] = []
         self.restores: set[Any] = set()
-        self.grouped: list[Any] = []
-        #: operands of the region's elementwise ops that span the rows
+        self.grouped: set[Any] = set()
+        #: operands of the region's elementwise ops that span the rows (of the region, then) and
+        #: that broadcast over them (not of the region: their dim 0 is not the rows')
         self.spanning: set[Any] = set()
+        self.broadcast: set[Any] = set()
 
     def holds(self) -> bool:
         sort, shape = self.sort, _shape(self.sort.args[0])
@@ -130,7 +132,7 @@ class _Proof:
         groups = _groups(sort.args[0])
         if groups is None or not self._ends(values, groups) or not self._perm(perm):
             return False
-        return self._region() and bool(self.grouped)
+        return self._region() and bool(self.grouped) and self.grouped == set(_users(self.ends))
 
     def _ends(self, values: Any, groups: int) -> bool:
         self.ends: Any = None
@@ -225,8 +227,8 @@ class _Proof:
                 if nxt is None:
                     return False
                 todo += nxt
-        return self.spanning <= self.region and all(r.args[0] in self.region
-                                                    for r in self.restores)
+        return self.spanning <= self.region and not self.broadcast & self.region and all(
+            r.args[0] in self.region for r in self.restores)
 
     def _rowwise(self, u: Any, n: Any) -> list[Any] | None:
         """The region's nodes that ``u`` adds when it reads ``n`` row by row, else None."""
@@ -234,7 +236,7 @@ class _Proof:
         if kind == "transformers.grouped_mm_fallback.default":
             if u.args[0] is not n or u.args[2] is not self.ends or self.ends is None:
                 return None
-            self.grouped.append(u)
+            self.grouped.add(u)
             self.rewrites[u.name] = _grouped(self.sort.args[0].name)
             return [u]
         if kind == "getitem" or (kind in _VIEWS and self._rows(u)):
@@ -250,8 +252,8 @@ class _Proof:
                 return None
             for a in _tensors(u.args):
                 s = _shape(a)
-                if s is not None and len(s) == len(out) and s[0] != 1:
-                    self.spanning.add(a)  # spans the rows: must be of the region too
+                spans = s is not None and len(s) == len(out) and s[0] != 1
+                (self.spanning if spans else self.broadcast).add(a)
             return [u]
         return None
 

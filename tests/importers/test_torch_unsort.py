@@ -40,7 +40,8 @@ class Experts(nn.Module):
         ids = top.reshape(-1) if self.variant != "ids_not_topk" else (
             torch.argsort(x[:, :E], dim=-1)[:, :K].reshape(-1))
         # stable where the order is observed, so that torch's ties are ours
-        ids_g, perm = torch.sort(ids, stable=self.variant in ("rows_mixed", "perm_returned"))
+        ids_g, perm = torch.sort(ids, stable=self.variant in (
+            "rows_mixed", "perm_returned", "weights_on_columns"))
         x_g = x[perm // K]
         w_g = weights.reshape(-1)[perm]
         offs = torch.cumsum(torch.histc(ids_g.float(), bins=E, min=0, max=E - 1), 0,
@@ -50,7 +51,9 @@ class Experts(nn.Module):
         h = nn.functional.silu(gate) * lin
         if self.variant == "rows_mixed":
             h = torch.cumsum(h, dim=0)  # row s now depends on the rows sorted before it
-        out = torch.ops.transformers.grouped_mm_fallback(h, self.w2, offs=offs) * w_g[:, None]
+        # a 1-D weight per copy broadcasts over the columns (S = H at 3 tokens), not the rows
+        col = w_g if self.variant == "weights_on_columns" else w_g[:, None]
+        out = torch.ops.transformers.grouped_mm_fallback(h, self.w2, offs=offs) * col
         inv = torch.empty_like(perm)
         inv[perm] = torch.arange(perm.size(0))
         y = out[inv].view(x.shape[0], K, H).sum(dim=1)
@@ -84,9 +87,10 @@ def test_a_sort_the_program_undoes_row_by_row_is_imported_as_the_identity(tokens
 
 
 @pytest.mark.parametrize("variant", ["rows_mixed", "sorted_returned", "perm_returned",
-                                     "ids_not_topk"])
+                                     "ids_not_topk", "weights_on_columns"])
 def test_a_sort_whose_order_is_observed_is_imported_as_itself(variant: str) -> None:
     """A row-mixing op between the sort and the restore, the sorted values or the permutation
-    an output, ids that may fall outside [0, E): the sort stays, exact."""
-    g = _imported(variant)
+    an output, ids that are not a top-k's, sorted values broadcast over the columns: the sort
+    stays, exact."""
+    g = _imported(variant, 3)
     assert "argsort" in [op.type for op in g.ops]
