@@ -21,10 +21,11 @@ The proof, for ``values, perm = sort(ids)`` along the only dim of a 1-D ``ids`` 
   rows) and by ``inv[perm] = arange(S)`` (``index_put`` into an empty tensor), whose ``inv`` is read
   only as the index of rows, each of a tensor of the region;
 * the region (every tensor computed from the rows read by ``perm``) has S rows and is read only by
-  row-wise ops: elementwise ops whose other operands are of the region or do not span the rows
-  (scalars, tensors of lower rank, one row), splits, slices and unsqueezes off dim 0, views that
-  keep dim 0, the grouped matmuls above (rows as input), and the restore ``z[inv]``. Nothing of it
-  is an output.
+  row-wise ops: elementwise ops whose operands of the result's rank and more than one row are of
+  the region, and whose others (scalars, lower ranks, one row: broadcast over the rows) are not,
+  splits, slices and unsqueezes off dim 0, views that keep dim 0, the grouped matmuls above (rows
+  as input; every reader of the group ends is one), and the restore ``z[inv]``. Nothing of it is
+  an output.
 
 Then ``z[inv]`` equals the region computed on the unsorted rows, which is what the import builds:
 ``x[perm]`` is ``x``, ``x[perm // k]`` repeats each row of x k times, ``z[inv]`` is ``z``, a grouped
