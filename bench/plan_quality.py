@@ -16,11 +16,14 @@ math kernel, matmuls, softmax and the mask's where; DTensor runs that math backe
 with its Megatron plan written once, as data, and read by both sides; the MoE decoders
 (Mixtral, Qwen2-MoE: 4 experts, top-2, expert FFN 512,
 Qwen2-MoE's shared expert FFN 512) with ``MOE_PLAN``: attention Megatron-style, the experts'
-stacked weights split on mp by expert, the router replicated, **experts_implementation
-"batched_mm"** (a gap: transformers' default ``grouped_mm`` multiplies groups whose sizes the
-routing decides, through the custom op ``transformers::grouped_mm_fallback``, which no rule
-family expresses and DTensor runs only in bfloat16 on CPU; the "eager" loop over the experts hit
-is data-dependent and torch.export cannot trace it to static shapes); then a ResNet-18 and a
+stacked weights split on mp by expert, the router replicated, transformers' default experts
+implementation (``grouped_mm``: the token copies sorted by expert, multiplied group by group
+through ``transformers::grouped_mm_fallback``, the order restored; the importer proves the
+sort's order unobservable and imports it as the identity, spmdrules/importers/aten_order.py),
+each followed by a row of the same model with ``experts_implementation="batched_mm"``: the path
+DTensor runs on CPU in float32 (on the default path transformers calls ``aten._grouped_mm`` in
+eager mode, whose meta function, which DTensor's sharding propagation runs, takes only bfloat16;
+the default rows print that reason in the DTensor column); then a ResNet-18 and a
 small U-Net written in torch (tests/support/cnn_models.py) with the batch on dp and H on mp.
 
 Columns:
@@ -32,10 +35,10 @@ Columns:
   conv);
   the bytes are ``sum(p.total_bytes for p in result.plans())``, the collectives every step of
   those plans that moves data (a local slice or a zero-partial moves none). On the MoE decoders
-  ours all-gathers both expert weights of each layer: ``batched_mm`` reads each token copy's
-  weights with ``gate_up_proj[expert_ids]`` (``aten.index``, our ``index_select``), whose rule
-  (rules/gather.py, Paddle's IndexSelectInferSpmd) needs the indexed axis whole; no layout of
-  that rule keeps the weights split, so no pricing of the other operands avoids the gather.
+  each grouped matmul (``batched_mm``: each ``bmm``) reads each token copy's expert weights by
+  index (our ``index_select``): with the experts split on mp a masked lookup (each process reads
+  its experts' rows, zeros for the others; spmdrules.engine.masks), masked through silu and the
+  weighting, so no weight is gathered and the combine is one all-reduce per layer.
 * **textbook**: a formula per model kind, from the config and the plan:
 
   - *dense decoder*: the embedding's pending sum reduced once, one all-reduce after each

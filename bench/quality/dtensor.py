@@ -122,18 +122,33 @@ def dtensor_plan(module: Any, spec: dict[str, Any], fused: tuple[str, ...], mesh
     return out
 
 
-def dtensor_decoder(kind: str, batch: int) -> Figure:
+def dtensor_decoder(kind: str, batch: int, experts: str | None = None) -> Figure:
     import torch
     from hf_models import DECODERS, SIZES, decoder
     from torch.distributed.tensor.parallel import parallelize_module
 
     _, spec, fused = DECODERS[kind]
     dm = mesh()
-    module = decoder(kind)
+    module = decoder(kind, experts)
     linear_conv1d(module)
     parallelize_module(module, dm["mp"], dtensor_plan(module, spec, fused, dm))
     ids = torch.randint(0, SIZES["vocab"], (batch // DP, SEQ))
-    return run_dtensor(module, (ids,))
+    try:
+        return run_dtensor(module, (ids,))
+    except RuntimeError as e:
+        if "_grouped_mm" not in traceback_text(e):
+            raise
+        # transformers' default experts path calls aten._grouped_mm in eager mode on CPU (its
+        # fallback only under torch.compile/export); DTensor propagates shardings through the
+        # op's meta function, which takes only bfloat16
+        raise RuntimeError(f"DTensor on the default experts path (aten._grouped_mm, whose meta "
+                           f"function takes only bfloat16): {reason_of(e)}") from e
+
+
+def traceback_text(e: BaseException) -> str:
+    import traceback
+
+    return "".join(traceback.format_exception(e))
 
 
 def dtensor_cnn(module: Any, x: Any) -> Figure:

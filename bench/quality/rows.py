@@ -15,15 +15,18 @@ from quality.textbook import (
 )
 
 
-def decoder_row(kind: str, batch: int) -> Row:
+def decoder_row(kind: str, batch: int, experts: str | None = None) -> Row:
+    """A decoder's row; a MoE decoder with transformers' default experts implementation unless
+    ``experts`` names another (then the label says which)."""
     import torch
     from hf_models import DECODERS, MOE_SHARED, SIZES, decoder
 
     label, spec, _ = DECODERS[kind]
+    label = label if experts is None else f"{label} ({experts})"
     ids = torch.randint(0, SIZES["vocab"], (batch, SEQ),
                         generator=torch.Generator().manual_seed(1))
-    ours = measured(lambda: ours_module(decoder(kind), (ids,), spec))
-    dtensor = measured(lambda: dtensor_decoder(kind, batch))
+    ours = measured(lambda: ours_module(decoder(kind, experts), (ids,), spec))
+    dtensor = measured(lambda: dtensor_decoder(kind, batch, experts))
     if kind not in MOE_SHARED:
         return Row(label, batch, ours, textbook_decoder(batch, SIZES["hidden"], SIZES["layers"]),
                    dtensor)
@@ -59,7 +62,7 @@ def routed_experts_row() -> Row:
 
 def rows_for(models: list[str], batches: list[int], cnn_importers: tuple[str, ...] = ("torch",)
              ) -> list[Row]:
-    from hf_models import DECODERS
+    from hf_models import BATCHED_EXPERTS, DECODERS, MOE_SHARED
 
     out: list[Row] = []
     for kind in models:
@@ -69,6 +72,8 @@ def rows_for(models: list[str], batches: list[int], cnn_importers: tuple[str, ..
         for b in batches:
             new = [decoder_row(kind, b)] if kind in DECODERS else [
                 cnn_row(kind, b, importer) for importer in cnn_importers]
+            if kind in MOE_SHARED:  # DTensor's figure: the path it runs on CPU in float32
+                new.append(decoder_row(kind, b, BATCHED_EXPERTS))
             out += new
             for r in new:
                 print(f"  measured {r.model} at batch {b}", file=sys.stderr, flush=True)

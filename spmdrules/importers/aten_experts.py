@@ -114,12 +114,29 @@ def _grouped(c: Ctx, x: Tensor, w: Tensor, offs: Tensor | None) -> Tensor:
     group = c.call("sum", _as(c, past, "int64", "past_int"), axis=[1], keep_dim=False, part="group")
     valid = c.call("less_than", group, c.const(groups, "int64", "groups"), part="valid")
     which = c.call("minimum", group, c.const(groups - 1, "int64", "last"), part="expert")
-    weights = c.call("index_select", w, which, axis=0, part="weights")
-    y = c.call("bmm", c.call("unsqueeze", _as(c, x, w.dtype, "input_cast"), axis=[1], part="row"), weights,
-               part="bmm")
-    y = c.call("reshape", y, shape=[rows, w.shape[2]], part="mm")
+    y = _rows_by(c, x, w, which)
     return c.call("where", c.call("unsqueeze", valid, axis=[1], part="valid_col"), y,
                   c.const(0, y.dtype, "zero"))
+
+
+def _rows_by(c: Ctx, x: Tensor, w: Tensor, which: Tensor) -> Tensor:
+    """Row s of ``x [S, K]`` times ``w[which[s]]`` (``w [E, K, N]``): the weights read per row
+    (``index_select``: a masked lookup where a mesh dim splits the experts) and multiplied row
+    by row (``bmm``)."""
+    weights = c.call("index_select", w, which, axis=0, part="weights")
+    y = c.call("bmm", c.call("unsqueeze", _as(c, x, w.dtype, "input_cast"), axis=[1], part="row"),
+               weights, part="bmm")
+    return c.call("reshape", y, shape=[x.shape[0], w.shape[2]], part="mm")
+
+
+def grouped_by_ids(c: Ctx, x: Tensor, w: Tensor, ids: Tensor) -> Tensor:
+    """The grouped matmul of rows whose groups are ``ids [S]`` (each in [0, E)), in any order:
+    row s times ``w[ids[s]]`` (``spmdrules.importers.aten_order`` proves the ids and imports
+    transformers' sorted rows in their tokens' order)."""
+    if x.ndim != 2 or w.ndim != 3 or x.shape[1] != w.shape[1] or ids.shape != x.shape[:1]:
+        raise c.fail(f"input {list(x.shape)}, weight {list(w.shape)}, ids {list(ids.shape)}: "
+                     "rows [S, K], weights [E, K, N] and one group id per row are needed")
+    return _rows_by(c, x, w, _as(c, ids, "int64", "ids_int"))
 
 
 @aten("transformers.grouped_mm_fallback.default")
@@ -127,4 +144,4 @@ def _grouped_mm_fallback(c: Ctx, a: dict[str, Any]) -> Tensor:
     return _grouped(c, a["input"], a["weight"], a["offs"])
 
 
-__all__: list[str] = []
+__all__ = ["grouped_by_ids"]

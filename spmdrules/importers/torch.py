@@ -14,6 +14,9 @@ becomes registered ops (``spmdrules.importers.aten``, ``aten_sort``, ``aten_upsa
 * a buffer the program writes (a training batch norm's running statistics) keeps its value as a
   source, and its new value is an output ``<buffer>.updated`` (``Imported.updates``);
 * ``spatial_sharding=True`` sets the conv opt-in on every convolution (as the ONNX importer);
+* a sort whose permutation the program undoes row by row (Hugging Face's default experts path)
+  is imported as the identity, so the rows keep their order and their split
+  (``spmdrules.importers.aten_order``);
 * refused with a typed error naming the node: symbolic shapes, control flow (``cond``,
   ``while_loop``, ``map``), writes into an input, parameter or buffer, in-place ops, and any
   op with no mapping (every one at once, ``UnmappedOpsError``, with the rule family that
@@ -175,6 +178,7 @@ class _Importer:
 
     def run(self) -> Imported:
         from spmdrules.importers.aten import ATEN, dtype_name
+        from spmdrules.importers.aten_order import unobservable_sorts
 
         converters.load()
         ep, g = self.ep, self.graph
@@ -184,6 +188,7 @@ class _Importer:
         kinds = {s.arg.name: s for s in sig.input_specs}
         state = {**ep.state_dict, **getattr(ep, "constants", {})}
         report = UnmappedReport(g.name)
+        rewrites = unobservable_sorts(ep.graph)
         with g:
             for node in progress(ep.graph.nodes, "import", total=len(ep.graph.nodes)):
                 if node.op == "placeholder":
@@ -205,6 +210,9 @@ class _Importer:
                             f"node {node.name!r}: aten.{tname} writes in place; export the "
                             "functional form (torch.export does, unless the model mutates "
                             "an input)")
+                    if node.name in rewrites:
+                        self._rewrite(node, rewrites[node.name], report, dtype_name)
+                        continue
                     self._call(node, ATEN.get(converters.key(target)), report, dtype_name)
                 elif node.op == "output":
                     self._outputs(node, sig)
@@ -216,16 +224,18 @@ class _Importer:
         g.validate()
         return self.imported
 
-    def _call(self, node: Any, conv: Any, report: UnmappedReport, dtype_name: Any) -> None:
+    def _call(self, node: Any, conv: Any, report: UnmappedReport, dtype_name: Any,
+              rewritten: bool = False) -> None:
         """Map one op node; an op that cannot be mapped goes into ``report`` and its results
-        become stand-ins of torch's shape and dtype, so the rest of the model is tried too."""
+        become stand-ins of torch's shape and dtype, so the rest of the model is tried too. A
+        ``rewritten`` node's arguments that are not imported are bound as ``Blocked``."""
         from spmdrules.importers.aten import Ctx, _Unmapped, tags
 
         op = f"{getattr(node.target, 'namespace', 'aten')}.{node.target.__name__}"
         try:
             if conv is None:
                 raise UnmappedOpError(node.name, op, None)
-            bound = self._bind(node, _Unmapped)
+            bound = self._bind(node, _Unmapped, rewritten)
             out = conv(Ctx(self.graph, self.torch, node, self._op_name(node),
                            spatial_sharding=self.spatial_sharding), bound)
         except Untried:
@@ -246,6 +256,15 @@ class _Importer:
             return
         self._check_result(node, out, dtype_name)
         self.env[node.name] = out
+
+    def _rewrite(self, node: Any, rewrite: Any, report: UnmappedReport, dtype_name: Any
+                 ) -> None:
+        """Import ``node`` by its rewrite (``aten_order``); no rewrite: no reader needs it."""
+        if rewrite is None:
+            self.env[node.name] = Blocked(node.name)
+            return
+        self._call(node, lambda c, a: rewrite(c, a, self.env), report, dtype_name,
+                   rewritten=True)
 
     def _like(self, node: Any) -> list[str]:
         """The mapped ATen ops that take the same arguments as ``node``'s op (by name and type:
@@ -323,7 +342,7 @@ class _Importer:
                     f"{s.target!r} in place; spmdrules imports functional programs, so return "
                     "the new value instead of mutating it")
 
-    def _bind(self, node: Any, unmapped: type) -> dict[str, Any]:
+    def _bind(self, node: Any, unmapped: type, blocked: bool = False) -> dict[str, Any]:
         schema = node.target._schema
         out: dict[str, Any] = {}
         for i, arg in enumerate(schema.arguments):
@@ -333,15 +352,15 @@ class _Importer:
                 v = node.kwargs[arg.name]
             else:
                 v = arg.default_value if arg.has_default_value() else None
-            out[arg.name] = self._value(v, node, unmapped)
+            out[arg.name] = self._value(v, node, unmapped, blocked)
         return out
 
-    def _value(self, v: Any, node: Any, unmapped: type) -> Any:
+    def _value(self, v: Any, node: Any, unmapped: type, blocked: bool = False) -> Any:
         if isinstance(v, list | tuple):
-            return type(v)(self._value(x, node, unmapped) for x in v)
+            return type(v)(self._value(x, node, unmapped, blocked) for x in v)
         if hasattr(v, "op") and hasattr(v, "name") and v.__class__.__name__ == "Node":
             got = self.env[v.name]
-            if isinstance(got, Blocked):
+            if isinstance(got, Blocked) and not blocked:
                 raise Untried(got.node)
             if isinstance(got, unmapped):
                 raise got.use(node.name)  # type: ignore[attr-defined]

@@ -1,8 +1,8 @@
-"""Mixture-of-experts decoders (issue 24): the router's ``aten.topk`` maps onto the sort family,
-and Hugging Face Mixtral and Qwen2-MoE (small configs, random weights, transformers' "batched_mm"
-experts: tests/support/hf_models.py MOE_EXPERTS) import, equal torch run serially, and complete
-with the expert-parallel plan. Mixtral on 4 MPI ranks, forward and gradients against torch:
-tests/importers/test_torch_models.py."""
+"""Mixture-of-experts decoders (issues 24, 26): the router's ``aten.topk`` maps onto the sort
+family, and Hugging Face Mixtral and Qwen2-MoE (small configs, random weights, transformers'
+default experts implementation, ``grouped_mm``) import, equal torch run serially, and complete
+with the expert-parallel plan at the textbook's collectives. On 4 MPI ranks, forward and
+gradients against torch: tests/importers/test_torch_models.py."""
 
 from __future__ import annotations
 
@@ -84,12 +84,17 @@ def test_moe_decoder_imports_equals_torch_and_completes_with_the_expert_parallel
     assert len(experts) == 2 * 2  # gate_up_proj and down_proj in each layer
     for name in experts:  # split by expert on mp, as the plan says
         assert r.attr(g.tensor(name)).dims_mapping == (1, -1, -1), name
-    # Expert parallelism: batched_mm reads each token copy's expert weights with index_select, a
-    # masked lookup from the expert-split tables (spmdrules.engine.masks): each process computes
-    # its experts' copies and zeros for the others, through silu and the weighting, so no weight
-    # is gathered and the combine is one all-reduce on mp. Every reshard is an all-reduce on mp
-    # (the embedding's, each layer's attention and combine, Qwen2-MoE's shared expert's) or a
-    # free slice.
+    # The default path's sort of the token copies by expert is undone by its inverse
+    # permutation, row by row (spmdrules.importers.aten_order): imported as the identity, the
+    # copies keep their tokens' order and dp split, and no sort gathers them.
+    assert module.config._experts_implementation == "grouped_mm"
+    assert not {"argsort", "index_put"} & {op.type for op in g.ops}
+    # Expert parallelism: each grouped matmul reads each token copy's expert weights with
+    # index_select, a masked lookup from the expert-split tables (spmdrules.engine.masks): each
+    # process computes its experts' copies and zeros for the others, through silu and the
+    # weighting, so no weight is gathered and the combine is one all-reduce on mp. Every reshard
+    # is an all-reduce on mp (the embedding's, each layer's attention and combine, Qwen2-MoE's
+    # shared expert's) or a free slice.
     assert not {e.tensor for e in r.reshards} & {t.name for t in g.params}
     looked_up = [op.outputs[0] for op in g.ops if op.type == "index_select"]
     assert len(looked_up) == 2 * 2

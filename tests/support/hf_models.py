@@ -59,13 +59,12 @@ PHI3_PLAN: dict[str, Any] = {
     "layers.*.mlp.down_proj": plan.RowwiseParallel(),
     "lm_head": plan.ColwiseParallel(),
 }
-#: the MoE decoders' experts path, not transformers' default ``grouped_mm``: that one sorts the
-#: token copies by expert and multiplies groups whose sizes the routing decides (``histc``
-#: offsets into the custom op ``transformers::grouped_mm_fallback``), which no rule family
-#: expresses, and DTensor runs it only in bfloat16 on CPU; "eager" loops over the experts hit
-#: (``nonzero``), which torch.export cannot trace to static shapes. ``batched_mm`` reads each token
-#: copy's expert weights by index (``aten.index``) and multiplies copy by copy (``aten.bmm``).
-MOE_EXPERTS = "batched_mm"
+#: the other experts implementation the bench measures beside transformers' default
+#: (``grouped_mm``, which sorts the token copies by expert: DTensor cannot run it on CPU in
+#: float32, its ``aten._grouped_mm`` takes only bfloat16 there). ``batched_mm`` reads each token
+#: copy's expert weights by index (``aten.index``) and multiplies copy by copy (``aten.bmm``): the
+#: one path both sides run, so its row gives DTensor's figure for the MoE decoders.
+BATCHED_EXPERTS = "batched_mm"
 #: experts sharded on mp along their expert dim (expert parallelism); the router replicated
 MOE_PLAN: dict[str, Any] = {
     "input_ids": plan.DataParallel(dim="dp"),
@@ -98,9 +97,10 @@ def _common(s: dict[str, int]) -> dict[str, Any]:
             "tie_word_embeddings": False}
 
 
-def decoder(kind: str, **sizes: int) -> Any:
+def decoder(kind: str, experts: str | None = None, **sizes: int) -> Any:
     """The Hugging Face decoder ``kind`` (a key of DECODERS) at SIZES (``sizes`` overrides),
-    random weights from seed 0, in eval mode. GPT-2's LM head is untied from the token
+    random weights from seed 0, in eval mode; a MoE decoder with transformers' default experts
+    implementation unless ``experts`` names another. GPT-2's LM head is untied from the token
     embedding like the others': torch.export keeps one of two tied parameters (under the LM
     head's name), so a tied model's embedding plan would name a parameter the program does not
     read."""
@@ -120,15 +120,15 @@ def decoder(kind: str, **sizes: int) -> Any:
         return tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(**c)).eval()
     if kind == "gemma":
         c["head_dim"] = s["hidden"] // s["heads"]
+    moe = {} if experts is None else {"experts_implementation": experts}
     if kind == "mixtral":
         return tf.MixtralForCausalLM(tf.MixtralConfig(
-            **c, num_local_experts=s["experts"], num_experts_per_tok=s["top_k"],
-            experts_implementation=MOE_EXPERTS)).eval()
+            **c, num_local_experts=s["experts"], num_experts_per_tok=s["top_k"], **moe)).eval()
     if kind == "qwen2_moe":
         return tf.Qwen2MoeForCausalLM(tf.Qwen2MoeConfig(
             **c, num_experts=s["experts"], num_experts_per_tok=s["top_k"],
             moe_intermediate_size=s["ffn"], shared_expert_intermediate_size=s["ffn"],
-            experts_implementation=MOE_EXPERTS)).eval()
+            **moe)).eval()
     config, model = {"llama": (tf.LlamaConfig, tf.LlamaForCausalLM),
                      "mistral": (tf.MistralConfig, tf.MistralForCausalLM),
                      "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM),
