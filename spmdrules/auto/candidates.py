@@ -21,7 +21,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from spmdrules.completion.local_blocks import divisible
 from spmdrules.core.attr import DistAttr
@@ -152,8 +152,30 @@ def _merge(mesh: ProcessMesh, parts: Sequence[tuple[DistAttr, ...]]) -> tuple[Di
     return tuple(merged)
 
 
+def signature(op: Op) -> tuple[Any, ...]:
+    """What a rule's answers depend on: the op's type, attributes, operands' and results' shapes
+    and dtypes, and which operand slots hold one tensor (a model repeats its layers' ops)."""
+    slots: dict[int, int] = {}
+    return (op.type, repr(op.attrs), repr(op.extra),
+            tuple((t.shape, t.dtype, slots.setdefault(id(t), k))
+                  for k, t in enumerate(op.inputs)),
+            tuple((t.shape, t.dtype) for t in op.outputs))
+
+
+_STRATEGIES: dict[tuple[Any, ...], tuple[Strategy, ...]] = {}
+
+
 def strategies(op: Op, mesh: ProcessMesh) -> tuple[Strategy, ...]:
-    """Every candidate of ``op`` on ``mesh``: replicated first, then the rule's strategies."""
+    """Every candidate of ``op`` on ``mesh``: replicated first, then the rule's strategies
+    (memoised per signature and mesh)."""
+    key = (signature(op), mesh)
+    hit = _STRATEGIES.get(key)
+    if hit is None:
+        hit = _STRATEGIES[key] = _strategies(op, mesh)
+    return hit
+
+
+def _strategies(op: Op, mesh: ProcessMesh) -> tuple[Strategy, ...]:
     if not op.inputs:  # a constant is made in whatever layout its consumers read
         return tuple(Strategy((), outs, 1) for outs in itertools.product(
             *(layouts_of(t, mesh) for t in op.outputs)))

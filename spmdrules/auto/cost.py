@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from spmdrules.auto.candidates import probe_shape
+from spmdrules.auto.candidates import probe_shape, signature
 from spmdrules.auto.pricing import prices
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.completion.memory import Completed, Memory, local_bytes, memory
@@ -97,17 +97,12 @@ class Work:
         return self.amount / (rate.matmul if self.contraction else rate.elementwise)
 
 
-def _key(op: Op) -> tuple[Any, ...]:
-    return (op.type, repr(op.attrs), tuple((t.shape, t.dtype) for t in op.inputs),
-            tuple((t.shape, t.dtype) for t in op.outputs))
-
-
 _WORK: dict[tuple[Any, ...], Work] = {}
 
 
 def work(op: Op) -> Work:
     """The op's forward work (cached per signature: a model repeats its layers)."""
-    key = _key(op)
+    key = signature(op)
     hit = _WORK.get(key)
     if hit is not None:
         return hit

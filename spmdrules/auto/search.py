@@ -24,7 +24,7 @@ from pydantic import ByteSize, TypeAdapter, ValidationError
 from spmdrules.auto import cost as cm
 from spmdrules.auto.errors import AutoPlanError, MemoryBudgetError
 from spmdrules.auto.quotient import fold
-from spmdrules.auto.solver import Choice, Infeasible, Objective, solve
+from spmdrules.auto.solver import Choice, Infeasible, Objective, Pruned, Unsolved, solve
 from spmdrules.completion.driver import complete
 from spmdrules.completion.planning import fmt_bytes
 from spmdrules.completion.result import DroppedSplitWarning
@@ -212,13 +212,17 @@ def plan(graph: Graph, devices: int, *, memory_per_rank: str | int | float,
     q = fold(graph)
     found: list[Candidate] = []
     floors: list[float] = []
+    cutoff = math.inf  # the solver's best step so far: a mesh whose bound is above is skipped
     for shape in shapes:
         mesh = _mesh(shape)
         try:
-            ch = solve(graph, mesh, budget, opts, _objective(objective), q)
+            ch = solve(graph, mesh, budget, opts, _objective(objective), q, cutoff)
         except Infeasible as e:
             floors.append(e.floor)
             continue
+        except (Pruned, Unsolved):
+            continue
+        cutoff = min(cutoff, ch.time)
         specs = _annotations(graph, ch)
         styles = {n: Translated(s, f"spmdrules.auto on mesh {list(shape)}")
                   for n, s in specs.items()}
