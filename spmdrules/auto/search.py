@@ -24,7 +24,14 @@ from pydantic import ByteSize, TypeAdapter, ValidationError
 from spmdrules.auto import cost as cm
 from spmdrules.auto.errors import AutoPlanError, MemoryBudgetError
 from spmdrules.auto.quotient import fold
-from spmdrules.auto.solver import Choice, Infeasible, Objective, Pruned, Unsolved, solve
+from spmdrules.auto.solver import (
+    Choice,
+    Infeasible,
+    Objective,
+    Pruned,
+    Unsolved,
+    solve,
+)
 from spmdrules.completion.driver import complete
 from spmdrules.completion.planning import fmt_bytes
 from spmdrules.completion.result import DroppedSplitWarning
@@ -259,6 +266,11 @@ def _choose(found: list[Candidate], floors: list[float], budget: int, objective:
                 c.mesh.ndim)
 
     found.sort(key=key)
+    if not found and not floors:
+        raise AutoPlanError(
+            f"auto.plan: HiGHS found no plan on any mesh of {devices} devices within "
+            "its time limit per mesh; raise spmdrules.auto.solver."
+            "TIME_LIMIT or give mesh_shapes")
     if not found or not found[0].fits(budget):
         least = min([*floors, *(c.estimate.memory_bytes for c in found)], default=math.inf)
         raise MemoryBudgetError(

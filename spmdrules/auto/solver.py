@@ -49,6 +49,9 @@ class Choice:
     sources: dict[str, DistAttr]
     time: float
     memory: float
+    #: the MILP's size: variables and constraint rows (the budget's row included)
+    variables: int = 0
+    constraints: int = 0
 
 
 @dataclass(slots=True)
@@ -335,7 +338,8 @@ def _run(pr: _Program, budget: float, objective: Objective) -> Choice:
             elif r in pr.fed:
                 c, j = pr.fed[r]
                 sources[t.name] = pick[c].inputs[j]
-    return Choice(pr.mesh, ops, sources, float(time @ x), float(mem @ x))
+    return Choice(pr.mesh, ops, sources, float(time @ x), float(mem @ x), n,
+                  sum(k.A.shape[0] for k in cons))
 
 
 def _floor(m: _Model, xs: dict[int, list[int]], src_x: dict[int, list[int]]) -> float:
