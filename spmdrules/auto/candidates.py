@@ -184,6 +184,16 @@ def _strategies(op: Op, mesh: ProcessMesh) -> tuple[Strategy, ...]:
     base = answer(op, mesh, rep)
     if base is not None and base[0] == rep:
         found[base] = None
+    _combinations(op, mesh, found)
+    if not found and base is not None and _even(op, *base):
+        found[base] = None  # a rule that moves even replicated operands: its own answer
+    return tuple(Strategy(ins, outs, _split(mesh, outs)) for ins, outs in found)
+
+
+def _combinations(op: Op, mesh: ProcessMesh,
+                  found: dict[tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]], None]) -> None:
+    """Add to ``found`` the products of the single-dim strategies over the mesh dims that the
+    rule takes as they are, evenly split, up to ``MAX_CANDIDATES``."""
     per_dim: list[list[tuple[DistAttr, ...] | None]] = [
         [None, *single_dim(op, mesh, m)] for m in range(mesh.ndim)]
     for combo in itertools.product(*per_dim):
@@ -198,10 +208,7 @@ def _strategies(op: Op, mesh: ProcessMesh) -> tuple[Strategy, ...]:
             continue
         found[got] = None
         if len(found) >= MAX_CANDIDATES:
-            break
-    if not found and base is not None and _even(op, *base):
-        found[base] = None  # a rule that moves even replicated operands: its own answer
-    return tuple(Strategy(ins, outs, _split(mesh, outs)) for ins, outs in found)
+            return
 
 
 def _valid(a: DistAttr) -> bool:

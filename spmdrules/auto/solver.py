@@ -336,8 +336,8 @@ def _run(pr: _Program, budget: float, objective: Objective) -> Choice:
             if r in pr.src_x:
                 sources[t.name] = pr.layouts[r][int(np.argmax([x[v] for v in pr.src_x[r]]))]
             elif r in pr.fed:
-                c, j = pr.fed[r]
-                sources[t.name] = pick[c].inputs[j]
+                reader, slot = pr.fed[r]
+                sources[t.name] = pick[reader].inputs[slot]
     return Choice(pr.mesh, ops, sources, float(time @ x), float(mem @ x), n,
                   sum(k.A.shape[0] for k in cons))
 
