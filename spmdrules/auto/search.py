@@ -87,6 +87,8 @@ class Candidate:
     mesh: ProcessMesh
     specs: dict[str, Spec]
     estimate: cm.Estimate
+    #: the size of the mesh's MILP: variables and constraint rows
+    program: tuple[int, int] = (0, 0)
 
     def fits(self, budget: float) -> bool:
         return self.estimate.memory_bytes <= budget
@@ -233,7 +235,8 @@ def plan(graph: Graph, devices: int, *, memory_per_rank: str | int | float,
         specs = _annotations(graph, ch)
         styles = {n: Translated(s, f"spmdrules.auto on mesh {list(shape)}")
                   for n, s in specs.items()}
-        found.append(Candidate(mesh, specs, evaluate(graph, mesh, styles, opts)))
+        found.append(Candidate(mesh, specs, evaluate(graph, mesh, styles, opts),
+                               (ch.variables, ch.constraints)))
     return _choose(found, floors, budget, objective, devices)
 
 

@@ -16,7 +16,7 @@ MESH = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["dp", "mp"])
 def test_a_convolution_is_priced_by_its_flops() -> None:
     g = examples.resnet_block(MESH, batch=2, size=8)
     conv = g.ops[0]
-    x, w = conv.inputs
+    _, w = conv.inputs
     (out,) = conv.outputs
     assert len(w.shape) == 4 and w.role == "param"
     c_in, kh, kw = w.shape[1:]

@@ -30,6 +30,9 @@ def test_the_program_of_a_folded_stack_does_not_grow_with_its_layers() -> None:
         ch = solver.solve(g, MESH, float("inf"), opts, quotient=fold(g))
         sizes.add((ch.variables, ch.constraints))
     assert len(sizes) == 1, sizes
+    p = auto.plan(g, 4, memory_per_rank="1GiB", mesh_shapes=[(2, 2)])
+    variables, rows = sizes.pop()
+    assert p.chosen.program == (variables, rows + 1)  # and the budget's row
 
 
 def test_a_source_one_slot_reads_is_fed_as_that_slot_reads_it() -> None:
