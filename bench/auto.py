@@ -132,8 +132,10 @@ def bench_model(kind: str, devices: list[int], opts: auto.Options) -> None:
             solve = time.perf_counter() - t0
             best = min(fits.items(), key=lambda kv: kv[1].time, default=None)
             ratio = f"{p.predicted.time / best[1].time:.3f} vs {best[0]}" if best else "n/a"
+            v, rows = p.chosen.program
             print(f"  {'auto':<12} {_line(p.predicted)}  mesh {list(p.mesh.shape)}, "
-                  f"auto/best {ratio}, solved in {solve:.1f} s")
+                  f"auto/best {ratio}, solved in {solve:.1f} s (MILP {v} variables, "
+                  f"{rows} rows)")
 
 
 def bench_solve(layers: int, devices: int, opts: auto.Options) -> None:

@@ -21,7 +21,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from spmdrules.completion.local_blocks import divisible
 from spmdrules.core.attr import DistAttr
@@ -152,8 +152,30 @@ def _merge(mesh: ProcessMesh, parts: Sequence[tuple[DistAttr, ...]]) -> tuple[Di
     return tuple(merged)
 
 
+def signature(op: Op) -> tuple[Any, ...]:
+    """What a rule's answers depend on: the op's type, attributes, operands' and results' shapes
+    and dtypes, and which operand slots hold one tensor (a model repeats its layers' ops)."""
+    slots: dict[int, int] = {}
+    return (op.type, repr(op.attrs), repr(op.extra),
+            tuple((t.shape, t.dtype, slots.setdefault(id(t), k))
+                  for k, t in enumerate(op.inputs)),
+            tuple((t.shape, t.dtype) for t in op.outputs))
+
+
+_STRATEGIES: dict[tuple[Any, ...], tuple[Strategy, ...]] = {}
+
+
 def strategies(op: Op, mesh: ProcessMesh) -> tuple[Strategy, ...]:
-    """Every candidate of ``op`` on ``mesh``: replicated first, then the rule's strategies."""
+    """Every candidate of ``op`` on ``mesh``: replicated first, then the rule's strategies
+    (memoised per signature and mesh)."""
+    key = (signature(op), mesh)
+    hit = _STRATEGIES.get(key)
+    if hit is None:
+        hit = _STRATEGIES[key] = _strategies(op, mesh)
+    return hit
+
+
+def _strategies(op: Op, mesh: ProcessMesh) -> tuple[Strategy, ...]:
     if not op.inputs:  # a constant is made in whatever layout its consumers read
         return tuple(Strategy((), outs, 1) for outs in itertools.product(
             *(layouts_of(t, mesh) for t in op.outputs)))
@@ -162,6 +184,16 @@ def strategies(op: Op, mesh: ProcessMesh) -> tuple[Strategy, ...]:
     base = answer(op, mesh, rep)
     if base is not None and base[0] == rep:
         found[base] = None
+    _combinations(op, mesh, found)
+    if not found and base is not None and _even(op, *base):
+        found[base] = None  # a rule that moves even replicated operands: its own answer
+    return tuple(Strategy(ins, outs, _split(mesh, outs)) for ins, outs in found)
+
+
+def _combinations(op: Op, mesh: ProcessMesh,
+                  found: dict[tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]], None]) -> None:
+    """Add to ``found`` the products of the single-dim strategies over the mesh dims that the
+    rule takes as they are, evenly split, up to ``MAX_CANDIDATES``."""
     per_dim: list[list[tuple[DistAttr, ...] | None]] = [
         [None, *single_dim(op, mesh, m)] for m in range(mesh.ndim)]
     for combo in itertools.product(*per_dim):
@@ -176,10 +208,7 @@ def strategies(op: Op, mesh: ProcessMesh) -> tuple[Strategy, ...]:
             continue
         found[got] = None
         if len(found) >= MAX_CANDIDATES:
-            break
-    if not found and base is not None and _even(op, *base):
-        found[base] = None  # a rule that moves even replicated operands: its own answer
-    return tuple(Strategy(ins, outs, _split(mesh, outs)) for ins, outs in found)
+            return
 
 
 def _valid(a: DistAttr) -> bool:

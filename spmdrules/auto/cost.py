@@ -5,11 +5,12 @@ Time is a training step's, compute plus communication, with no overlap assumed:
 * **compute**: each op's work divided over the processes its strategy splits it across, at a
   rate measured per process (``calibration.json`` beside this module, written by
   ``python bench/auto.py --calibrate --write``). An op with a contraction (a split the rule
-  answers with a plain pending sum on two operands: matmul's ``k``; not a convolution's input
-  channels, which its rule keeps whole: docs/auto.md's limits) does ``2 x (result
+  answers with a plain pending sum on two operands: matmul's ``k``) does ``2 x (result
   elements) x (contracted and unsplittable extents of the operand)`` flops at the matmul
-  rate; any other op touches its operands' and results' elements at the elementwise rate.
-  The reverse pass does twice the forward's work (``TRAINING_FACTOR``).
+  rate; so does an op whose rule keeps a weight's reduced dims whole (a convolution's
+  ``C_in / groups x k_h x k_w``: ``_kept_reduction``); any other op touches its operands' and
+  results' elements at the elementwise rate. The reverse pass does twice the forward's work
+  (``TRAINING_FACTOR``).
 * **communication**: each reshard's plan (the planner's calibrated alpha-beta cost), and in the
   reverse pass the plan back to its source's settled layout; and, for an operand an op reads
   whole on a mesh dim that divides its work (a replicated weight under data parallelism, the
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from spmdrules.auto.candidates import probe_shape
+from spmdrules.auto.candidates import probe_shape, signature
 from spmdrules.auto.pricing import prices
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.completion.memory import Completed, Memory, local_bytes, memory
@@ -97,17 +98,12 @@ class Work:
         return self.amount / (rate.matmul if self.contraction else rate.elementwise)
 
 
-def _key(op: Op) -> tuple[Any, ...]:
-    return (op.type, repr(op.attrs), tuple((t.shape, t.dtype) for t in op.inputs),
-            tuple((t.shape, t.dtype) for t in op.outputs))
-
-
 _WORK: dict[tuple[Any, ...], Work] = {}
 
 
 def work(op: Op) -> Work:
     """The op's forward work (cached per signature: a model repeats its layers)."""
-    key = _key(op)
+    key = signature(op)
     hit = _WORK.get(key)
     if hit is not None:
         return hit
@@ -117,12 +113,27 @@ def work(op: Op) -> Work:
     for t, con, whole in zip(op.inputs, shape.contracted, shape.whole, strict=True):
         if con:
             best = max(best, math.prod(t.shape[d] for d in (*con, *whole)))
+    if not best:
+        best = _kept_reduction(op, shape.whole)
     if best:
         w = Work(2.0 * out_numel * best, True)
     else:
         w = Work(float(sum(t.numel for t in (*op.inputs, *op.outputs))), False)
     _WORK[key] = w
     return w
+
+
+def _kept_reduction(op: Op, whole: tuple[tuple[int, ...], ...]) -> int:
+    """The extent of a reduction the rule keeps whole (no pending sum to see): a parameter
+    operand the rule splits along some dim but keeps its other dims whole, as a convolution's
+    weight ``[C_out, C_in / groups, k_h, k_w]``: each result element sums over those dims
+    (strides and padding show in the result's size). 0 where there is none (a norm's scale is
+    whole on every dim; an activation's kept dims, a softmax's axis, are no weight)."""
+    best = 0
+    for t, w in zip(op.inputs, whole, strict=True):
+        if t.role == "param" and w and len(w) < len(t.shape):
+            best = max(best, math.prod(t.shape[d] for d in w))
+    return best
 
 
 def compute_time(op: Op, split: int, opts: Options) -> float:

@@ -31,37 +31,50 @@ class Quotient:
 
 
 def fold(g: Graph) -> Quotient:
-    ops = g.ops
-    tensors = g.tensors
-    ins = [tuple(t.order for t in op.inputs) for op in ops]
-    outs = [tuple(t.order for t in op.outputs) for op in ops]
-    producer = [-1] * len(tensors)
-    consumers: list[list[int]] = [[] for _ in tensors]
-    for k, (i_s, o_s) in enumerate(zip(ins, outs, strict=True)):
-        for i in o_s:
-            producer[i] = k
-        for i in dict.fromkeys(i_s):
-            consumers[i].append(k)
+    ins = [tuple(t.order for t in op.inputs) for op in g.ops]
+    outs = [tuple(t.order for t in op.outputs) for op in g.ops]
+    producer, consumers = _links(len(g.tensors), ins, outs)
     codes: dict[Any, int] = {}
     code = [codes.setdefault((op.type, repr(op.attrs), repr(op.extra)), len(codes))
-            for op in ops]
+            for op in g.ops]
     kinds: dict[tuple[tuple[int, ...], str], int] = {}
-    kind = [kinds.setdefault((t.shape, t.dtype), len(kinds)) for t in tensors]
+    kind = [kinds.setdefault((t.shape, t.dtype), len(kinds)) for t in g.tensors]
     _, blocks = find_blocks(ins, outs, producer, consumers, code, kind)
-    rep = list(range(len(ops)))
-    rep_t = list(range(len(tensors)))
+    rep = list(range(len(g.ops)))
     first: dict[int, int] = {}
     for b in blocks:
         start = first.setdefault(b.run, b.start)
         for k in range(b.start, b.stop):
             rep[k] = start + (k - b.start)
+    rep_t = _tensor_representatives(rep, ins, outs, producer, consumers)
+    return Quotient(tuple(rep), tuple(rep_t), Counter(rep), Counter(rep_t), len(blocks))
+
+
+def _links(n: int, ins: list[tuple[int, ...]], outs: list[tuple[int, ...]]
+           ) -> tuple[list[int], list[list[int]]]:
+    """Each tensor's producing op (-1: a source) and consuming ops."""
+    producer = [-1] * n
+    consumers: list[list[int]] = [[] for _ in range(n)]
+    for k, (i_s, o_s) in enumerate(zip(ins, outs, strict=True)):
+        for i in o_s:
+            producer[i] = k
+        for i in dict.fromkeys(i_s):
+            consumers[i].append(k)
+    return producer, consumers
+
+
+def _tensor_representatives(rep: list[int], ins: list[tuple[int, ...]],
+                            outs: list[tuple[int, ...]], producer: list[int],
+                            consumers: list[list[int]]) -> list[int]:
+    """Each tensor's representative: a later block's results stand for the first block's, and
+    so does a source only that block reads (its own weight)."""
+    rep_t = list(range(len(producer)))
     for k, r in enumerate(rep):
         if r == k:
             continue
         for i, j in zip(ins[k], ins[r], strict=True):
-            # a source only this block reads (its own weight) stands for the first block's
             if producer[i] < 0 and i != j and all(rep[c] != c for c in consumers[i]):
                 rep_t[i] = j
         for i, j in zip(outs[k], outs[r], strict=True):
             rep_t[i] = j
-    return Quotient(tuple(rep), tuple(rep_t), Counter(rep), Counter(rep_t), len(blocks))
+    return rep_t

@@ -24,7 +24,14 @@ from pydantic import ByteSize, TypeAdapter, ValidationError
 from spmdrules.auto import cost as cm
 from spmdrules.auto.errors import AutoPlanError, MemoryBudgetError
 from spmdrules.auto.quotient import fold
-from spmdrules.auto.solver import Choice, Infeasible, Objective, solve
+from spmdrules.auto.solver import (
+    Choice,
+    Infeasible,
+    Objective,
+    Pruned,
+    Unsolved,
+    solve,
+)
 from spmdrules.completion.driver import complete
 from spmdrules.completion.planning import fmt_bytes
 from spmdrules.completion.result import DroppedSplitWarning
@@ -80,6 +87,8 @@ class Candidate:
     mesh: ProcessMesh
     specs: dict[str, Spec]
     estimate: cm.Estimate
+    #: the size of the mesh's MILP: variables and constraint rows
+    program: tuple[int, int] = (0, 0)
 
     def fits(self, budget: float) -> bool:
         return self.estimate.memory_bytes <= budget
@@ -212,17 +221,22 @@ def plan(graph: Graph, devices: int, *, memory_per_rank: str | int | float,
     q = fold(graph)
     found: list[Candidate] = []
     floors: list[float] = []
+    cutoff = math.inf  # the solver's best step so far: a mesh whose bound is above is skipped
     for shape in shapes:
         mesh = _mesh(shape)
         try:
-            ch = solve(graph, mesh, budget, opts, _objective(objective), q)
+            ch = solve(graph, mesh, budget, opts, _objective(objective), q, cutoff)
         except Infeasible as e:
             floors.append(e.floor)
             continue
+        except (Pruned, Unsolved):
+            continue
+        cutoff = min(cutoff, ch.time)
         specs = _annotations(graph, ch)
         styles = {n: Translated(s, f"spmdrules.auto on mesh {list(shape)}")
                   for n, s in specs.items()}
-        found.append(Candidate(mesh, specs, evaluate(graph, mesh, styles, opts)))
+        found.append(Candidate(mesh, specs, evaluate(graph, mesh, styles, opts),
+                               (ch.variables, ch.constraints)))
     return _choose(found, floors, budget, objective, devices)
 
 
@@ -255,6 +269,11 @@ def _choose(found: list[Candidate], floors: list[float], budget: int, objective:
                 c.mesh.ndim)
 
     found.sort(key=key)
+    if not found and not floors:
+        raise AutoPlanError(
+            f"auto.plan: HiGHS found no plan on any mesh of {devices} devices within "
+            "its time limit per mesh; raise spmdrules.auto.solver."
+            "TIME_LIMIT or give mesh_shapes")
     if not found or not found[0].fits(budget):
         least = min([*floors, *(c.estimate.memory_bytes for c in found)], default=math.inf)
         raise MemoryBudgetError(

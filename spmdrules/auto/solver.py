@@ -12,7 +12,7 @@ a representative of the ops it stands for (``quotient``) and counts that many ti
 
 from __future__ import annotations
 
-import itertools
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -30,7 +30,7 @@ from spmdrules.completion.memory import local_bytes
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.graph.graph import Graph
-from spmdrules.graph.nodes import Tensor
+from spmdrules.graph.nodes import Op, Tensor
 
 Objective = Literal["time", "memory"]
 #: seconds HiGHS may take for one mesh (then its best plan so far is taken)
@@ -49,6 +49,9 @@ class Choice:
     sources: dict[str, DistAttr]
     time: float
     memory: float
+    #: the MILP's size: variables and constraint rows (the budget's row included)
+    variables: int = 0
+    constraints: int = 0
 
 
 @dataclass(slots=True)
@@ -70,6 +73,13 @@ class _Model:
         self.upper.append(0.0 if math.isinf(time) else 1.0)
         return len(self.cost) - 1
 
+    def add(self, v: int, time: float, mem: float) -> None:
+        """Charge variable ``v`` more time and memory (an edge folded onto one end)."""
+        self.cost[v] += time
+        self.mem[v] += mem
+        if math.isinf(time):
+            self.upper[v] = 0.0
+
     def row(self, entries: Sequence[tuple[int, float]], lo: float, hi: float) -> None:
         r = len(self.lo)
         for c, v in entries:
@@ -88,60 +98,133 @@ class Infeasible(Exception):
         self.floor = floor
 
 
+class Pruned(Exception):
+    """The mesh's lower bound (each op's cheapest candidate, no reshard) is no better than a
+    plan already found, so its MILP is not built."""
+
+    def __init__(self, bound: float) -> None:
+        super().__init__(bound)
+        self.bound = bound
+
+
+class Unsolved(Exception):
+    """HiGHS found no assignment on this mesh within ``TIME_LIMIT`` (none is known to fit or
+    not: the search goes on with the other meshes)."""
+
+    def __init__(self, mesh: ProcessMesh) -> None:
+        super().__init__(mesh)
+        self.mesh = mesh
+
+
+#: a folded edge: (producer node or -1 for a source, result slot or source tensor, consumer
+#: node, operand slot)
+Edge = tuple[int, int, int, int]
+
+
+@dataclass(slots=True)
+class _Program:
+    """The MILP of one mesh as it is built: the model, each node's candidates and variables,
+    and where each source tensor's layout is decided (its own variables, or, for a source one
+    op slot reads, that slot of the consumer's strategy)."""
+
+    g: Graph
+    mesh: ProcessMesh
+    q: Quotient
+    opts: cm.Options
+    m: _Model
+    cands: dict[int, tuple[Strategy, ...]]
+    xs: dict[int, list[int]]
+    layouts: dict[int, list[DistAttr]]
+    src_x: dict[int, list[int]]
+    fed: dict[int, tuple[int, int]]
+
+
 def solve(g: Graph, mesh: ProcessMesh, budget: float, opts: cm.Options,
-          objective: Objective = "time", quotient: Quotient | None = None) -> Choice:
-    """The best assignment of ``g``'s ops on ``mesh`` within ``budget`` bytes per rank."""
+          objective: Objective = "time", quotient: Quotient | None = None,
+          cutoff: float = math.inf) -> Choice:
+    """The best assignment of ``g``'s ops on ``mesh`` within ``budget`` bytes per rank.
+    ``cutoff``: a step time already reached; a mesh that cannot beat it raises ``Pruned``."""
     q = quotient or fold(g)
-    ops, tensors = g.ops, g.tensors
-    m = _Model([], [], [], [], [], [], [], [], [])
-    cands: dict[int, tuple[Strategy, ...]] = {}
-    xs: dict[int, list[int]] = {}
-    for k, op in enumerate(ops):
+    pr = _Program(g, mesh, q, opts, _Model([], [], [], [], [], [], [], [], []), {}, {}, {}, {},
+                  {})
+    _op_nodes(pr)
+    if objective == "time":
+        bound = sum(min(pr.m.cost[v] for v in vs) for vs in pr.xs.values())
+        if bound >= cutoff:
+            raise Pruned(bound)
+    edges = _folded_edges(g, q)
+    _source_nodes(pr, edges)
+    for (p, slot, c, j), w in edges.items():
+        if p < 0 and slot in pr.fed:
+            continue  # fed as its one consumer reads it: no reshard, no variable
+        t = g.ops[c].inputs[j]
+        if p < 0:
+            made = {a: [v] for a, v in zip(pr.layouts[slot], pr.src_x[slot], strict=True)}
+        else:
+            made = _group([s.outputs[slot] for s in pr.cands[p]], pr.xs[p])
+        need = _group([s.inputs[j] for s in pr.cands[c]], pr.xs[c])
+        _transport(pr.m, t, made, need, w, opts, _follows(g.ops[c], j, pr.cands[c]))
+    return _run(pr, budget, objective)
+
+
+def _op_nodes(pr: _Program) -> None:
+    """A binary per representative op and candidate: its compute and gradient all-reduces,
+    its results' bytes, times the ops it stands for; exactly one per op."""
+    m, q = pr.m, pr.q
+    for k, op in enumerate(pr.g.ops):
         if q.rep[k] != k:
             continue
         w = q.weight[k]
-        cands[k] = cs = strategies(op, mesh)
-        xs[k] = [m.var(w * (cm.compute_time(op, s.split, opts)
-                             + cm.gradient_sync_time(op, s.inputs, s.work_dims, opts)),
-                       w * sum(local_bytes(a, t.shape, t.dtype)
-                               for a, t in zip(s.outputs, op.outputs, strict=True)), True)
-                 for s in cs]
-        m.row([(v, 1.0) for v in xs[k]], 1.0, 1.0)
-    # source tensors: replicated or any layout a consumer's candidate reads them in
-    layouts: dict[int, list[DistAttr]] = defaultdict(list)
-    for k, op in enumerate(ops):
-        for j, t in enumerate(op.inputs):
-            if t.producer is None and q.rep_tensor[t.order] == t.order:
-                seen = layouts[t.order]
-                for s in cands[q.rep[k]]:
-                    if s.inputs[j] not in seen:
-                        seen.append(s.inputs[j])
-    src_x: dict[int, list[int]] = {}
-    for i, ls in layouts.items():
-        t = tensors[i]
-        rep = DistAttr.replicated(mesh, t.ndim)
-        if rep not in ls:
-            ls.insert(0, rep)
-        w = q.tensor_weight[i]
-        src_x[i] = [m.var(0.0, w * _source_bytes(a, t, opts), True) for a in ls]
-        m.row([(v, 1.0) for v in src_x[i]], 1.0, 1.0)
-    # edges, folded: (producer node, result slot or -1 for a source, consumer node, slot)
-    edges: dict[tuple[int, int, int, int], int] = defaultdict(int)
-    for k, op in enumerate(ops):
+        pr.cands[k] = cs = strategies(op, pr.mesh)
+        pr.xs[k] = [m.var(w * (cm.compute_time(op, s.split, pr.opts)
+                               + cm.gradient_sync_time(op, s.inputs, s.work_dims, pr.opts)),
+                          w * sum(local_bytes(a, t.shape, t.dtype)
+                                  for a, t in zip(s.outputs, op.outputs, strict=True)), True)
+                    for s in cs]
+        m.row([(v, 1.0) for v in pr.xs[k]], 1.0, 1.0)
+
+
+def _folded_edges(g: Graph, q: Quotient) -> dict[Edge, int]:
+    """Each tensor edge of the folded graph and how many edges of ``g`` it stands for."""
+    edges: dict[Edge, int] = defaultdict(int)
+    for k, op in enumerate(g.ops):
         for j, t in enumerate(op.inputs):
             if t.producer is None:
                 edges[(-1, q.rep_tensor[t.order], q.rep[k], j)] += 1
             else:
                 edges[(q.rep[t.producer.order], t.index, q.rep[k], j)] += 1
-    for (p, slot, c, j), w in edges.items():
-        t = ops[c].inputs[j]
+    return edges
+
+
+def _source_nodes(pr: _Program, edges: dict[Edge, int]) -> None:
+    """The source tensors' layouts. A source one op slot reads is fed in the layout that
+    slot's strategy reads (any other would cost a reshard more and its buffer), so its bytes
+    are charged to the consumer's variables; any other source is replicated or a layout one
+    of its consumers' candidates reads, with a variable each."""
+    readers: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for p, i, c, j in edges:
         if p < 0:
-            made = {a: [v] for a, v in zip(layouts[slot], src_x[slot], strict=True)}
-        else:
-            made = _group([s.outputs[slot] for s in cands[p]], xs[p])
-        need = _group([s.inputs[j] for s in cands[c]], xs[c])
-        _transport(m, t, made, need, w, opts)
-    return _run(g, mesh, m, q, cands, xs, layouts, src_x, budget, objective)
+            readers[i].append((c, j))
+    for i, rs in readers.items():
+        t, w = pr.g.tensors[i], pr.q.tensor_weight[i]
+        if len(rs) == 1:
+            c, j = pr.fed[i] = rs[0]
+            for s, v in zip(pr.cands[c], pr.xs[c], strict=True):
+                pr.m.add(v, 0.0, w * _source_bytes(s.inputs[j], t, pr.opts))
+            continue
+        ls = [DistAttr.replicated(pr.mesh, t.ndim)]
+        for c, j in rs:
+            ls += [s.inputs[j] for s in pr.cands[c]]
+        pr.layouts[i] = ls = list(dict.fromkeys(ls))
+        pr.src_x[i] = [pr.m.var(0.0, w * _source_bytes(a, t, pr.opts), True) for a in ls]
+        pr.m.row([(v, 1.0) for v in pr.src_x[i]], 1.0, 1.0)
+
+
+def _follows(op: Op, j: int, cands: Sequence[Strategy]) -> bool:
+    """Whether ``op`` follows its producer on operand ``j`` (Alpa's contraction of a chain of
+    elementwise and reshaping ops): its other operands are sources and its layout is settled
+    by operand ``j``'s, so a layout of ``j`` that it takes as is is never resharded first."""
+    return len({s.inputs[j] for s in cands}) == len(cands)
 
 
 def _source_bytes(a: DistAttr, t: Tensor, opts: cm.Options) -> int:
@@ -156,30 +239,79 @@ def _group(attrs: Sequence[DistAttr], xs: Sequence[int]) -> dict[DistAttr, list[
     return out
 
 
-_EDGE_PRICES: dict[Any, list[tuple[float, int]]] = {}
+_EDGE_PRICES: dict[Any, tuple[float, int]] = {}
+
+
+def _price(a: DistAttr, r: DistAttr, t: Tensor, opts: cm.Options) -> tuple[float, int]:
+    """A reshard's time (forward and back) and its buffer, memoised: a model repeats its
+    edges' shapes and layouts."""
+    key = (a, r, t.shape, t.dtype, opts)
+    hit = _EDGE_PRICES.get(key)
+    if hit is None:
+        hit = _EDGE_PRICES[key] = (cm.edge_time(a, r, t, opts),
+                                   0 if a == r else local_bytes(r, t.shape, t.dtype))
+    return hit
+
+
+def _targets(a: DistAttr, need: dict[DistAttr, list[int]], follow: bool
+             ) -> Sequence[DistAttr]:
+    """The layouts a reshard from ``a`` may reach on one edge. A follower's ``a`` that it
+    reads as is goes nowhere. Otherwise a reshard changes what one mesh dim does (gathers,
+    splits or moves one split: one collective), and a pending sum is only reduced (an
+    all-reduce, or a reduce-scatter onto its mesh dim); a plan that changes several mesh dims
+    does it over several edges. Where the consumer reads no such layout, every one it reads."""
+    if follow and a in need:
+        return (a,)
+    roles = _roles(a)
+    pending = a.partial_dims
+    limit = 0 if pending else 1
+    near = [r for r in need
+            if sum(m not in pending and x != y for m, (x, y) in enumerate(
+                zip(roles, _roles(r), strict=True))) <= limit]
+    return near or tuple(need)
+
+
+@functools.cache
+def _roles(a: DistAttr) -> tuple[tuple[int, int] | None, ...]:
+    """What each mesh dim does in ``a``: split tensor dim ``d`` at position ``k`` of its mesh
+    dims, or nothing (replicated or a pending sum)."""
+    out: list[tuple[int, int] | None] = [None] * a.mesh.ndim
+    for d, ms in enumerate(a.multi_dims_mapping):
+        for k, m in enumerate(ms):
+            out[m] = (d, k)
+    return tuple(out)
 
 
 def _transport(m: _Model, t: Tensor, made: dict[DistAttr, list[int]],
-               need: dict[DistAttr, list[int]], w: int, opts: cm.Options) -> None:
-    key = (t.shape, t.dtype, tuple(made), tuple(need), opts)
-    prices = _EDGE_PRICES.get(key)
-    if prices is None:  # a model repeats its edges' shapes and layouts: price each set once
-        prices = _EDGE_PRICES[key] = [
-            (cm.edge_time(a, r, t, opts), 0 if a == r else local_bytes(r, t.shape, t.dtype))
-            for a in made for r in need]
+               need: dict[DistAttr, list[int]], w: int, opts: cm.Options,
+               follow: bool) -> None:
+    """The reshard of one edge. Where one end has a single layout the other end's variables
+    carry the edge's price; else a transport ``y[a, r]`` whose rows sum to the producer's
+    choice of ``a`` and columns to the consumer's of ``r`` (a follower's ``a`` that it reads
+    as is has the one pair ``(a, a)``)."""
+    if len(made) == 1 or len(need) == 1:
+        fixed, free, fixed_is_made = ((next(iter(made)), need, True) if len(made) == 1
+                                      else (next(iter(need)), made, False))
+        for b, vs in free.items():
+            time, buf = _price(fixed, b, t, opts) if fixed_is_made else _price(b, fixed, t, opts)
+            for v in vs:
+                m.add(v, w * time, w * buf)
+        return
     y: dict[tuple[DistAttr, DistAttr], int] = {}
-    for (a, r), (time, buf) in zip(itertools.product(made, need), prices, strict=True):
-        y[(a, r)] = m.var(w * time, w * buf, False)
+    for a in made:
+        for r in _targets(a, need, follow):
+            time, buf = _price(a, r, t, opts)
+            y[(a, r)] = m.var(w * time, w * buf, False)
     for a, vs in made.items():
-        m.row([(y[(a, r)], 1.0) for r in need] + [(v, -1.0) for v in vs], 0.0, 0.0)
+        m.row([(y[(a, r)], 1.0) for r in need if (a, r) in y] + [(v, -1.0) for v in vs],
+              0.0, 0.0)
     for r, vs in need.items():
-        m.row([(y[(a, r)], 1.0) for a in made] + [(v, -1.0) for v in vs], 0.0, 0.0)
+        m.row([(y[(a, r)], 1.0) for a in made if (a, r) in y] + [(v, -1.0) for v in vs],
+              0.0, 0.0)
 
 
-def _run(g: Graph, mesh: ProcessMesh, m: _Model, q: Quotient,
-         cands: dict[int, tuple[Strategy, ...]], xs: dict[int, list[int]],
-         layouts: dict[int, list[DistAttr]], src_x: dict[int, list[int]], budget: float,
-         objective: Objective) -> Choice:
+def _run(pr: _Program, budget: float, objective: Objective) -> Choice:
+    m = pr.m
     n = len(m.cost)
     time = np.array([0.0 if math.isinf(c) else c for c in m.cost])
     mem = np.array(m.mem)
@@ -191,18 +323,23 @@ def _run(g: Graph, mesh: ProcessMesh, m: _Model, q: Quotient,
     res = milp(c, integrality=np.array(m.integral), bounds=Bounds(0, np.array(m.upper)),
                constraints=cons, options={"time_limit": TIME_LIMIT, "mip_rel_gap": MIP_GAP})
     if res.x is None:
-        floor = _floor(m, xs, src_x)
-        raise Infeasible(floor)
+        if res.status == 1:  # the time limit, before HiGHS found any assignment
+            raise Unsolved(pr.mesh)
+        raise Infeasible(_floor(m, pr.xs, pr.src_x))
     x = res.x
-    pick = {k: int(np.argmax([x[v] for v in vs])) for k, vs in xs.items()}
-    ops = tuple(cands[q.rep[k]][pick[q.rep[k]]] for k in range(len(g.ops)))
+    pick = {k: pr.cands[k][int(np.argmax([x[v] for v in vs]))] for k, vs in pr.xs.items()}
+    ops = tuple(pick[pr.q.rep[k]] for k in range(len(pr.g.ops)))
     sources: dict[str, DistAttr] = {}
-    for t in g.tensors:
+    for t in pr.g.tensors:
         if t.producer is None and t.consumers:
-            r = q.rep_tensor[t.order]
-            if r in src_x:
-                sources[t.name] = layouts[r][int(np.argmax([x[v] for v in src_x[r]]))]
-    return Choice(mesh, ops, sources, float(time @ x), float(mem @ x))
+            r = pr.q.rep_tensor[t.order]
+            if r in pr.src_x:
+                sources[t.name] = pr.layouts[r][int(np.argmax([x[v] for v in pr.src_x[r]]))]
+            elif r in pr.fed:
+                reader, slot = pr.fed[r]
+                sources[t.name] = pick[reader].inputs[slot]
+    return Choice(pr.mesh, ops, sources, float(time @ x), float(mem @ x), n,
+                  sum(k.A.shape[0] for k in cons))
 
 
 def _floor(m: _Model, xs: dict[int, list[int]], src_x: dict[int, list[int]]) -> float:
