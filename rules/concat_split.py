@@ -238,7 +238,7 @@ def stack_reverse(x: tuple[TensorSpec, ...], out: TensorSpec, axis: int) -> Spmd
 def _cut_forward(x: TensorSpec, a: int, n: int, keeps_axis: bool, keep_partial: bool) -> SpmdInfo:
     """The pieces of ``x``. A masked pending sum is cut into masked sums, each slice of a piece
     a slice of x (``spmdrules.engine.masks``); a plain one is kept only with ``keep_partial``."""
-    if x.attr._masks:
+    if x.attr.mask_items:
         info = _cut_forward(plain(x), a, n, keeps_axis, keep_partial)
         ls = _letters(x.ndim)
         piece_ls = ls if keeps_axis else ls[:a] + ls[a + 1:]

@@ -177,8 +177,6 @@ def _letter_map(
 ) -> LetterMap:
     # in the order ``merge`` gives them: the first to claim a mesh dim keeps it
     chosen = list(flat) if sources is None else [f for i in sources for f in flat if f[0] == i]
-    sizes_of = grouped_sizes(desc.grouped, every or flat, desc.replicated_dims) \
-        if desc.grouped else None
     whole = desc.whole
     if desc.grouped and guard_uneven(desc.grouped_guard, every or flat):
         whole = whole | desc.grouped
@@ -186,8 +184,17 @@ def _letter_map(
     lm = einsum.merge(_operands(desc, chosen, whole, claim),
                       on_axis_conflict=desc.on_axis_conflict, names=[nm for *_, nm in chosen])
     lm = einsum.resolve_mesh_conflicts(lm, desc.priority)
-    if sizes_of:
-        lm = ungrouped(lm, sizes_of, chosen[0][2].attr.mesh.shape if chosen else ())
+    if desc.grouped:
+        sizes_of = grouped_sizes(desc.grouped, every or flat, desc.replicated_dims)
+        if sizes_of:
+            lm = ungrouped(lm, sizes_of, chosen[0][2].attr.mesh.shape if chosen else ())
+    return _kept_letters(desc, lm, flat)
+
+
+def _kept_letters(desc: Description, lm: LetterMap,
+                  flat: Sequence[tuple[int, str, TensorSpec, str]]) -> LetterMap:
+    """The merged letters less those the op claims for itself, and (``divisible``, the
+    policy's ``even``) those whose split would be uneven."""
     if desc.claimed:
         lm = {ch: dims for ch, dims in lm.items() if ch not in desc.claimed}
     if desc.divisible or desc.policy.even:
@@ -213,7 +220,7 @@ def _attr(t: TensorSpec, ls: str, lm: LetterMap, partial: PartialItems = (),
     if replicated:
         m = tuple(() if (i, p) in replicated else dims for p, dims in enumerate(m))
     a = t.attr
-    if a._mdm == m and a._partial == partial:
+    if a.multi_dims_mapping == m and a.partial_items == partial:
         return a
     return DistAttr._make(a.mesh, m, partial)
 
@@ -263,22 +270,7 @@ def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
         if not desc.inputs:  # a constant: nothing to go on, its consumer places it
             return SpmdInfo((), (None,) * len(desc.outputs))
         raise RuleArgumentError("the op needs at least one tensor argument")
-    lm = _letter_map(desc, flat, desc.merge)
-    partial: dict[int, str] = {}
-    masked: tuple[int, ...] = ()
-    if lm:
-        kept = "".join(_each(ls) for ls in desc.outputs)
-        contracted = [ch for ch, dims in lm.items() if dims and ch not in kept and ch != "1"]
-        if contracted and desc.pending is None:
-            lm = {ch: (() if ch in contracted else dims) for ch, dims in lm.items()}
-        elif contracted:
-            for ch in contracted:
-                for d in lm[ch]:
-                    partial[d] = desc.pending  # type: ignore[assignment]
-            if desc.mask is not None and desc.pending == "sum":
-                # a letter split over several mesh dims leaves plain sums: a slice is then
-                # zero along each of them but on one process of the group, not on one process
-                masked = tuple(sorted(lm[ch][0] for ch in contracted if len(lm[ch]) == 1))
+    lm, partial, masked = _contracted(desc, _letter_map(desc, flat, desc.merge))
     linear_partial = _linear_partials(desc, args, lm, partial) if desc.linear else {}
     out_partial: PartialItems = tuple(sorted(partial.items())) if partial else ()
     rep = desc.replicated_dims
@@ -286,6 +278,27 @@ def infer_forward(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
     ins = _rebuild(desc.inputs, args, lambda i, ls, t: t.attr if i in unread
                    else _attr(t, ls, lm, linear_partial.get(i, ()), i, rep))
     return SpmdInfo(ins, _out_attrs(desc, flat[0][2].attr.mesh, lm, out_partial, masked))
+
+
+def _contracted(desc: Description, lm: LetterMap
+                ) -> tuple[LetterMap, dict[int, str], tuple[int, ...]]:
+    """The letters no output keeps: pending results on their mesh dims (``desc.pending``), or
+    dropped if the op has none; with the mesh dims of those sums ``desc.mask`` masks."""
+    partial: dict[int, str] = {}
+    kept = "".join(_each(ls) for ls in desc.outputs)
+    contracted = [ch for ch, dims in lm.items() if dims and ch not in kept and ch != "1"]
+    if not contracted:
+        return lm, partial, ()
+    if desc.pending is None:
+        return {ch: (() if ch in contracted else dims) for ch, dims in lm.items()}, partial, ()
+    for ch in contracted:
+        for d in lm[ch]:
+            partial[d] = desc.pending
+    if desc.mask is None or desc.pending != "sum":
+        return lm, partial, ()
+    # a letter split over several mesh dims leaves plain sums: a slice is then zero along each
+    # of them but on one process of the group, not on one process
+    return lm, partial, tuple(sorted(lm[ch][0] for ch in contracted if len(lm[ch]) == 1))
 
 
 def _linear_partials(desc: Description, args: Sequence[Arg], lm: LetterMap,
