@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml $(EXAMPLE_PLUGIN)/pyproject.toml
 lint: $(STAMP)
 	$(BIN)/ruff check spmdrules rules tests bench examples
 	$(BIN)/vulture
+	$(BIN)/xenon --max-absolute C --max-modules C --max-average A spmdrules rules
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict spmdrules rules

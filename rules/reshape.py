@@ -41,7 +41,7 @@ class ShapeOp:
 
 def shape_op_forward(op: ShapeOp, x: TensorSpec, *attrs: Any) -> SpmdInfo:
     trans, _ = op.forward(x.shape, *attrs)
-    masked = x.attr._masks
+    masked = x.attr.mask_items
     if masked:
         x, given = plain(x), x
     a = x.attr

@@ -35,13 +35,15 @@ def recording_mode() -> Any:
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                                kwargs: Any = None) -> Any:
             out = super().__torch_dispatch__(func, types, args, kwargs)
-            if out is NotImplemented or isinstance(func, torch._ops.HigherOrderOperator):
+            hop = torch._ops.HigherOrderOperator  # noqa: SLF001 -- torch exports it only there
+            if out is NotImplemented or isinstance(func, hop):
                 return out
-            if func._overloadpacket in self.comm_registry:
-                names = [a.name for a in func._schema.arguments]
+            # SLF001 below: an OpOverload's packet and schema, as CommDebugMode reads them itself
+            if func._overloadpacket in self.comm_registry:  # noqa: SLF001
+                names = [a.name for a in func._schema.arguments]  # noqa: SLF001
                 g = names.index("group_name")
                 group = args[g] if g < len(args) else (kwargs or {})["group_name"]
-                self.seen.append((func._overloadpacket.__name__.rstrip("_"),
+                self.seen.append((func._overloadpacket.__name__.rstrip("_"),  # noqa: SLF001
                                   args[0].numel() * args[0].element_size(),
                                   _resolve_process_group(group).size()))
             return out

@@ -33,7 +33,7 @@ def unmasked_needs(given: Sequence[TensorSpec], need: tuple[DistAttr, ...]
     out: list[DistAttr] | None = None
     for pos, (s, n) in enumerate(zip(given, need, strict=False)):
         a = s.attr
-        if a._masks and n is not a and n == a.without_masks():
+        if a.mask_items and n is not a and n == a.without_masks():
             if out is None:
                 out = list(need)
             out[pos] = a
@@ -42,7 +42,7 @@ def unmasked_needs(given: Sequence[TensorSpec], need: tuple[DistAttr, ...]
 
 def only_unmasked(src: DistAttr, dst: DistAttr) -> bool:
     """``dst`` is ``src`` with some of its masks dropped: no data moves."""
-    return (bool(src._masks) and set(dst._masks) <= set(src._masks)
+    return (bool(src.mask_items) and set(dst.mask_items) <= set(src.mask_items)
             and src.without_masks() == dst.without_masks())
 
 
@@ -66,8 +66,8 @@ def unproven(ops: Sequence[Op], attr_of: dict[str, DistAttr]) -> set[str]:
     for op in ops:
         ins = op.inputs
         for r in op.outputs:
-            for m, _ in attr_of[r.name]._masks:
-                masked_in = [t for t in ins if any(mm == m for mm, _ in attr_of[t.name]._masks)]
+            for m, _ in attr_of[r.name].mask_items:
+                masked_in = [t for t in ins if any(mm == m for mm, _ in attr_of[t.name].mask_items)]
                 if not masked_in:
                     sig = frozenset({_signature(op, m, attr_of)})
                 else:
@@ -86,7 +86,7 @@ def proven(graph: Graph, run: Callable[[frozenset[int]], R]) -> R:
     again with the ops whose pairing of masks :func:`unproven` finds added, until none is."""
     plain_ops: frozenset[int] = frozenset()
     result = run(plain_ops)
-    while any(t.attr is not None and t.attr._masks for t in graph.tensors):
+    while any(t.attr is not None and t.attr.mask_items for t in graph.tensors):
         attr_of = {t.name: t.attr for t in graph.tensors if t.attr is not None}
         index = {op.name: k for k, op in enumerate(graph.ops)}
         more = frozenset(index[n] for n in unproven(graph.ops, attr_of)) - plain_ops

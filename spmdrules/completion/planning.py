@@ -338,7 +338,7 @@ def plan_reshard(
     (['all_reduce'], 196608, 131072)
     """
     shape = tuple(shape)
-    if src._masks or dst._masks:
+    if src.mask_items or dst.mask_items:
         return _masked_plan(src, dst, shape, dtype, cost)
     for a, what in ((src, "source"), (dst, "destination")):
         if a.ndim != len(shape):
@@ -404,7 +404,7 @@ def _masked_plan(src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtype: st
     """A reshard of a masked pending sum (``spmdrules.engine.masks``): its data is the plain
     sum's, so the plain sums' plan moves it, and dropping a mask is free. A mask is made only by
     the op that computes the sum: no reshard can make one, nor move one to another dim."""
-    extra = set(dst._masks) - set(src._masks)
+    extra = set(dst.mask_items) - set(src.mask_items)
     if extra:
         m, d = min(extra)
         raise ReshardError(

@@ -131,7 +131,7 @@ class Sweeps:
         offer, base = self.offer, self.base
         for i, a in zip(self.ins[k], need, strict=True):
             cur = attrs[i]
-            if cur is not None and cur._masks and only_unmasked(cur, a):
+            if cur is not None and cur.mask_items and only_unmasked(cur, a):
                 a = cur  # the masked sum serves as it is (completion/masks.py)
             offer(i, RawOffer(a, rank, k - base[i], REV, driver))
 

@@ -23,7 +23,7 @@ every rank draws alike, which the simulated mesh does not model; those cases run
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -164,45 +164,72 @@ _REDUCE_BASE_TYPES: tuple[str, ...] = rule_module("reduction").REDUCE_BASE_TYPES
 DATA_DEPENDENT = frozenset({"nonzero", "unique"})
 
 
-def _axis_size(x: Arg, attrs: Mapping[str, Any]) -> int:
+def _axis_size(x: Arg | None, attrs: Mapping[str, Any]) -> int:
     assert isinstance(x, TensorSpec)
     if not x.shape:
         return 1
     return max(1, x.shape[int(attrs.get("axis", 0)) % len(x.shape)])
 
 
+def _rows(by: Mapping[str, Arg], name: str, dim: int, least: int = 1) -> int:
+    t = by[name]
+    assert isinstance(t, TensorSpec)
+    return max(least, t.shape[dim])
+
+
+def _gather_nd_ids(by: Mapping[str, Arg], attrs: Mapping[str, Any]) -> str:
+    x, index = by["x"], by["index"]
+    assert isinstance(x, TensorSpec) and isinstance(index, TensorSpec)
+    return f"index:{max(1, min(x.shape[:index.shape[-1]], default=1))}"
+
+
+def _cross_entropy_label(by: Mapping[str, Arg], attrs: Mapping[str, Any]) -> str:
+    return "prob" if attrs.get("soft_label") else f"index:{_axis_size(by.get('x'), attrs)}"
+
+
+def _rope_position_ids(by: Mapping[str, Arg], attrs: Mapping[str, Any]) -> str:
+    table = by.get("sin")  # [1, rows, 1, d] or [rows, d]; without one, the sequence
+    if isinstance(table, TensorSpec):
+        return f"index:{max(1, table.shape[-3] if len(table.shape) == 4 else table.shape[0])}"
+    return f"index:{_rows(by, 'position_ids', 1)}"
+
+
+_IndexDomain = Callable[[Mapping[str, Arg], Mapping[str, Any]], str]
+
+
+def _along_axis(by: Mapping[str, Arg], attrs: Mapping[str, Any]) -> str:
+    return f"index:{_axis_size(by.get('x'), attrs)}"
+
+
+#: (op, input) -> the ids domain of that index input, from the op's other inputs and attributes
+_INDEX_DOMAINS: dict[tuple[str, str], _IndexDomain] = {
+    **dict.fromkeys((("embedding", "x"), ("lookup_table_v2", "x")),
+                    lambda by, _: f"index:{_rows(by, 'weight', 0, least=0)}"),
+    # ids beyond the table's rows read zeros
+    ("c_embedding", "x"): lambda by, attrs: (
+        f"index:{int(attrs.get('start_index', 0)) + _rows(by, 'weight', 0, least=0) + 2}"),
+    ("one_hot", "x"): lambda _, attrs: f"index:{max(1, int(attrs['num_classes']))}",
+    ("gather_nd", "index"): _gather_nd_ids,
+    ("scatter_nd_add", "index"): _gather_nd_ids,
+    ("scatter", "index"): lambda by, _: f"index:{_rows(by, 'x', 0)}",
+    **dict.fromkeys(((op, "index") for op in
+                     ("gather", "index_select", "take_along_axis", "put_along_axis")), _along_axis),
+    **dict.fromkeys(((op, "indices") for op in ("argsort", "topk", "cummax", "cummin")),
+                    _along_axis),
+    **dict.fromkeys(((op, "label") for op in (
+        "c_softmax_with_cross_entropy", "c_softmax_with_multi_label_cross_entropy")),
+        lambda by, _: f"index:{_rows(by, 'x', -1)}"),
+    **dict.fromkeys(((op, "label") for op in (
+        "cross_entropy_with_softmax", "softmax_with_cross_entropy")), _cross_entropy_label),
+    ("moe_combine", "scatter_index"): lambda by, _: f"index:{_rows(by, 'x', 0)}",
+    ("fused_rotary_position_embedding", "position_ids"): _rope_position_ids,
+}
+
+
 def _index(op: str, name: str, by: Mapping[str, Arg], attrs: Mapping[str, Any]) -> str | None:
     """The ids domain of an index input, or None for a value input."""
-    x = by.get("x")
-    if op in ("embedding", "lookup_table_v2") and name == "x":
-        return f"index:{by['weight'].shape[0]}"  # type: ignore[union-attr]
-    if op == "c_embedding" and name == "x":  # ids beyond the table's rows read zeros
-        return f"index:{int(attrs.get('start_index', 0)) + by['weight'].shape[0] + 2}"  # type: ignore[union-attr]
-    if op == "one_hot" and name == "x":
-        return f"index:{max(1, int(attrs['num_classes']))}"
-    if name == "index" and op in ("gather_nd", "scatter_nd_add"):
-        assert isinstance(x, TensorSpec)
-        k = by["index"].shape[-1]  # type: ignore[union-attr]
-        return f"index:{max(1, min(x.shape[:k], default=1))}"
-    if name == "index" and op == "scatter":
-        assert isinstance(x, TensorSpec)
-        return f"index:{max(1, x.shape[0])}"
-    if ((name == "index" and op in ("gather", "index_select", "take_along_axis", "put_along_axis"))
-            or (name == "indices" and op in ("argsort", "topk", "cummax", "cummin"))):
-        return f"index:{_axis_size(x, attrs)}"
-    if op in ("c_softmax_with_cross_entropy", "c_softmax_with_multi_label_cross_entropy") \
-            and name == "label":
-        return f"index:{max(1, by['x'].shape[-1])}"  # type: ignore[union-attr]
-    if op in ("cross_entropy_with_softmax", "softmax_with_cross_entropy") and name == "label":
-        return "prob" if attrs.get("soft_label") else f"index:{_axis_size(x, attrs)}"
-    if op == "moe_combine" and name == "scatter_index":
-        return f"index:{max(1, by['x'].shape[0])}"  # type: ignore[union-attr]
-    if op == "fused_rotary_position_embedding" and name == "position_ids":
-        table = by.get("sin")  # [1, rows, 1, d] or [rows, d]; without one, the sequence
-        rows = (table.shape[-3] if len(table.shape) == 4 else table.shape[0]) \
-            if isinstance(table, TensorSpec) else by["position_ids"].shape[1]  # type: ignore[union-attr]
-        return f"index:{max(1, rows)}"
-    return None
+    domain = _INDEX_DOMAINS.get((op, name))
+    return None if domain is None else domain(by, attrs)
 
 
 def _domain(op: str, name: str, a: Arg, by: Mapping[str, Arg], attrs: Mapping[str, Any]
@@ -214,6 +241,14 @@ def _domain(op: str, name: str, a: Arg, by: Mapping[str, Arg], attrs: Mapping[st
         if op == "index_put" and name == "indices" and isinstance(x, TensorSpec):
             return tuple(f"index:{max(1, x.shape[j])}" for j in range(len(a)))  # ids of x's dims
         return ("real",) * len(a)
+    if op == "roi_align" and name in ("boxes", "boxes_num"):
+        return _roi_domain(name, by)
+    return _value_kind(op, name, attrs) or _index(op, name, by, attrs) or "real"
+
+
+def _value_kind(op: str, name: str, attrs: Mapping[str, Any]) -> str | None:
+    """The domain an op's kind asks of its values (logical, bitwise, a reduction that needs
+    one, probabilities, weights), or None."""
     if op in _BOOL or (op == "where" and name == "condition"):
         return "bool"
     if op in _INT:
@@ -227,9 +262,7 @@ def _domain(op: str, name: str, a: Arg, by: Mapping[str, Arg], attrs: Mapping[st
         return "prob"
     if op == "c_softmax_with_multi_label_cross_entropy" and name == "smooth_weight":
         return "positive"
-    if op == "roi_align" and name in ("boxes", "boxes_num"):
-        return _roi_domain(name, by)
-    return _index(op, name, by, attrs) or "real"
+    return None
 
 
 def _roi_domain(name: str, by: Mapping[str, Arg]) -> str:

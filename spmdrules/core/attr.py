@@ -124,12 +124,17 @@ class DistAttr:
     (Shard(0), Partial())
     """
 
-    __slots__ = ("_hash", "_masks", "_mdm", "_partial", "mesh")
+    # Public read-only slots (``__setattr__`` refuses writes): rules read them in their inner loop,
+    # where a slot is as cheap as a private one and a property costs a call.
+    __slots__ = ("_hash", "mask_items", "mesh", "multi_dims_mapping", "partial_items")
 
     mesh: ProcessMesh
-    _mdm: MultiDims
-    _partial: PartialItems
-    _masks: MaskItems
+    #: mesh dims per tensor dim, major first (the canonical form)
+    multi_dims_mapping: MultiDims
+    #: (mesh dim, reduce type) of the pending reductions, sorted by mesh dim
+    partial_items: PartialItems
+    #: (mesh dim, tensor dim) of the masked pending sums, sorted by mesh dim
+    mask_items: MaskItems
     _hash: int
 
     def __init__(
@@ -163,9 +168,9 @@ class DistAttr:
     def _init(self, mesh: ProcessMesh, mdm: MultiDims, part: PartialItems,
               masks: MaskItems = ()) -> None:
         _set(self, "mesh", mesh)
-        _set(self, "_mdm", mdm)
-        _set(self, "_partial", part)
-        _set(self, "_masks", masks)
+        _set(self, "multi_dims_mapping", mdm)
+        _set(self, "partial_items", part)
+        _set(self, "mask_items", masks)
         _set(self, "_hash", -1)
 
     @classmethod
@@ -174,9 +179,9 @@ class DistAttr:
         """Build without validation: for rules, whose results are valid by construction."""
         self = object.__new__(cls)
         _set(self, "mesh", mesh)
-        _set(self, "_mdm", mdm)
-        _set(self, "_partial", part)
-        _set(self, "_masks", masks)
+        _set(self, "multi_dims_mapping", mdm)
+        _set(self, "partial_items", part)
+        _set(self, "mask_items", masks)
         # Rules build many attributes that are never hashed: hash lazily.
         _set(self, "_hash", -1)
         return self
@@ -224,16 +229,12 @@ class DistAttr:
     # ---- views -------------------------------------------------------------------------------
     @property
     def ndim(self) -> int:
-        return len(self._mdm)
-
-    @property
-    def multi_dims_mapping(self) -> MultiDims:
-        return self._mdm
+        return len(self.multi_dims_mapping)
 
     @property
     def dims_mapping(self) -> tuple[int, ...]:
         out = []
-        for i, dims in enumerate(self._mdm):
+        for i, dims in enumerate(self.multi_dims_mapping):
             if len(dims) > 1:
                 raise CoShardedDimError(
                     f"DistAttr: tensor dim {i} is co-sharded over mesh dims {list(dims)}, which the "
@@ -244,63 +245,55 @@ class DistAttr:
 
     @property
     def is_co_sharded(self) -> bool:
-        return any(len(d) > 1 for d in self._mdm)
+        return any(len(d) > 1 for d in self.multi_dims_mapping)
 
     @property
     def partial(self) -> dict[int, str]:
-        return dict(self._partial)
-
-    @property
-    def partial_items(self) -> PartialItems:
-        return self._partial
+        return dict(self.partial_items)
 
     @property
     def partial_dims(self) -> frozenset[int]:
-        return frozenset(d for d, _ in self._partial)
+        return frozenset(d for d, _ in self.partial_items)
 
     @property
     def masks(self) -> dict[int, int]:
         """{mesh dim: tensor dim} of the masked pending sums: along that mesh dim, each index of
         that tensor dim is held by one process, and every other holds zeros there."""
-        return dict(self._masks)
-
-    @property
-    def mask_items(self) -> MaskItems:
-        return self._masks
+        return dict(self.mask_items)
 
     def without_masks(self) -> DistAttr:
         """The same layout as a plain pending sum (what every rule that knows no masks sees)."""
-        if not self._masks:
+        if not self.mask_items:
             return self
-        return DistAttr._make(self.mesh, self._mdm, self._partial)
+        return DistAttr._make(self.mesh, self.multi_dims_mapping, self.partial_items)
 
     def is_partial(self, mesh_dim: int | None = None) -> bool:
         if mesh_dim is None:
-            return bool(self._partial)
-        return any(d == mesh_dim for d, _ in self._partial)
+            return bool(self.partial_items)
+        return any(d == mesh_dim for d, _ in self.partial_items)
 
     @property
     def is_replicated(self) -> bool:
-        return not self._partial and not any(self._mdm)
+        return not self.partial_items and not any(self.multi_dims_mapping)
 
     @property
     def sharded_mesh_dims(self) -> frozenset[int]:
-        return frozenset(d for dims in self._mdm for d in dims)
+        return frozenset(d for dims in self.multi_dims_mapping for d in dims)
 
     @property
     def placements(self) -> tuple[Placement, ...]:
         out: list[Placement] = [Replicate()] * self.mesh.ndim
-        for tdim, dims in enumerate(self._mdm):
+        for tdim, dims in enumerate(self.multi_dims_mapping):
             for order, md in enumerate(dims):
                 out[md] = Shard(tdim, order)
-        for md, rt in self._partial:
+        for md, rt in self.partial_items:
             out[md] = Partial(rt)
         return tuple(out)
 
     def shard_count(self, tensor_dim: int) -> int:
         """How many pieces tensor dim ``tensor_dim`` is cut into."""
         n = 1
-        for md in self._mdm[tensor_dim]:
+        for md in self.multi_dims_mapping[tensor_dim]:
             n *= self.mesh.shape[md]
         return n
 
@@ -316,15 +309,15 @@ class DistAttr:
         """A validated copy with a new mapping and/or partial status (and no masks: a mask
         depends on the dims, which the copy may move)."""
         if dims_mapping is None and multi_dims_mapping is None:
-            multi_dims_mapping = self._mdm
+            multi_dims_mapping = self.multi_dims_mapping
         if partial is None and keep_partial:
-            partial = dict(self._partial)
+            partial = dict(self.partial_items)
         return DistAttr(self.mesh, dims_mapping, partial, multi_dims_mapping=multi_dims_mapping)
 
     def without_partial(self) -> DistAttr:
-        if not self._partial:
+        if not self.partial_items:
             return self
-        return DistAttr._make(self.mesh, self._mdm, ())
+        return DistAttr._make(self.mesh, self.multi_dims_mapping, ())
 
     # ---- dunder ------------------------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
@@ -333,26 +326,26 @@ class DistAttr:
         if not isinstance(other, DistAttr):
             return NotImplemented
         return (
-            self._mdm == other._mdm
-            and self._partial == other._partial
-            and self._masks == other._masks
+            self.multi_dims_mapping == other.multi_dims_mapping
+            and self.partial_items == other.partial_items
+            and self.mask_items == other.mask_items
             and (self.mesh is other.mesh or self.mesh == other.mesh)
         )
 
     def __hash__(self) -> int:
         h = self._hash
         if h == -1:
-            h = hash((self.mesh, self._mdm, self._partial, self._masks))
+            h = hash((self.mesh, self.multi_dims_mapping, self.partial_items, self.mask_items))
             _set(self, "_hash", h)
         return h
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (self.mesh, self._mdm, self._partial, self._masks))
+        return (_rebuild, (self.mesh, self.multi_dims_mapping, self.partial_items, self.mask_items))
 
     def mapping_str(self) -> str:
         """Compact text: ``[0,-1]`` or ``[[0,1],-1]`` for co-shard, then ``P{1:sum}``."""
         parts = []
-        for dims in self._mdm:
+        for dims in self.multi_dims_mapping:
             if not dims:
                 parts.append("-1")
             elif len(dims) == 1:
@@ -360,20 +353,20 @@ class DistAttr:
             else:
                 parts.append("[" + ",".join(map(str, dims)) + "]")
         text = "[" + ",".join(parts) + "]"
-        if self._partial:
-            masks = dict(self._masks)
+        if self.partial_items:
+            masks = dict(self.mask_items)
             text += " P{" + ",".join(
                 f"{d}:{rt}" + (f" masked by dim {masks[d]}" if d in masks else "")
-                for d, rt in self._partial) + "}"
+                for d, rt in self.partial_items) + "}"
         return text
 
     def __repr__(self) -> str:
         if self.is_co_sharded:
-            m = f"multi_dims_mapping={[list(d) for d in self._mdm]}"
+            m = f"multi_dims_mapping={[list(d) for d in self.multi_dims_mapping]}"
         else:
             m = f"dims_mapping={list(self.dims_mapping)}"
-        p = f", partial={self.partial}" if self._partial else ""
-        if self._masks:
+        p = f", partial={self.partial}" if self.partial_items else ""
+        if self.mask_items:
             p += f", masks={self.masks}"
         return f"DistAttr({m}{p}, mesh={self.mesh!r})"
 

@@ -29,7 +29,7 @@ DESCRIBE_CACHE: Final = 4096
 
 
 def _masked(args: Sequence[Arg]) -> bool:
-    return any(type(a) is TensorSpec and a.attr._masks for a in args)
+    return any(type(a) is TensorSpec and a.attr.mask_items for a in args)
 
 
 def _carried(desc: Description, args: Sequence[Arg]) -> SpmdInfo:
@@ -212,7 +212,7 @@ def register_described(
     # the op's entry points lead to its description, which lives in the family's module
     forward.__wrapped__ = backward.__wrapped__ = describe  # type: ignore[attr-defined]
     if family is None:
-        family = sys._getframe(1).f_globals.get("__name__", "").rsplit(".", 1)[-1]
+        family = sys._getframe(1).f_globals.get("__name__", "").rsplit(".", 1)[-1]  # noqa: SLF001 -- the caller's module
     rule = register_rule(
         name, forward=forward, reverse=backward if reverse else None, inputs=inputs,
         outputs=outputs, attrs=attrs, aliases=aliases, family=family, doc=doc, op_attrs=op_attrs,

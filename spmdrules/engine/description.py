@@ -187,6 +187,13 @@ def _letter_map(
     lm = _merged(desc, chosen, whole, claim)
     if sizes_of:
         lm = ungrouped(lm, sizes_of, chosen[0][2].attr.mesh.shape if chosen else ())
+    return _kept_letters(desc, lm, flat)
+
+
+def _kept_letters(desc: Description, lm: LetterMap,
+                  flat: Sequence[tuple[int, str, TensorSpec, str]]) -> LetterMap:
+    """The merged letters less those the op claims for itself, and (``divisible``, the
+    policy's ``even``) those whose split would be uneven."""
     if desc.claimed:
         lm = {ch: dims for ch, dims in lm.items() if ch not in desc.claimed}
     if desc.divisible or desc.policy.even:
@@ -228,7 +235,7 @@ def _attr(t: TensorSpec, ls: str, lm: LetterMap, partial: PartialItems = (),
     if replicated:
         m = tuple(() if (i, p) in replicated else dims for p, dims in enumerate(m))
     a = t.attr
-    if a._mdm == m and a._partial == partial:
+    if a.multi_dims_mapping == m and a.partial_items == partial:
         return a
     return DistAttr._make(a.mesh, m, partial)
 

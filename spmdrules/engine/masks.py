@@ -36,49 +36,58 @@ Lettered = tuple[TensorSpec, str]
 
 def plain(t: TensorSpec) -> TensorSpec:
     """``t`` with its masks dropped: the plain pending sum it also is."""
-    return TensorSpec._make(t.shape, t.attr.without_masks()) if t.attr._masks else t
+    return TensorSpec._make(t.shape, t.attr.without_masks()) if t.attr.mask_items else t
 
 
 def any_masked(*tensors: TensorSpec | None) -> bool:
-    return any(t is not None and t.attr._masks for t in tensors)
+    return any(t is not None and t.attr.mask_items for t in tensors)
+
+
+def _mask_letters(operands: Sequence[Lettered | None]) -> dict[int, set[str]]:
+    """{masked mesh dim: the letters of the dims that mask it, over the operands}."""
+    letter_of: dict[int, set[str]] = {}
+    for o in operands:
+        if o is not None:
+            t, ls = o
+            for m, d in t.attr.mask_items:
+                letter_of.setdefault(m, set()).add(ls[d])
+    return letter_of
+
+
+def _whole_unless_masked(o: Lettered | None, m: int) -> bool:
+    """The operand is masked on mesh dim ``m``, or whole on it (neither partial nor split)."""
+    if o is None:
+        return True
+    a = o[0].attr
+    return (any(mm == m for mm, _ in a.mask_items)
+            or (not a.is_partial(m) and m not in a.sharded_mesh_dims))
 
 
 def _kept(operands: Sequence[Lettered | None], outputs: Sequence[str], info: SpmdInfo,
           product: bool) -> dict[int, str]:
     """{mesh dim: the letter that masks it} for every masked mesh dim the answer may keep."""
-    letter_of: dict[int, set[str]] = {}
-    for o in operands:
-        if o is None:
-            continue
-        t, ls = o
-        for m, d in t.attr._masks:
-            letter_of.setdefault(m, set()).add(ls[d])
     used: set[int] = set()
     for a in (*info.inputs, *info.outputs):
         if isinstance(a, DistAttr):
             used |= a.sharded_mesh_dims
+    one_operand = sum(o is not None for o in operands) == 1
     kept: dict[int, str] = {}
-    for m, letters in letter_of.items():
+    for m, letters in _mask_letters(operands).items():
         if len(letters) != 1 or m in used:
             continue
         (ch,) = letters
         if ch == "1" or any(ch not in ls for ls in outputs):
             continue  # a broadcast or a reduced letter: each slice may sum several owners
-        others_whole = all(
-            o is None or any(mm == m for mm, _ in o[0].attr._masks)
-            or (not o[0].attr.is_partial(m) and m not in o[0].attr.sharded_mesh_dims)
-            for o in operands)
-        n_operands = sum(o is not None for o in operands)
-        if others_whole and (product or n_operands == 1):
+        if (product or one_operand) and all(_whole_unless_masked(o, m) for o in operands):
             kept[m] = ch
     return kept
 
 
 def _with(a: DistAttr, extra: dict[int, int]) -> DistAttr:
-    part: PartialItems = tuple(sorted({**dict(a._partial), **dict.fromkeys(extra, "sum")}
+    part: PartialItems = tuple(sorted({**dict(a.partial_items), **dict.fromkeys(extra, "sum")}
                                       .items()))
-    masks: MaskItems = tuple(sorted({**dict(a._masks), **extra}.items()))
-    return DistAttr._make(a.mesh, a._mdm, part, masks)
+    masks: MaskItems = tuple(sorted({**dict(a.mask_items), **extra}.items()))
+    return DistAttr._make(a.mesh, a.multi_dims_mapping, part, masks)
 
 
 def carry(info: SpmdInfo, operands: Sequence[Lettered | None], outputs: Sequence[str], *,
@@ -98,7 +107,7 @@ def carry(info: SpmdInfo, operands: Sequence[Lettered | None], outputs: Sequence
         return info
     ins: list[Any] = []
     for o, a in zip(operands, info.inputs, strict=True):
-        extra = ({m: d for m, d in o[0].attr._masks if m in kept}
+        extra = ({m: d for m, d in o[0].attr.mask_items if m in kept}
                  if o is not None and isinstance(a, DistAttr) else None)
         ins.append(_with(a, extra) if extra and isinstance(a, DistAttr) else a)
     outs: list[DistAttr | None] = []

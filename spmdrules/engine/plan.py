@@ -87,29 +87,17 @@ class Plan:
 
     def forward(self, args: Sequence[Any]) -> SpmdInfo | None:
         """The forward answer, or None when the general path must give it."""
-        if self.linear and any(type(a) is TensorSpec and a.attr._partial for a in args):
+        if self.linear and any(type(a) is TensorSpec and a.attr.partial_items for a in args):
             return None
-        if self.unary is not None and len(args) == 1 and type(a := args[0]) is TensorSpec:
-            at = a.attr
-            if len(at._mdm) == len(self.inputs[0]):  # type: ignore[arg-type]
-                at = _dropped(at, self.unary)
-                return SpmdInfo((at,), (at,) * len(self.outputs))
+        if self.unary is not None and (unary := self._unary_forward(args)) is not None:
+            return unary
         merged = self.forward_merge
         if merged is None or not _ranks_match(self.inputs, args):
             return None
         lm = _merge(merged, args, self.priority)
         if lm is None:
             return None
-        partial: PartialItems = ()
-        kept = self.kept
-        contracted = [ch for ch in lm if ch not in kept and ch != "1"]
-        if contracted:
-            if self.pending is None:
-                for ch in contracted:
-                    del lm[ch]
-            else:
-                part = {d: self.pending for ch in contracted for d in lm[ch]}
-                partial = tuple(sorted(part.items()))
+        partial = self._contract(lm)
         ins: list[DistAttr | None] = []
         mesh = None
         made: dict[str, DistAttr] = {}  # letters -> attribute: an output like an input shares it
@@ -120,35 +108,47 @@ class Plan:
             at = a.attr
             mesh = at.mesh
             m = _mapping(ls, lm)  # type: ignore[arg-type]  # a present tensor has letters
-            if at._mdm != m or at._partial:
+            if at.multi_dims_mapping != m or at.partial_items:
                 at = DistAttr._make(mesh, m, ())
             ins.append(at)
             made[ls] = at  # type: ignore[index]
         if mesh is None:  # no tensor at all: the general path names the error
             return None
-        outs: list[DistAttr | None] = []
-        for ls in self.outputs:
-            if ls is None:
-                outs.append(None)
-            elif not partial and ls in made:
-                outs.append(made[ls])
-            else:
-                outs.append(DistAttr._make(mesh, _mapping(ls, lm), partial))
-        return SpmdInfo(ins, outs)
+        return SpmdInfo(ins, [None if ls is None else made[ls] if not partial and ls in made
+                              else DistAttr._make(mesh, _mapping(ls, lm), partial)
+                              for ls in self.outputs])
+
+    def _unary_forward(self, args: Sequence[Any]) -> SpmdInfo | None:
+        """A unary op's forward: its input less the dropped shards, on every output too."""
+        assert self.unary is not None
+        if len(args) != 1 or type(a := args[0]) is not TensorSpec or (
+                len(a.attr.multi_dims_mapping) != len(self.inputs[0])):  # type: ignore[arg-type]
+            return None
+        at = _dropped(a.attr, self.unary)
+        return SpmdInfo((at,), (at,) * len(self.outputs))
+
+    def _contract(self, lm: dict[str, tuple[int, ...]]) -> PartialItems:
+        """The letters no output keeps: pending results on their mesh dims, or (no ``pending``)
+        dropped from ``lm``."""
+        kept = self.kept
+        contracted = [ch for ch in lm if ch not in kept and ch != "1"]
+        if not contracted:
+            return ()
+        if self.pending is None:
+            for ch in contracted:
+                del lm[ch]
+            return ()
+        return tuple(sorted({d: self.pending for ch in contracted for d in lm[ch]}.items()))
 
     def reverse(self, args: Sequence[Any], outs: Sequence[Any]) -> SpmdInfo | None:
         """The reverse answer, or None when the general path must give it."""
-        if self.reverse_linear and any(type(o) is TensorSpec and o.attr._partial for o in outs):
+        if self.reverse_linear and any(type(o) is TensorSpec and o.attr.partial_items for o in outs):
             return None
         if (self.unary is not None and len(outs) == 1 == len(args)
                 and type(o := outs[0]) is TensorSpec and type(a := args[0]) is TensorSpec):
-            n = len(self.inputs[0])  # type: ignore[arg-type]
-            if len(o.attr._mdm) == n == len(a.attr._mdm):
-                out = _dropped(o.attr, self.unary)
-                at = a.attr
-                if at._mdm != out._mdm or at._partial:
-                    at = out if at.mesh is out.mesh else DistAttr._make(at.mesh, out._mdm, ())
-                return SpmdInfo((at,), (out,))
+            unary = self._unary_reverse(a.attr, o.attr)
+            if unary is not None:
+                return unary
         if (self.reverse_merge is None or not _ranks_match(self.inputs, args)
                 or not _ranks_match(self.outputs, outs)):
             return None
@@ -162,44 +162,74 @@ class Plan:
              for a, ls in zip(outs, self.outputs, strict=True)],
         )
 
+    def _unary_reverse(self, at: DistAttr, o: DistAttr) -> SpmdInfo | None:
+        """A unary op's reverse: the output's shards less the dropped ones, on both."""
+        assert self.unary is not None
+        n = len(self.inputs[0])  # type: ignore[arg-type]
+        if not len(o.multi_dims_mapping) == n == len(at.multi_dims_mapping):
+            return None
+        out = _dropped(o, self.unary)
+        if at.multi_dims_mapping != out.multi_dims_mapping or at.partial_items:
+            at = out if at.mesh is out.mesh else DistAttr._make(at.mesh, out.multi_dims_mapping, ())
+        return SpmdInfo((at,), (out,))
+
+
+def _is_fast(desc: Description) -> bool:
+    """The description uses none of the policies the fast path leaves to the general one."""
+    single = all(ls is None or isinstance(ls, str) for ls in (*desc.inputs, *desc.outputs))
+    policy = desc.policy
+    return (single and not desc.divisible and not desc.grouped and policy.plain_merge
+            and desc.reverse_merge is None and not desc.replicated_dims
+            and not desc.claimed and desc.mask is None and desc.contraction is None
+            and desc.reading is None)
+
+
+def _merged(letters: Sequence[str | None], order: Sequence[int], whole: frozenset[str],
+            claim: bool) -> Merged:
+    """Per merged tensor in ``order``, the dims that take part (not whole; a broadcast one only
+    if the op claims broadcasts)."""
+    return tuple((i, ls, tuple(p for p, ch in enumerate(ls)
+                               if ch not in whole and (ch != "1" or claim)))
+                 for i in order if isinstance(ls := letters[i], str))
+
+
+def _unary(desc: Description, ins: tuple[str | None, ...], outs: tuple[str | None, ...],
+           order: Sequence[int]) -> frozenset[int] | None:
+    """For a one-tensor op whose outputs all carry its letters (each once), the positions
+    whose shard it drops; else None."""
+    if len(ins) != 1 or not isinstance(ls := ins[0], str) or 0 not in order or not outs:
+        return None
+    if any(o != ls for o in outs) or len(set(ls)) != len(ls.replace("1", "")) + ("1" in ls):
+        return None
+    return frozenset(p for p, ch in enumerate(ls) if ch in desc.whole or ch == "1")
+
 
 def compile_plan(desc: Description) -> Plan:
-    single = all(ls is None or isinstance(ls, str) for ls in (*desc.inputs, *desc.outputs))
-    fast = (single and not desc.divisible and not desc.grouped and desc.policy.plain_merge
-            and desc.reverse_merge is None and not desc.replicated_dims and not desc.claimed
-            and desc.mask is None and desc.contraction is None
-            and desc.reading is None)
+    fast = _is_fast(desc)
     kept = frozenset("".join(ls for ls in desc.outputs if isinstance(ls, str)))
-
-    def merged(letters: Sequence[str | None], order: Sequence[int], claim: bool) -> Merged:
-        return tuple((i, ls, tuple(p for p, ch in enumerate(ls) if ch not in desc.whole and (
-            ch != "1" or claim)))
-            for i in order if isinstance(ls := letters[i], str))
-
     ins: tuple[str | None, ...] = tuple(ls if isinstance(ls, str) else None for ls in desc.inputs)
     outs: tuple[str | None, ...] = tuple(ls if isinstance(ls, str) else None
                                          for ls in desc.outputs)
     order = range(len(ins)) if desc.merge is None else desc.merge
-    unary = None
-    if (fast and len(ins) == 1 and isinstance(ls := ins[0], str) and 0 in order and outs
-            and all(o == ls for o in outs) and len(set(ls)) == len(ls.replace("1", "")) + (
-                "1" in ls)):
-        unary = frozenset(p for p, ch in enumerate(ls) if ch in desc.whole or ch == "1")
+    if not fast:
+        return Plan(ins, outs, None, None, kept, desc.pending, desc.priority, None,
+                    bool(desc.linear), desc.policy.reverse_linear)
     claim = desc.claim_broadcast
-    return Plan(ins, outs, merged(ins, order, claim) if fast else None,
-                merged(outs, range(len(outs)), claim or desc.policy.reverse_claims_broadcast)
-                if fast else None, kept, desc.pending,
-                desc.priority, unary, bool(desc.linear), desc.policy.reverse_linear)
+    return Plan(ins, outs, _merged(ins, order, desc.whole, claim),
+                _merged(outs, range(len(outs)), desc.whole,
+                        claim or desc.policy.reverse_claims_broadcast),
+                kept, desc.pending, desc.priority, _unary(desc, ins, outs, order),
+                bool(desc.linear), desc.policy.reverse_linear)
 
 
 def _dropped(a: DistAttr, positions: frozenset[int]) -> DistAttr:
     """``a`` without the shards of those dims, and without pending sums."""
-    m = a._mdm
+    m = a.multi_dims_mapping
     for p in positions:
         if m[p]:
             return DistAttr._make(a.mesh, tuple([() if q in positions else d
                                                  for q, d in enumerate(m)]), ())
-    return DistAttr._make(a.mesh, m, ()) if a._partial else a
+    return DistAttr._make(a.mesh, m, ()) if a.partial_items else a
 
 
 def _ranks_match(letters: Sequence[str | None], args: Sequence[Any]) -> bool:
@@ -208,7 +238,7 @@ def _ranks_match(letters: Sequence[str | None], args: Sequence[Any]) -> bool:
     for ls, a in zip(letters, args, strict=True):
         if a is None:
             continue
-        if type(a) is not TensorSpec or ls is None or len(a.attr._mdm) != len(ls):
+        if type(a) is not TensorSpec or ls is None or len(a.attr.multi_dims_mapping) != len(ls):
             return False
     return True
 
@@ -221,7 +251,7 @@ def _merge(merged: Merged, args: Sequence[Any], priority: str | None
         a = args[i]
         if a is None:
             continue
-        m = a.attr._mdm
+        m = a.attr.multi_dims_mapping
         for p in active:
             dims = m[p]
             if dims:
@@ -250,7 +280,7 @@ def _mapping(ls: str, lm: dict[str, tuple[int, ...]]) -> MultiDims:
 
 def _attr(a: DistAttr, ls: str, lm: dict[str, tuple[int, ...]]) -> DistAttr:
     m = _mapping(ls, lm)
-    if a._mdm == m and not a._partial:
+    if a.multi_dims_mapping == m and not a.partial_items:
         return a
     return DistAttr._make(a.mesh, m, ())
 

@@ -83,11 +83,11 @@ def _unmasked(args: Sequence[Any]) -> tuple[Any, ...] | None:
     found = False
     for a in args:
         if type(a) is TensorSpec:
-            if a.attr._masks:
+            if a.attr.mask_items:
                 found = True
                 break
         elif type(a) in (tuple, list) and any(
-                type(t) is TensorSpec and t.attr._masks for t in a):
+                type(t) is TensorSpec and t.attr.mask_items for t in a):
             found = True
             break
     if not found:
@@ -210,28 +210,35 @@ class _Binding:
 
     def _already_valid(self, full: tuple[Any, ...]) -> bool:
         """The common case, checked cheaply: exact types, every tensor on one mesh."""
+        return self._tensors_fit(full) and self._attrs_fit(full)
+
+    def _tensors_fit(self, full: tuple[Any, ...]) -> bool:
+        """Each tensor slot holds a TensorSpec (a list slot a tuple of them, an optional one
+        maybe None), all on one mesh."""
         mesh = None
         for kind, v in zip(self.kinds, full, strict=False):
             if type(v) is TensorSpec:
-                m = v.attr.mesh
+                ts: tuple[Any, ...] = (v,)
+            elif v is None:
+                if kind != "optional":
+                    return False
+                continue
+            elif kind == "list" and type(v) is tuple:
+                ts = v
+            else:
+                return False
+            for t in ts:
+                if type(t) is not TensorSpec:
+                    return False
+                m = t.attr.mesh
                 if mesh is None:
                     mesh = m
                 elif m is not mesh and m != mesh:
                     return False
-            elif v is None:
-                if kind != "optional":
-                    return False
-            elif kind == "list" and type(v) is tuple:
-                for t in v:
-                    if type(t) is not TensorSpec:
-                        return False
-                    m = t.attr.mesh
-                    if mesh is None:
-                        mesh = m
-                    elif m is not mesh and m != mesh:
-                        return False
-            else:
-                return False
+        return True
+
+    def _attrs_fit(self, full: tuple[Any, ...]) -> bool:
+        """Each attribute has its exact type already (an int list as a tuple of ints)."""
         i = self.n_tensors
         for want in self.attr_types:
             v = full[i]
@@ -447,7 +454,7 @@ def register_rule(
     ``softmax``): a family has one module of that name in every layer.
     """
     if family is None:
-        family = sys._getframe(1).f_globals.get("__name__", "").rsplit(".", 1)[-1]
+        family = sys._getframe(1).f_globals.get("__name__", "").rsplit(".", 1)[-1]  # noqa: SLF001 -- the caller's module
     rule = Rule(
         name,
         forward=forward,

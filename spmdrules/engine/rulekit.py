@@ -16,7 +16,7 @@ def attr(like: TensorSpec | DistAttr, mdm: MultiDims, partial: PartialItems = ()
     """
     a = like.attr if type(like) is TensorSpec else like
     assert isinstance(a, DistAttr)
-    if a._mdm == mdm and a._partial == partial:
+    if a.multi_dims_mapping == mdm and a.partial_items == partial:
         return a
     return DistAttr._make(a.mesh, mdm, partial)
 

@@ -149,49 +149,8 @@ class _Lowering:
                        storage=self.storage)
 
     def lower_op(self, op: Op) -> None:
-        ins: list[Slot] = []
-        in_shapes: list[Any] = []
-        in_attrs: list[Any] = []
-        slot = 0  # the position among op.inputs (flattened, absent ones skipped), as completion
-        for v in op.operands:
-            if v is None:
-                ins.append(None)
-                in_shapes.append(None)
-                in_attrs.append(None)
-            elif isinstance(v, Tensor):
-                name, lay = self.operand(op, v, slot)
-                slot += 1
-                ins.append(name)
-                in_shapes.append(lay.shape)
-                in_attrs.append(lay.attr)
-            else:
-                pairs = [self.operand(op, t, slot + j) for j, t in enumerate(v)]
-                slot += len(v)
-                ins.append(tuple(n for n, _ in pairs))
-                in_shapes.append(tuple(lay.shape for _, lay in pairs))
-                in_attrs.append(tuple(lay.attr for _, lay in pairs))
-        outs: list[Slot] = []
-        out_shapes: list[Any] = []
-        out_attrs: list[Any] = []
-        after: list[tuple[ReshardEdge, str, str]] = []
-        slot = 0
-        for rv in op.results:
-            ts = (rv,) if isinstance(rv, Tensor) else rv
-            got = []
-            for t in ts:
-                name, lay, e = self.result(op, t, slot)
-                slot += 1
-                got.append((name, lay))
-                if e is not None:
-                    after.append((e, name, t.name))
-            if isinstance(rv, Tensor):
-                outs.append(got[0][0])
-                out_shapes.append(got[0][1].shape)
-                out_attrs.append(got[0][1].attr)
-            else:
-                outs.append(tuple(n for n, _ in got))
-                out_shapes.append(tuple(lay.shape for _, lay in got))
-                out_attrs.append(tuple(lay.attr for _, lay in got))
+        ins, in_shapes, in_attrs = self._operands(op)
+        outs, out_shapes, out_attrs, after = self._results(op)
         attrs = flat_slots((*in_attrs, *out_attrs), DistAttr)
         mesh = attrs[0].mesh
         for a in attrs:
@@ -210,6 +169,59 @@ class _Lowering:
             self.code.append(call)
         for e, src, dst in after:
             self.reshard(e, src, dst)
+
+    def _operands(self, op: Op) -> tuple[list[Slot], list[Any], list[Any]]:
+        """The buffer names, local shapes and attributes the kernel reads, per operand slot
+        (an operand list as a tuple, an absent operand as None)."""
+        ins: list[Slot] = []
+        shapes: list[Any] = []
+        attrs: list[Any] = []
+        slot = 0  # the position among op.inputs (flattened, absent ones skipped), as completion
+        for v in op.operands:
+            if v is None:
+                ins.append(None)
+                shapes.append(None)
+                attrs.append(None)
+            elif isinstance(v, Tensor):
+                name, lay = self.operand(op, v, slot)
+                slot += 1
+                ins.append(name)
+                shapes.append(lay.shape)
+                attrs.append(lay.attr)
+            else:
+                pairs = [self.operand(op, t, slot + j) for j, t in enumerate(v)]
+                slot += len(v)
+                ins.append(tuple(n for n, _ in pairs))
+                shapes.append(tuple(lay.shape for _, lay in pairs))
+                attrs.append(tuple(lay.attr for _, lay in pairs))
+        return ins, shapes, attrs
+
+    def _results(self, op: Op) -> tuple[list[Slot], list[Any], list[Any],
+                                        list[tuple[ReshardEdge, str, str]]]:
+        """As ``_operands`` for the results, with the reshards to run after the kernel."""
+        outs: list[Slot] = []
+        shapes: list[Any] = []
+        attrs: list[Any] = []
+        after: list[tuple[ReshardEdge, str, str]] = []
+        slot = 0
+        for rv in op.results:
+            ts = (rv,) if isinstance(rv, Tensor) else rv
+            got = []
+            for t in ts:
+                name, lay, e = self.result(op, t, slot)
+                slot += 1
+                got.append((name, lay))
+                if e is not None:
+                    after.append((e, name, t.name))
+            if isinstance(rv, Tensor):
+                outs.append(got[0][0])
+                shapes.append(got[0][1].shape)
+                attrs.append(got[0][1].attr)
+            else:
+                outs.append(tuple(n for n, _ in got))
+                shapes.append(tuple(lay.shape for _, lay in got))
+                attrs.append(tuple(lay.attr for _, lay in got))
+        return outs, shapes, attrs, after
 
 
 # ---- ops lowered without their kernel ---------------------------------------------------------

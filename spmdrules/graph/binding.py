@@ -19,7 +19,7 @@ from spmdrules.graph.errors import (
     ProducerError,
     ShapeError,
 )
-from spmdrules.graph.nodes import OwnerGraph, Tensor
+from spmdrules.graph.nodes import OwnerGraph, Tensor, tensor_meta
 from spmdrules.graph.opschema import OpSchema
 from spmdrules.graph.shapes.shape_rule import DTYPES, Arg, OutMeta, TensorMeta, infer_meta
 
@@ -168,9 +168,9 @@ def _bound_key(
     metas: list[Any] = []
     for v in ops_in:
         if isinstance(v, Tensor):
-            metas.append((v._shape, v._dtype))
+            metas.append(tensor_meta(v))
         else:
-            metas.append(None if v is None else tuple((t._shape, t._dtype) for t in v))
+            metas.append(None if v is None else tuple(tensor_meta(t) for t in v))
     return schema, tuple(metas), given
 
 

@@ -378,7 +378,7 @@ def _add_tensors_and_ops(g: Graph, m: ModelFile) -> None:
     for t in m.tensors:
         if t.role != "value":
             _DECLARE[t.role](g, t.name, t.shape, t.dtype)
-    known = g._tensors
+    known = g.tensors_by_name
     for op in m.ops:
         for v in op.operands:
             if type(v) is str:

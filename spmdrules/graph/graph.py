@@ -20,8 +20,8 @@ graph's content only, never on insertion order (``spmdrules.graph.order``; netwo
 when the ops sorted by that key are not already in topological order). The order is cached,
 each op's position kept in ``Op.order``; consumers are sorted by it.
 
-The graph keeps its annotated tensors and a count of declared tensors no op produces yet, so
-neither completion nor ``validate`` visits every tensor.
+The graph keeps its annotated tensors (``Tensor.annotation`` tells it) and a count of declared
+tensors no op produces yet, so neither completion nor ``validate`` visits every tensor.
 
 Validation. ``add_op`` checks the op type, arity, attributes and shapes (``binding``, with the
 shape rules of ``shapes``) before it touches the graph, so a failed call changes nothing. Cycles
@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
+from types import MappingProxyType
 from typing import Any
 
 import networkx as nx
@@ -115,11 +116,7 @@ class Graph:
         self._auto = 0
         self._annotated = {}  # the tensors with an annotation (kept by Tensor.annotation)
         self._unproduced = 0  # declared tensors no op produces yet (what validate() reports)
-        # Every tensor's attribute in ``tensors`` order, when set all at once (completion, reset):
-        # one list instead of a write into each Tensor, which on large models costs a cache miss
-        # per tensor. Tensor.attr reads it; the first single write, or a change of the graph,
-        # stores it into the tensors and drops it.
-        self._attrs = None
+        self._attrs = None  # the attributes set all at once: the module's docstring says why
 
     # ---- context --------------------------------------------------------------------------------
     def __enter__(self) -> Graph:
@@ -161,7 +158,7 @@ class Graph:
                 "another name"
             )
         t = Tensor(self, name, check_shape(name, shape), check_dtype(name, dtype), role)
-        self._changed()
+        self.invalidate()
         self._tensors[name] = t
         if role == "value":
             self._unproduced += 1
@@ -217,10 +214,10 @@ class Graph:
         names = result_names(name, schema, metas, results, len(flat_metas))
         adopt = adopted_results(self._tensors, name, names, flat_metas)
 
-        self._changed()
+        self.invalidate()
         op = Op(name, schema, attr_values, ops_in, extra)
         for t in flat_slots(ops_in, Tensor):
-            readers = t._consumers
+            readers = t.readers
             if not readers or readers[-1] is not op:  # an op reading t twice reads it once
                 readers.append(op)
         tensors = self._tensors
@@ -260,9 +257,9 @@ class Graph:
         o = self.op(op) if isinstance(op, str) else op
         if self._ops.get(o.name) is not o:
             raise UnknownNodeError(f"op {o.name!r} is not an op of graph {self.name!r}")
-        self._changed()
+        self.invalidate()
         for t in set(flat_slots(o.operands, Tensor)):  # an op reading t twice is listed once
-            t._consumers.remove(o)
+            t.readers.remove(o)
         for t in o.outputs:
             t.producer, t.index = None, -1
             self._unproduced += 1
@@ -330,7 +327,7 @@ class Graph:
         seed, all others to None (so completion can run again from the annotations alone)."""
         if self._topo is None:  # no tensor order yet (or a cycle): tensor by tensor
             for t in self._tensors.values():
-                t._attr = None if t._annotation is None else t._annotation.attr
+                t.hold_attr(None if (ann := t.annotation) is None else ann.attr)
             return self
         attrs: list[DistAttr | None] = [None] * len(self.tensors)
         for t, ann in self._annotated.items():
@@ -348,18 +345,33 @@ class Graph:
         self._attrs = list(attrs)
         return self
 
-    def _store_attrs(self) -> None:
+    @property
+    def attrs_in_order(self) -> list[DistAttr | None] | None:
+        """The attributes set at once (``set_attrs``), in ``tensors`` order; None once stored."""
+        return self._attrs
+
+    def note_annotation(self, t: Tensor, ann: Annotation | None) -> None:
+        if ann is None:
+            self._annotated.pop(t, None)
+        else:
+            self._annotated[t] = ann
+
+    @property
+    def tensors_by_name(self) -> Mapping[str, Tensor]:  # a read-only view, in the added order
+        return MappingProxyType(self._tensors)
+
+    def store_attrs(self) -> None:
         """Write the all-at-once attributes into the tensors (before one changes or the tensor
         order does)."""
         attrs, self._attrs = self._attrs, None
         if attrs is not None:
             assert self._tensor_order is not None
             for t, a in zip(self._tensor_order, attrs, strict=True):
-                t._attr = a
+                t.hold_attr(a)
 
-    def _changed(self) -> None:
+    def invalidate(self) -> None:
         """The graph's content changes: per-topology caches and the tensor order are stale."""
-        self._store_attrs()
+        self.store_attrs()
         self._topo = None
         self._nx = None
         self._derived.clear()
@@ -383,7 +395,7 @@ class Graph:
     def consumers(self, t: Tensor | str) -> tuple[Op, ...]:
         """The ops that read ``t``, each once, in topological order."""
         tt = self.tensor(t) if isinstance(t, str) else t
-        readers = tt._consumers
+        readers = tt.readers
         if len(readers) <= 1:
             return tuple(readers)
         self.topological_order()

@@ -26,12 +26,15 @@ class OwnerGraph(Protocol):
     """What a node needs of its graph; ``spmdrules.graph.graph.Graph`` is the one implementation."""
 
     name: str
-    _attrs: list[DistAttr | None] | None
-    _annotated: dict[Tensor, Annotation]
 
-    def _store_attrs(self) -> None: ...
+    @property
+    def attrs_in_order(self) -> list[DistAttr | None] | None: ...
 
-    def _changed(self) -> None: ...
+    def store_attrs(self) -> None: ...
+
+    def invalidate(self) -> None: ...
+
+    def note_annotation(self, t: Tensor, ann: Annotation | None) -> None: ...
 
     def tensor(self, name: str) -> Tensor: ...
 
@@ -52,8 +55,8 @@ class Tensor:
     """
 
     __slots__ = (
-        "_annotation", "_attr", "_consumers", "_dtype", "_shape", "graph", "index", "name",
-        "order", "producer", "role", "storage",
+        "_annotation", "_attr", "_dtype", "_shape", "graph", "index", "name", "order", "producer",
+        "readers", "role", "storage",
     )
 
     name: str
@@ -71,8 +74,9 @@ class Tensor:
     #: before the cuts): ``spmdrules.graph.storage``. Internal, like a split: the executors
     #: take and give values in the user's order
     storage: Interleaved | None
-    #: the ops that read this tensor, each once, in the order they were added
-    _consumers: list[Op]
+    #: the ops that read this tensor, each once, in the order they were added (kept by the
+    #: graph's ``add_op`` and ``remove_op``; ``consumers`` gives them in topological order)
+    readers: list[Op]
 
     def __init__(
         self, graph: OwnerGraph, name: str, shape: tuple[int, ...], dtype: str, role: Role
@@ -88,18 +92,23 @@ class Tensor:
         self._attr = None
         self._annotation = None
         self.storage = None
-        self._consumers = []
+        self.readers = []
 
     @property
     def attr(self) -> DistAttr | None:
-        attrs = self.graph._attrs
+        attrs = self.graph.attrs_in_order
         return self._attr if attrs is None else attrs[self.order]
 
     @attr.setter
     def attr(self, attr: DistAttr | None) -> None:
         g = self.graph
-        if g._attrs is not None:
-            g._store_attrs()
+        if g.attrs_in_order is not None:
+            g.store_attrs()
+        self._attr = attr
+
+    def hold_attr(self, attr: DistAttr | None) -> None:
+        """Keep ``attr`` in the tensor itself: the graph writes its all-at-once attributes back
+        through this (``attr``'s setter would first ask the graph to do just that)."""
         self._attr = attr
 
     @property
@@ -110,10 +119,7 @@ class Tensor:
     def annotation(self, ann: Annotation | None) -> None:
         # the graph keeps its annotated tensors, so completion need not visit every tensor
         self._annotation = ann
-        if ann is None:
-            self.graph._annotated.pop(self, None)
-        else:
-            self.graph._annotated[self] = ann
+        self.graph.note_annotation(self, ann)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -123,7 +129,7 @@ class Tensor:
     def shape(self, shape: tuple[int, ...]) -> None:
         # Derived per-topology data (completion's index) holds shapes: a new shape is a new
         # topology, so those caches rebuild.
-        self.graph._changed()
+        self.graph.invalidate()
         self._shape = shape
 
     @property
@@ -132,7 +138,7 @@ class Tensor:
 
     @dtype.setter
     def dtype(self, dtype: str) -> None:
-        self.graph._changed()  # as for a shape: completion's index holds the dtypes
+        self.graph.invalidate()  # as for a shape: completion's index holds the dtypes
         self._dtype = dtype
 
     @property

@@ -67,7 +67,7 @@ def bipartite_view(tensors: Collection[Tensor], ops: Collection[Op]) -> nx.DiGra
     g = nx.DiGraph()
     g.add_nodes_from(tensors)
     g.add_nodes_from(ops)
-    g.add_edges_from((t, op) for t in tensors for op in t._consumers)
+    g.add_edges_from((t, op) for t in tensors for op in t.readers)
     g.add_edges_from((t.producer, t) for t in tensors if t.producer is not None)
     return g
 

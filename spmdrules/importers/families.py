@@ -74,26 +74,39 @@ def family_of(name: str, categories: Iterable[str] = (), like: Iterable[str] = (
     if not ws:
         return None
     ops = {op: rule.family for op, rule in SHAPE_RULES.items()}
+    fam = _by_name(ws, ops)
+    if fam is None:
+        fam = next((CATEGORY_FAMILIES[c] for c in categories if c in CATEGORY_FAMILIES), None)
+    if fam is None:
+        fam = _by_likeness(name, "_".join(ws), like)
+    if fam is None:
+        close = difflib.get_close_matches("_".join(ws), list(ops), n=1, cutoff=SPELLING_CUTOFF)
+        fam = ops[close[0]] if close else None
+    return fam
+
+
+def _by_name(ws: list[str], ops: dict[str, str]) -> str | None:
+    """The family the name's words say: a mapped op of several words in them (batch_norm,
+    index_put), else a family that starts a word (conv in convolution, pool in pool2d), else a
+    mapped op of one word."""
     runs = ["_".join(ws[i:j]) for i in range(len(ws)) for j in range(i + 1, len(ws) + 1)]
     named = sorted((r for r in runs if r in ops), key=lambda r: (-r.count("_"), -len(r)))
-    if named and "_" in named[0]:  # an op of several words: batch_norm, index_put
+    if named and "_" in named[0]:
         return ops[named[0]]
-    for w in ws:  # a family named by the start of a word: conv in convolution, pool in pool2d
-        for f in sorted(families(), key=len, reverse=True):
-            if len(f) >= 4 and w.startswith(f):
-                return f
-    if named:
-        return ops[named[0]]
-    for c in categories:
-        if c in CATEGORY_FAMILIES:
-            return CATEGORY_FAMILIES[c]
-    joined = "_".join(ws)
+    by_length = sorted(families(), key=len, reverse=True)
+    fam = next((f for w in ws for f in by_length if len(f) >= 4 and w.startswith(f)), None)
+    if fam is None and named:
+        fam = ops[named[0]]
+    return fam
+
+
+def _by_likeness(name: str, joined: str, like: Iterable[str]) -> str | None:
+    """The family of the closest in name of the ops that take the same arguments."""
     for other in sorted({o for o in like if o != name},
                         key=lambda o: (-difflib.SequenceMatcher(None, joined, o).ratio(), o)):
         if (fam := family_of(other)) is not None:
             return fam
-    close = difflib.get_close_matches(joined, list(ops), n=1, cutoff=SPELLING_CUTOFF)
-    return ops[close[0]] if close else None
+    return None
 
 
 def suggest(op: str, categories: Iterable[str] = (), like: Iterable[str] = (),

@@ -84,33 +84,20 @@ class Importer:
         self.followed = False
 
     def run(self) -> Imported:
-        onnx, model = self.onnx, self.model
+        model = self.model
         converters.load()
         check_graph(model)
         self.opset = max((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS),
                          default=1)
-        inits = {i.name: i for i in model.graph.initializer}
-        unknown = set(self.input_shapes) - {i.name for i in model.graph.input if i.name not in inits}
+        inits = {i.name for i in model.graph.initializer}
+        real = [i.name for i in model.graph.input if i.name not in inits]
+        unknown = set(self.input_shapes) - set(real)
         if unknown:
-            real = [i.name for i in model.graph.input if i.name not in inits]
             raise ImporterError(f"input_shapes names {sorted(unknown)}, which are not inputs of "
                                 f"the model; its inputs are {real}")
         expected = self._onnx_shapes()
         with self.graph:
-            for init in model.graph.initializer:
-                value = array(onnx, init, f"initializer {init.name!r}")
-                self.env[init.name] = Static(init.name, value, param=True)
-            for vi in model.graph.input:
-                if vi.name in inits:
-                    continue
-                shape = static_shape(vi, vi.name, self.input_shapes.get(vi.name))
-                declared = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-                if self.batch is None and shape and declared and declared[0] > 0:
-                    self.batch = (declared[0], shape[0])
-                t = self.graph.input(safe_name(vi.name), shape, graph_dtype(
-                    onnx, vi.type.tensor_type.elem_type, f"input {vi.name!r}"))
-                self.imported.inputs.append(t.name)
-                self.env[vi.name] = t
+            self._sources(inits)
             for node in progress(model.graph.node, "import", total=len(model.graph.node)):
                 self._node(node, expected)
             if self.report:
@@ -124,20 +111,29 @@ class Importer:
         self.graph.validate()
         return self.imported
 
+    def _sources(self, inits: set[str]) -> None:
+        """The initializers (static values, parameters once an op reads them) and the inputs."""
+        onnx, model = self.onnx, self.model
+        for init in model.graph.initializer:
+            value = array(onnx, init, f"initializer {init.name!r}")
+            self.env[init.name] = Static(init.name, value, param=True)
+        for vi in model.graph.input:
+            if vi.name in inits:
+                continue
+            shape = static_shape(vi, vi.name, self.input_shapes.get(vi.name))
+            declared = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+            if self.batch is None and shape and declared and declared[0] > 0:
+                self.batch = (declared[0], shape[0])
+            t = self.graph.input(safe_name(vi.name), shape, graph_dtype(
+                onnx, vi.type.tensor_type.elem_type, f"input {vi.name!r}"))
+            self.imported.inputs.append(t.name)
+            self.env[vi.name] = t
+
     def _node(self, node: Any, expected: Mapping[str, tuple[int, ...]]) -> None:
         where = node_label(node)
-        default = node.domain in DEFAULT_DOMAINS
-        op = node.op_type if default else f"{node.domain}.{node.op_type}"
-        conv = OPS.get(op)
+        op = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
         try:
-            outs: Sequence[Any] | None = fold(self, node, where, conv is not None) if (
-                default and foldable(self, node)) else None
-            if outs is None:
-                if conv is None:
-                    raise UnmappedOpError(where, op, None, "" if default else (
-                        f"no converter is registered for domain {node.domain!r}"),
-                        base=node.op_type)
-                outs = conv(Ctx(self, node, where))
+            outs = self._convert(node, where, op)
         except Untried:
             self.report.untried.append(where)
             self._block(node)
@@ -161,6 +157,24 @@ class Importer:
                                             base=node.op_type))
             self._block(node)
             return
+        self._bind(node, where, outs, expected)
+
+    def _convert(self, node: Any, where: str, op: str) -> Sequence[Any]:
+        """The node's values: folded where its inputs are static, else its converter's."""
+        default = node.domain in DEFAULT_DOMAINS
+        conv = OPS.get(op)
+        outs: Sequence[Any] | None = fold(self, node, where, conv is not None) if (
+            default and foldable(self, node)) else None
+        if outs is not None:
+            return outs
+        if conv is None:
+            raise UnmappedOpError(where, op, None, "" if default else (
+                f"no converter is registered for domain {node.domain!r}"), base=node.op_type)
+        return conv(Ctx(self, node, where))
+
+    def _bind(self, node: Any, where: str, outs: Sequence[Any],
+              expected: Mapping[str, tuple[int, ...]]) -> None:
+        """Name the node's values, each tensor's shape cross-checked against ONNX's inference."""
         for name, v in zip(node.output, outs, strict=False):
             if not name:
                 continue

@@ -99,7 +99,7 @@ def _load(onnx: Any, path: Path) -> Any:
 
 def _external(onnx: Any, model: Any) -> list[Any]:
     helper = onnx.external_data_helper
-    return [t for t in helper._get_all_tensors(model) if helper.uses_external_data(t)]
+    return [t for t in helper._get_all_tensors(model) if helper.uses_external_data(t)]  # noqa: SLF001 -- onnx: no public
 
 
 def _location(tensor: Any) -> str:

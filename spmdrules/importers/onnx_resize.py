@@ -51,10 +51,9 @@ def _refuse_unmapped_attrs(c: Ctx) -> None:
                      "mapped; give the output sizes")
 
 
-@onnx_op("Resize")
-def _resize(c: Ctx) -> list[Value]:
-    _refuse_unmapped_attrs(c)
-    x = c.tensor(0)
+def _interp(c: Ctx, ndim: int) -> tuple[str, str, bool, int]:
+    """Paddle's interp op for the node's mode and coordinates: (op, coordinate mode,
+    align_corners, align_mode); a combination Paddle computes differently is refused."""
     mode = c.attr("mode", "nearest")
     coord = c.attr("coordinate_transformation_mode", "half_pixel")
     rounding = c.attr("nearest_mode", "round_prefer_floor")
@@ -66,33 +65,45 @@ def _resize(c: Ctx) -> list[Value]:
         raise c.fail(f"nearest_mode {rounding!r} with {coord!r}: Paddle's nearest rounds "
                      f"{'half up' if corners else 'down'}; use nearest_mode "
                      f"{'round_prefer_ceil' if corners else 'floor'!r}")
-    if x.ndim not in (3, 4, 5) or (op == "bilinear_interp" and x.ndim != 4):
-        raise c.fail(f"input rank {x.ndim}: {mode} Resize is mapped for rank "
+    if ndim not in (3, 4, 5) or (op == "bilinear_interp" and ndim != 4):
+        raise c.fail(f"input rank {ndim}: {mode} Resize is mapped for rank "
                      f"{'4 (bilinear)' if mode == 'linear' else '3 to 5'}")
-    ins = list(x.shape[2:])
-    attrs: dict[str, Any] = {"data_format": _LAYOUT[x.ndim], "align_corners": corners,
-                             "align_mode": align_mode}
+    return op, coord, corners, align_mode
+
+
+def _sized(c: Ctx, op: str, shape: list[int]) -> tuple[list[int], dict[str, Any]]:
+    """The output's spatial lengths and the interp op's size attributes, from the sizes input
+    or else the scales input."""
+    ndim, ins = len(shape), shape[2:]
     if c.has(3):
         sizes = c.ints(3, "sizes")
-        if len(sizes) != x.ndim or sizes[:2] != list(x.shape[:2]):
-            raise c.fail(f"sizes {sizes} must give every dim of the rank-{x.ndim} input and keep "
-                         f"its batch and channels {list(x.shape[:2])}")
-        outs = sizes[2:]
-        attrs.update(zip(SIZE_ATTRS[x.ndim - 2], outs, strict=True))
-    elif c.has(2):
-        scales = [float(s) for s in c.static(2).reshape(-1)]
-        if len(scales) != x.ndim or scales[:2] != [1.0, 1.0] or \
-                not all(math.isfinite(v) and v > 0 for v in scales):
-            raise c.fail(f"scales {scales} must give every dim of the rank-{x.ndim} input, 1 on "
-                         "the batch and channels and finite and > 0 elsewhere")
-        outs = [math.floor(n * s) for n, s in zip(ins, scales[2:], strict=True)]
-        if list(out_lengths(op, ins, {"scale": scales[2:]})) != outs:
-            raise c.fail(f"scales {scales[2:]} over {ins}: ONNX's output {outs} is not Paddle's "
-                         "int(in * scale); give the sizes input instead")
-        attrs["scale"] = scales[2:]
-    else:
+        if len(sizes) != ndim or sizes[:2] != shape[:2]:
+            raise c.fail(f"sizes {sizes} must give every dim of the rank-{ndim} input and keep "
+                         f"its batch and channels {shape[:2]}")
+        return sizes[2:], dict(zip(SIZE_ATTRS[ndim - 2], sizes[2:], strict=True))
+    if not c.has(2):
         raise c.fail("neither scales nor sizes is given")
+    scales = [float(s) for s in c.static(2).reshape(-1)]
+    if len(scales) != ndim or scales[:2] != [1.0, 1.0] or \
+            not all(math.isfinite(v) and v > 0 for v in scales):
+        raise c.fail(f"scales {scales} must give every dim of the rank-{ndim} input, 1 on "
+                     "the batch and channels and finite and > 0 elsewhere")
+    outs = [math.floor(n * s) for n, s in zip(ins, scales[2:], strict=True)]
+    if list(out_lengths(op, ins, {"scale": scales[2:]})) != outs:
+        raise c.fail(f"scales {scales[2:]} over {ins}: ONNX's output {outs} is not Paddle's "
+                     "int(in * scale); give the sizes input instead")
+    return outs, {"scale": scales[2:]}
+
+
+@onnx_op("Resize")
+def _resize(c: Ctx) -> list[Value]:
+    _refuse_unmapped_attrs(c)
+    x = c.tensor(0)
+    op, coord, corners, align_mode = _interp(c, x.ndim)
+    ins = list(x.shape[2:])
+    outs, sized = _sized(c, op, list(x.shape))
     if coord == "half_pixel" and any(o == 1 < n for n, o in zip(ins, outs, strict=True)):
         raise c.fail(f"half_pixel to an output of length 1 ({ins} -> {outs}) reads the input's "
                      "middle; Paddle reads row 0 (as pytorch_half_pixel does)")
-    return [c.call(op, x, **attrs)]
+    return [c.call(op, x, data_format=_LAYOUT[x.ndim], align_corners=corners,
+                   align_mode=align_mode, **sized)]

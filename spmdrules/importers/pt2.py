@@ -114,7 +114,7 @@ def _tree_types(torch: Any, reader: Any, name: str, entry: str) -> set[str]:
     except Exception:
         return set()  # not ours to diagnose: torch's reader says what is wrong with it
     _check_ops(torch, program, name)
-    known = torch.utils._pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE
+    known = torch.utils._pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE  # noqa: SLF001 -- torch's registry
     out: set[str] = set()
     todo = [s[1] for s in specs if isinstance(s, list) and len(s) == 2]
     while todo:
@@ -164,7 +164,7 @@ class _StandIn(dict[str, Any]):
 def _stand_ins(torch: Any, names: set[str]) -> Iterator[None]:
     """Register a ``_StandIn`` under each of ``names`` while torch reads the archive; its
     context must be the JSON list of the field names (a ``ModelOutput``'s, a dataclass's)."""
-    pytree = torch.utils._pytree
+    pytree = torch.utils._pytree  # noqa: SLF001 -- torch.export serialises specs through it
     made: list[type] = []
     try:
         for n in sorted(names):
@@ -178,13 +178,13 @@ def _stand_ins(torch: Any, names: set[str]) -> Iterator[None]:
         yield
     finally:
         for cls in made:
-            pytree._deregister_pytree_node(cls)
+            pytree._deregister_pytree_node(cls)  # noqa: SLF001 -- torch has no public undo
 
 
 def _as_dicts(torch: Any, ep: Any) -> None:
     """Every ``_StandIn`` node of the program's specs as a dict of the same fields, so the
     program runs (decomposition retraces it) once the stand-ins are unregistered."""
-    pytree = torch.utils._pytree
+    pytree = torch.utils._pytree  # noqa: SLF001 -- torch.export serialises specs through it
 
     def plain(spec: Any) -> Any:
         if spec is None or spec.is_leaf():
@@ -198,7 +198,7 @@ def _as_dicts(torch: Any, ep: Any) -> None:
         sig = entry.signature
         if sig is not None:
             sig.in_spec, sig.out_spec = plain(sig.in_spec), plain(sig.out_spec)
-    codegen = ep.graph_module.graph._codegen
+    codegen = ep.graph_module.graph._codegen  # noqa: SLF001 -- fx keeps the specs only there
     info = getattr(codegen, "pytree_info", None)
     if info is not None:
         codegen.pytree_info = info._replace(in_spec=plain(info.in_spec),

@@ -325,7 +325,7 @@ class _Importer:
 
     def _check_control_flow(self, graph: Any) -> None:
         """Before anything is mapped: a higher-order op (cond, while_loop, map, scan) anywhere."""
-        hop = self.torch._ops.HigherOrderOperator
+        hop = self.torch._ops.HigherOrderOperator  # noqa: SLF001 -- torch exports it only there
         for node in graph.nodes:
             if node.op == "call_function" and isinstance(node.target, hop):
                 raise ControlFlowError(
@@ -343,7 +343,7 @@ class _Importer:
                     "the new value instead of mutating it")
 
     def _bind(self, node: Any, unmapped: type, blocked: bool = False) -> dict[str, Any]:
-        schema = node.target._schema
+        schema = node.target._schema  # noqa: SLF001 -- an OpOverload's schema (torch's own idiom)
         out: dict[str, Any] = {}
         for i, arg in enumerate(schema.arguments):
             if i < len(node.args):
@@ -414,7 +414,7 @@ class _Importer:
 
 
 def _args(op: Any) -> tuple[tuple[str, str], ...]:
-    return tuple((a.name, str(a.type)) for a in op._schema.arguments)
+    return tuple((a.name, str(a.type)) for a in op._schema.arguments)  # noqa: SLF001 -- as above
 
 
 def _output_keys(ep: Any, n: int) -> list[str]:

@@ -97,8 +97,8 @@ def mpi_datatype(dtype: np.dtype[Any]) -> Any:
     only moves them; reductions convert to :func:`accumulation_dtype` first)."""
     dtype = np.dtype(dtype)
     if is_half(dtype):
-        return mpi()._typedict["H"]
-    return mpi()._typedict[dtype.char]
+        return mpi().Datatype.fromcode("H")
+    return mpi().Datatype.fromcode(dtype.char)
 
 
 # Tensor structure travels as a fixed-length int64 header: dtype code, ndim, then the shape

@@ -43,37 +43,23 @@ def sub_communicator(root: Any, members: Sequence[int]) -> Any:
 class MPIPartition:
     """A set of workers of ``comm``; the worker calling it is ``active`` if it is a member."""
 
-    def __init__(self, comm: Any) -> None:
-        self._init(comm, tuple(range(comm.Get_size())), comm, None, cartesian=False)
-        self._owns_comm = False
-
-    @classmethod
-    def _make(
-        cls,
-        root: Any,
-        members: tuple[int, ...],
-        comm: Any,
-        shape: tuple[int, ...] | None,
-        *,
-        cartesian: bool,
-    ) -> MPIPartition:
-        part = cls.__new__(cls)
-        part._init(root, members, comm, shape, cartesian=cartesian)
-        part._owns_comm = False
-        return part
-
-    def _init(
+    def __init__(
         self,
         root: Any,
-        members: tuple[int, ...],
-        comm: Any,
-        shape: tuple[int, ...] | None,
+        members: tuple[int, ...] | None = None,
+        comm: Any = None,
+        shape: tuple[int, ...] | None = None,
         *,
-        cartesian: bool,
+        cartesian: bool = False,
+        owns_comm: bool = False,
     ) -> None:
+        """All of ``root``'s workers by default; else ``members`` (ranks of ``root``) over
+        ``comm``, a ``shape`` grid of them. ``owns_comm``: ``free`` frees ``comm`` (on members)."""
+        if members is None:
+            members = tuple(range(root.Get_size()))
         self.root: Any = root
         self.members: tuple[int, ...] = members
-        self.comm: Any = comm
+        self.comm: Any = root if comm is None else comm
         self.is_cartesian = cartesian
         self.shape: tuple[int, ...] = shape if shape is not None else (len(members),)
         root_rank = root.Get_rank()
@@ -82,6 +68,7 @@ class MPIPartition:
         self.index: tuple[int, ...] | None = (
             self.index_of(self.rank) if self.active else None
         )
+        self._owns_comm = owns_comm and self.active
 
     # -- descriptive -------------------------------------------------------------------
     @property
@@ -153,7 +140,7 @@ class MPIPartition:
                 f"{self.size} workers: the shape must have positive entries whose product is "
                 f"{self.size}"
             )
-        return MPIPartition._make(self.root, self.members, self.comm, grid, cartesian=True)
+        return MPIPartition(self.root, self.members, self.comm, grid, cartesian=True)
 
     def create_cartesian_subtopology_partition(self, remain_dims: Sequence[bool]) -> MPIPartition:
         """The slice of this Cartesian partition that keeps ``remain_dims`` (like MPI_Cart_sub).
@@ -210,13 +197,10 @@ def _owning(
     root: Any, members: tuple[int, ...], shape: tuple[int, ...] | None, *, cartesian: bool
 ) -> MPIPartition:
     """A partition with a new communicator of its own (created on members only)."""
-    part = MPIPartition._make(
-        root, members, sub_communicator(root, members), shape, cartesian=cartesian
-    )
-    part._owns_comm = part.active
-    return part
+    return MPIPartition(root, members, sub_communicator(root, members), shape,
+                        cartesian=cartesian, owns_comm=True)
 
 
 def _inactive(root: Any, shape: tuple[int, ...]) -> MPIPartition:
     """A partition this worker does not belong to, whose membership it does not need."""
-    return MPIPartition._make(root, (), mpi().COMM_NULL, shape, cartesian=True)
+    return MPIPartition(root, (), mpi().COMM_NULL, shape, cartesian=True)

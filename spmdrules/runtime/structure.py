@@ -57,15 +57,15 @@ BAD_NDIM = -3
 class StructureExchange:
     """Allgather of structure headers over a fixed set of root ranks."""
 
-    def __init__(self, root: Any, members: Sequence[int], *, check: bool = True) -> None:
+    def __init__(self, root: Any, members: Sequence[int], *, check: bool = True,
+                 twin_of: StructureExchange | None = None) -> None:
+        """``twin_of``: share that exchange's communicator (which it keeps owning)."""
+        self.root = root
         self.members = tuple(members)
-        self.comm = sub_communicator(root, self.members)
         self.check = check
         self._slot = self.members.index(root.Get_rank()) if root.Get_rank() in members else -1
-        self._init_buffers()
-        self._owns_comm = True
-
-    def _init_buffers(self) -> None:
+        self.comm: Any = sub_communicator(root, self.members) if twin_of is None else twin_of.comm
+        self._owns_comm = twin_of is None
         self._send = np.zeros(HEADER_LEN, dtype=np.int64)
         self._recv = np.zeros((len(self.members), HEADER_LEN), dtype=np.int64)
         self._agreed = np.zeros_like(self._recv)
@@ -94,13 +94,7 @@ class StructureExchange:
 
     def twin(self) -> StructureExchange:
         """Another exchange over the same communicator, with its own agreed structure."""
-        other = StructureExchange.__new__(StructureExchange)
-        other.members, other.comm, other.check, other._slot = (
-            self.members, self.comm, self.check, self._slot
-        )
-        other._init_buffers()
-        other._owns_comm = False
-        return other
+        return StructureExchange(self.root, self.members, check=self.check, twin_of=self)
 
     # -- headers -----------------------------------------------------------------------
     def _write(self, local: Array | None) -> None:
