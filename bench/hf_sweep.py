@@ -31,7 +31,8 @@ spmdrules), stopped after ``--timeout`` seconds (stage ``timeout``, naming the s
 past export, it counts as exported).
 On a slow machine the rows split into parts run side by side (``--part 1/2`` and ``--part 2/2``,
 every other row), each appending its rows to a JSON-lines file as they finish (``--jsonl``, so a
-stopped run keeps what it measured); ``--table`` prints the table of such files together.
+stopped run keeps what it measured, and run again skips the rows the file holds unless
+``--redo``); ``--table`` prints the table of such files together, each row's last line.
 
 The table gives each row's last stage and its error's first line; the totals count the rows
 per stage, and the target's ratio: the rows that reach ``ok`` over the rows that torch.export
@@ -284,6 +285,18 @@ def print_table(results: list[Row], totals: dict[str, Any]) -> None:
         print(f"  {n:3d}  {c}")
 
 
+def read_rows(paths: list[str]) -> dict[str, Row]:
+    """The rows of these --jsonl files by name; a row measured again keeps its last line."""
+    found: dict[str, Row] = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    row = Row(**json.loads(line))
+                    found[row.name] = row
+    return found
+
+
 def part(text: str) -> tuple[int, int]:
     """``I/N`` (1 <= I <= N) for ``--part``."""
     m = re.fullmatch(r"(\d+)/(\d+)", text.strip())
@@ -304,14 +317,14 @@ def main(argv: list[str] | None = None) -> list[Row]:
                     help="run every N-th row from the I-th (parts run side by side)")
     ap.add_argument("--jsonl", default="",
                     help="append each row to this file as a JSON line as soon as it finishes")
+    ap.add_argument("--redo", action="store_true",
+                    help="run the rows --jsonl already holds again (default: skip them, so a "
+                    "stopped run resumes; --table keeps each row's last line)")
     ap.add_argument("--table", nargs="+", default=[], metavar="ROWS.jsonl",
                     help="run nothing: print the table of the rows in these --jsonl files")
     args = ap.parse_args(argv)
     if args.table:
-        results = []
-        for path in args.table:
-            with open(path, encoding="utf-8") as f:
-                results += [Row(**json.loads(line)) for line in f if line.strip()]
+        results = list(read_rows(args.table).values())
         print_table(results, summary(results))
         return results
     wanted = {m.strip() for m in args.models.split(",") if m.strip()}
@@ -321,6 +334,9 @@ def main(argv: list[str] | None = None) -> list[Row]:
                  "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and " + ", ".join(r[0] for r in EXTRA_ROWS))
     i, n = args.part
     todo = todo[i - 1::n]
+    if args.jsonl and not args.redo and os.path.exists(args.jsonl):
+        done = read_rows([args.jsonl])
+        todo = [r for r in todo if r[0] not in done]
     preload()
     results = []
     for name, model_type, mapping in todo:
