@@ -29,8 +29,9 @@ stopping the row at its first error:
 * ``ok``: all of it.
 
 Each row runs in its own process (forked from one that has imported torch, transformers and
-spmdrules), stopped after ``--timeout`` seconds (stage ``timeout``, naming the stage it was in:
-past export, it counts as exported).
+spmdrules), stopped after ``--timeout`` seconds (stage ``timeout``, naming the stage it was in, and in
+import the step, torch's decompositions or ``from_exported``: past export, it counts as
+exported).
 On a slow machine the rows split into parts run side by side (``--part 1/2`` and ``--part 2/2``,
 every other row), each appending its rows to a JSON-lines file as they finish (``--jsonl``, so a
 stopped run keeps what it measured, and run again skips the rows the file holds unless
@@ -189,16 +190,18 @@ def measure(model_type: str, mapping: str, report: Any) -> None:
 
     stage = "build"
 
-    def reached(name: str) -> str:
-        report.put(("at", name, ""))
+    def reached(name: str, step: str = "") -> str:
+        report.put(("at", name, step))
         return name
 
     try:
         model, inputs = build(model_type, mapping)
         stage = reached("export")
         ep = torch.export.export(model, (), kwargs=inputs)
-        stage = reached("import")
-        imported = torch_import.from_exported(torch_import.decompose_program(ep))
+        stage = reached("import", "torch's decompositions")
+        decomposed = torch_import.decompose_program(ep)
+        reached("import", "from_exported")
+        imported = torch_import.from_exported(decomposed)
         stage = reached("complete")
         g = imported.graph
         mesh = sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["dp", "mp"])
@@ -260,8 +263,9 @@ def run_row(name: str, model_type: str, mapping: str, timeout: float) -> Row:
         left = timeout - (time.perf_counter() - start)
         try:
             kind, stage, error = report.get(timeout=max(left, 0.01))
-        except queue.Empty:
-            stage, error = "timeout", f"no result within {timeout:.0f} s, in stage {stage}"
+        except queue.Empty:  # the step of an "at" message says whose time it was
+            step = f" (in {error})" if error else ""
+            stage, error = "timeout", f"no result within {timeout:.0f} s{step}, in stage {stage}"
             break
         if kind == "done":
             break

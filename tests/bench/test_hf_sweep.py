@@ -110,3 +110,12 @@ def test_compare_tells_float32_rounding_from_a_wrong_result() -> None:
     assert note.startswith("float32 rounding: ") and "against float64 ours 0" in note
     with pytest.raises(AssertionError, match=r"against float64, ours is off by 0\.5"):
         hf_sweep.compare(model, {"x": x}, exact + 0.5, want)
+
+
+def test_a_timeout_names_its_stage_and_step_and_counts_as_exported_past_export() -> None:
+    rows = [hf_sweep.Row("a", "timeout", "no result within 9 s (in torch's decompositions), "
+                                         "in stage import"),
+            hf_sweep.Row("b", "timeout", "no result within 9 s, in stage export")]
+    totals = hf_sweep.summary(rows)
+    assert totals["exported"] == 1
+    assert totals["causes"] == [("timeout in stage import", 1), ("timeout in stage export", 1)]
