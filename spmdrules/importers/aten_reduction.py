@@ -1,7 +1,8 @@
 """ATen's extreme-value reductions onto the reduction family (``rules/reduction.py``): ``amax``
 and ``amin`` (``max`` / ``min`` over dims), ``max`` / ``min`` of every element, ``max.dim`` /
-``min.dim`` (the values by ``max`` / ``min``, the indices by ``argmax`` / ``argmin``), and
-``argmax`` / ``argmin``. DeepSeek-V4's and Exaone-MoE's routers read them.
+``min.dim`` (the values by ``max`` / ``min``, the indices by ``argmax`` / ``argmin``),
+``argmax`` / ``argmin``, and ``linalg_vector_norm`` onto ``p_norm``. DeepSeek-V4's and
+Exaone-MoE's routers read them.
 
 torch and the kernels agree on what is ambiguous: both return the index of the *first* extreme
 entry of a row, and a NaN is the extreme (its value and its first index), so the indices are
@@ -67,6 +68,24 @@ def _arg(c: Ctx, a: dict[str, Any]) -> Tensor:
     if a["dim"] is None or x.ndim == 0:
         return c.call(op, x, axis=-1, keepdims=keep, flatten=True)
     return c.call(op, x, axis=axis(int(a["dim"]), x.ndim), keepdims=keep)
+
+
+@aten("linalg_vector_norm.default")
+def _vector_norm(c: Ctx, a: dict[str, Any]) -> Tensor:
+    """``torch.linalg.vector_norm`` (and ``x.norm(p, dim)``, which exports as it) onto
+    ``p_norm``: over one dim, or over every dim (``asvector``)."""
+    x: Tensor = c.cast(a["self"], c.dtype)
+    dims = _dims(x, a["dim"])
+    keep = bool(a["keepdim"])
+    porder = float(a["ord"])
+    if x.ndim == 0 or len(dims) == x.ndim:
+        out = c.call("p_norm", x, porder=porder, axis=-1, keepdims=False, asvector=True,
+                     part="norm" if keep else "")
+        return c.call("reshape", out, shape=c.shape, part="kept") if keep else out
+    if len(dims) > 1:
+        raise c.fail(f"a norm over dims {dims} of a rank-{x.ndim} tensor: p_norm takes one dim "
+                     "or every dim; reshape the dims into one first")
+    return c.call("p_norm", x, porder=porder, axis=dims[0], keepdims=keep)
 
 
 __all__: list[str] = []

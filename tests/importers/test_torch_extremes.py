@@ -1,10 +1,10 @@
 """``clamp`` (number and tensor bounds, ``clamp_min``/``clamp_max``), the extreme-value
 reductions (``max.dim``/``min.dim`` with their indices, ``amax``/``amin``, ``max`` of every
-element, ``argmax``/``argmin``) and ``scatter`` (of a number, of a tensor, ``scatter_add``)
-onto existing families (issue 26): the routers of ERNIE-4.5-MoE, DeepSeek-V4, Exaone-MoE and
-Granite. Before, each was an unmapped op. Each module is imported, run forward and in reverse on
-2 simulated ranks with its first input split, and equals torch; refusals are typed and name the
-node."""
+element, ``argmax``/``argmin``, ``linalg_vector_norm``) and ``scatter`` (of a number, of a
+tensor, ``scatter_add``) onto existing families (issue 26): the routers of ERNIE-4.5-MoE,
+DeepSeek-V4, Exaone-MoE and Granite, Inkling's norms. Before, each was an unmapped op. Each
+module is imported, run forward and (but the norms) in reverse on 2 simulated ranks with its
+first input split, and equals torch; refusals are typed and name the node."""
 
 from __future__ import annotations
 
@@ -89,6 +89,23 @@ def test_scatter_reads_only_the_part_of_src_the_index_covers() -> None:
 
     args = (X, IDX[:, :2, :4], src)
     np.testing.assert_array_equal(run_forward(fn, *args), fn(*args).numpy())
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x / torch.linalg.vector_norm(x, dim=-1, keepdim=True),
+    lambda x: x * torch.linalg.vector_norm(x, 3),
+    lambda x: torch.linalg.vector_norm(x, float("inf"), dim=(0, 1, 2), keepdim=True) - x,
+    lambda x: x.norm(2, 0) + 1.0,
+], ids=["one dim, kept", "every element, p=3", "every dim listed, inf, kept", "dim 0 (split)"])
+def test_vector_norms_equal_torch_forward(fn: Callable[..., Any]) -> None:
+    """``p_norm`` has no VJP registered: reverse mode through it is refused, typed, by the
+    executor, so the forward only."""
+    np.testing.assert_allclose(run_forward(fn, X), fn(X).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_norm_over_some_but_not_all_of_several_dims_is_refused_naming_the_node() -> None:
+    with pytest.raises(sr.SpmdError, match=r"node 'linalg_vector_norm'.*p_norm takes one dim"):
+        torch_import.export(Fn(lambda x: torch.linalg.vector_norm(x, dim=(1, 2))), (X,))
 
 
 def test_a_scatter_with_reduce_is_refused_naming_the_node_and_the_family() -> None:
