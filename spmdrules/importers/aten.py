@@ -103,7 +103,7 @@ class Ctx:
         return self.call("full", shape=[], value=v, dtype=dtype, part=part)
 
     def cast(self, t: Tensor, dtype: str) -> Tensor:
-        return t if t.dtype == dtype else self.call("cast", t, dtype=dtype, part="cast")
+        return t if t.dtype == dtype else self.call("cast", t, dtype=dtype, part=f"cast{self.count or ''}")
 
     def common(self, *xs: Any) -> str:
         """torch's promoted dtype of the operands (tensors and Python scalars)."""
@@ -294,8 +294,8 @@ def _arange(c: Ctx, a: dict[str, Any]) -> Tensor:
 # ---- elementwise --------------------------------------------------------------------------------
 def _binary(op_type: str) -> TensorConverter:
     def convert(c: Ctx, a: dict[str, Any]) -> Tensor:
-        x, y = a["self"], a["other"]
-        dt = c.common(x, y)
+        x, y = a["self"], a["other"]  # true division of integers is float: the node's dtype
+        dt = c.dtype if op_type == "divide" else c.common(x, y)
         alpha = a.get("alpha", 1)
         yt = c.operand(y, dt)
         if alpha != 1:

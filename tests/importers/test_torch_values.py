@@ -134,6 +134,15 @@ def test_int64_constants_are_exact(name: str) -> None:
     assert same(got, want), (name, got, want.numpy(), got - want.numpy())
 
 
+def test_true_division_of_integers_is_float_as_in_torch() -> None:
+    """Ministral-3's ``positions / scale`` of int64 positions: the mapping divided in int64."""
+    for fn in (lambda x, z: x / 2, lambda x, z: x / (x + 1), lambda x, z: torch.div(3, x + 1),
+               lambda x, z: torch.div(x, 4, rounding_mode=None)):
+        [got], _ = imported_run(fn, X_INT, Z)
+        want = fn(X_INT, Z)
+        assert want.dtype == torch.float32 and same(got, want), (got, want)
+
+
 def test_an_int64_constant_survives_the_json_exchange() -> None:
     """``spmdrules import`` writes the graph as JSON: the attribute stays an exact int there."""
     imp = torch_import.export(Fn(lambda x: x + torch.arange(BIG, BIG + 2) * BIG), (X_INT,))

@@ -36,8 +36,8 @@ def _(x: torch.Tensor) -> torch.Tensor:
 
 
 class Block(nn.Module):
-    """Five kinds of unmapped node: a custom op, two ops without a converter (a max with its
-    indices, a cumulative product), a pointwise op
+    """Five kinds of unmapped node: a custom op, two ops without a converter (a median with
+    its indices, a cumulative product), a pointwise op
     without one, and an ``addmm`` whose converter refuses ``beta``; the addmm and the add read
     the results of unmapped nodes."""
 
@@ -48,7 +48,7 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
         y = rms_norm_rope(self.proj(x))
-        z = y * torch.max(y, 1, keepdim=True).values
+        z = y * torch.median(y, 1, keepdim=True).values
         return torch.cumprod(z, 0) + torch.atan2(z, z) + torch.addmm(z, z, self.w, beta=2.0)
 
 
@@ -64,8 +64,8 @@ class Model(nn.Module):
 
 
 ARGS = (torch.randn(3, 4), torch.zeros(3, 4, dtype=torch.long))
-#: the max nodes torch.export names in the three blocks
-MAX_NODES = ["layers.0.max_1", "layers.1.max_2", "layers.2.max_3"]
+#: the median nodes torch.export names in the three blocks
+MEDIAN_NODES = ["layers.0.median", "layers.1.median_1", "layers.2.median_2"]
 
 
 def test_every_unmapped_torch_op_is_reported_at_once() -> None:
@@ -75,17 +75,17 @@ def test_every_unmapped_torch_op_is_reported_at_once() -> None:
     err = info.value
     assert isinstance(err, UnmappedOpError) and isinstance(err, sr.SpmdError)
     assert err.report.counts() == {
-        "spmdrules_test.rms_norm_rope.default": 3, "aten.max.dim": 3,
+        "spmdrules_test.rms_norm_rope.default": 3, "aten.median.dim": 3,
         "aten.cumprod.default": 3, "aten.atan2.default": 3, "aten.addmm.default": 3}
     assert (err.node, err.op) == ("layers.0.rms_norm_rope", "spmdrules_test.rms_norm_rope.default")
-    maxes = [u.node for u in err.report.by_op()["aten.max.dim"]]
-    assert maxes == MAX_NODES
+    medians = [u.node for u in err.report.by_op()["aten.median.dim"]]
+    assert medians == MEDIAN_NODES
     text = str(err)
     assert "aten.rms_norm_rope" not in text
     assert "5 op(s) in 15 node(s)" in text
     assert "beta" in text  # a refusing converter, tried on stand-ins
     for line in ("the norm family (rules/norm.py) serves a similar computation: fused_rms_norm",
-                 "the reduction family (rules/reduction.py) serves a similar computation: max",
+                 "the reduction family (rules/reduction.py) serves a similar computation: mean",
                  "the cumulative family (rules/cumulative.py)",
                  "the elementwise family (rules/elementwise.py)",
                  "why: beta=2.0, alpha=1: only beta = alpha = 1 is mapped"):
@@ -95,12 +95,12 @@ def test_every_unmapped_torch_op_is_reported_at_once() -> None:
 def test_a_single_unmapped_node_keeps_its_own_message() -> None:
     class One(nn.Module):
         def forward(self, x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
-            return torch.max(x, 1).values
+            return torch.median(x, 1).values
 
-    with pytest.raises(UnmappedOpsError, match=r"^node 'max_1': op aten\.max\.dim cannot "
+    with pytest.raises(UnmappedOpsError, match=r"^node 'median': op aten\.median\.dim cannot "
                                                r"be mapped .* the reduction family") as info:
         torch_import.load(One(), ARGS)
-    assert info.value.nearest[:1] == ["max"] and info.value.family == "reduction"
+    assert info.value.nearest[:1] == ["mean"] and info.value.family == "reduction"
 
 
 @pytest.mark.parametrize(("op", "family", "first"), [
