@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "suppo
 import spmdrules as sr
 from spmdrules import auto, plan
 from spmdrules.auto.cost import CALIBRATION_FILE
-from spmdrules.completion.planning import fmt_bytes
+from spmdrules.completion.reshard_plans import fmt_bytes
 
 LOOSE = 64 << 30
 TIGHT_FRACTION = 0.6

@@ -40,7 +40,7 @@ from collections.abc import Callable
 
 from spmdrules import ProcessMesh, examples
 from spmdrules.completion.driver import Completion, complete
-from spmdrules.completion.planning import plan_reshard
+from spmdrules.completion.reshard_plans import plan_reshard
 from spmdrules.graph.graph import Graph
 
 BASE = 96  # the ratio column compares every size with this one

@@ -132,7 +132,7 @@ def _complete_and_plan(m: Model, g: Any, mesh: Any, plan_spec: dict[str, Any], r
     time, as for each model a compiler completes) and ``planning``."""
     from spmdrules import plan
     from spmdrules.completion import complete
-    from spmdrules.completion.planning import plan_reshard
+    from spmdrules.completion.reshard_plans import plan_reshard
 
     def do_plan(_: Any) -> Any:
         for t in g.annotated():

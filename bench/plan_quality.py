@@ -4,7 +4,7 @@ layout's and DTensor's for the same model and plan, in one run (issue 24).
     .venv/bin/python bench/plan_quality.py [--models llama,gpt2,...] [--batch 2 4]
         [--cnn-importer torch onnx] [--json]
 
-Every figure is the forward's, in our convention (``spmdrules.completion.planning``): the bytes
+Every figure is the forward's, in our convention (``spmdrules.completion.reshard_plans``): the bytes
 every process sends, with ring algorithms, summed over all processes; a collective's bytes per
 process in a group of n: all-reduce 2(n-1)/n x its block, all-gather (n-1)/n x the gathered
 block, reduce-scatter and all-to-all (n-1)/n x the block sent. The mesh is 2x2 (dp x mp).

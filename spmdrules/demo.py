@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from spmdrules.completion.driver import Completion, complete
-from spmdrules.completion.planning import fmt_bytes
+from spmdrules.completion.reshard_plans import fmt_bytes
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.execution.adjoint import gradient_program
 from spmdrules.execution.executor import Traffic, max_error, random_feeds, run_serial

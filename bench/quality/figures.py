@@ -1,5 +1,5 @@
 """A measured figure, a row of the table, and our byte convention for a collective
-(``spmdrules.completion.planning``: the bytes every process sends with ring algorithms)."""
+(``spmdrules.completion.reshard_plans``: the bytes every process sends with ring algorithms)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from spmdrules.completion.local_blocks import divisible
+from spmdrules.completion.local_shards import divisible
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh

@@ -3,10 +3,10 @@
 ``plan_reshard`` searches the layouts reachable from its source for each pair it is asked; the
 solver asks for every pair of a tensor's candidate layouts, on every edge. So the state graph
 of one tensor kind (shape, dtype, mesh) is built once from the planner's own steps
-(``planning.transitions``, priced by the same calibrated ``CostModel``) and each source gets one
+(``reshard_plans.transitions``, priced by the same calibrated ``CostModel``) and each source gets one
 Dijkstra tree (networkx) to every layout. The candidates split evenly and ask for no pending
 sum, so the planner's extra routes (uneven slices, box exchanges, ``zero_partial``) never
-apply; a masked pending sum moves as its plain sum (``planning._masked_plan``).
+apply; a masked pending sum moves as its plain sum (``reshard_plans._masked_plan``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from spmdrules.completion.cost import CostModel
-from spmdrules.completion.planning import transitions
+from spmdrules.completion.reshard_plans import transitions
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.mesh import ProcessMesh
 

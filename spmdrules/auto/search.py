@@ -33,7 +33,7 @@ from spmdrules.auto.solver import (
     solve,
 )
 from spmdrules.completion.driver import complete
-from spmdrules.completion.planning import fmt_bytes
+from spmdrules.completion.reshard_plans import fmt_bytes
 from spmdrules.completion.result import DroppedSplitWarning
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.mesh import ProcessMesh

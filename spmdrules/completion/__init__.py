@@ -54,7 +54,7 @@ to visit), ``sweeps`` (visiting ops, choosing among offers), ``driver`` (``compl
 composed of those parts, and its ``Completion``), ``edges`` and ``provenance`` (a finished run's
 reshard edges, and its offers read back in names), ``blocks`` and ``repeats`` (finding and
 replaying repeated layers), ``dropped`` (the splits a finished run dropped, and their warnings),
-``planning`` (reshard plans), ``cost`` and ``explain``.
+``reshard_plans`` (reshard plans), ``cost`` and ``explain``.
 """
 
 from spmdrules.completion.driver import Completion, complete

@@ -20,8 +20,8 @@ from collections.abc import Iterator, Sequence
 from spmdrules.completion.masks import unmasked_needs
 from spmdrules.completion.memo import FLAT_CACHE, FLAT_CACHE_MAX, Flattened, cached_spec
 from spmdrules.completion.offers import DEM, RawOffer, Refusal
-from spmdrules.completion.planning import reshard_time
 from spmdrules.completion.rank import WEAK
+from spmdrules.completion.reshard_plans import reshard_time
 from spmdrules.completion.result import UnresolvableConflictError
 from spmdrules.completion.run_state import RunState
 from spmdrules.core.attr import DistAttr

@@ -13,9 +13,9 @@ from spmdrules.completion.edges import reshard_edges
 from spmdrules.completion.masks import proven
 from spmdrules.completion.memory import memory
 from spmdrules.completion.offers import KINDS, RawOffer
-from spmdrules.completion.planning import Plan, ReshardError, divisible, fmt_bytes
 from spmdrules.completion.provenance import Provenance
 from spmdrules.completion.rank import annotation, is_annotation, priority
+from spmdrules.completion.reshard_plans import ReshardError, ReshardPlan, divisible, fmt_bytes
 from spmdrules.completion.result import (
     WEAK_RANK,
     CompletionError,
@@ -66,7 +66,7 @@ class Completion:
         self.converged = converged
         #: block visits replayed from an earlier identical block (``completion_blocks``)
         self.blocks_replayed = blocks_replayed
-        self._plans: tuple[Plan | ReshardError, ...] | None = None
+        self._plans: tuple[ReshardPlan | ReshardError, ...] | None = None
         self._counts: tuple[int, int, int] | None = None
 
     # ---- per tensor ------------------------------------------------------------------------
@@ -184,10 +184,10 @@ class Completion:
             self._counts = (n_ann, n_inf, n_def)
         return self._counts
 
-    def _planned(self) -> tuple[Plan | ReshardError, ...]:
+    def _planned(self) -> tuple[ReshardPlan | ReshardError, ...]:
         """Per reshard edge its plan, or why none reaches it (planned on first call, then kept)."""
         if self._plans is None:
-            out: list[Plan | ReshardError] = []
+            out: list[ReshardPlan | ReshardError] = []
             for e in self.reshards:
                 try:
                     out.append(e.plan(self.cost))
@@ -196,14 +196,14 @@ class Completion:
             self._plans = tuple(out)
         return self._plans
 
-    def plans(self) -> tuple[Plan, ...]:
+    def plans(self) -> tuple[ReshardPlan, ...]:
         """One plan per reshard edge; a ``ReshardError`` names the first edge no plan reaches
         (``unplannable`` lists them all)."""
         plans = self._planned()
         for p in plans:
             if isinstance(p, ReshardError):
                 raise p
-        return tuple(p for p in plans if isinstance(p, Plan))
+        return tuple(p for p in plans if isinstance(p, ReshardPlan))
 
     def unplannable(self) -> list[tuple[ReshardEdge, str]]:
         """The reshard edges no plan reaches, with the planner's reason."""
@@ -250,7 +250,7 @@ class Completion:
         lines.extend(dropped_lines(self.dropped))
         # a carelessly annotated graph may have edges no plan reaches: list them, do not raise
         planned = list(zip(self.reshards, self._planned(), strict=True))
-        ok = [p for _, p in planned if isinstance(p, Plan)]
+        ok = [p for _, p in planned if isinstance(p, ReshardPlan)]
         bad = len(planned) - len(ok)
         lines.append(f"  reshards {len(self.reshards)}, bytes moved "
                      f"{fmt_bytes(sum(p.total_bytes for p in ok))}, time "

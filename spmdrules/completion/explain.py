@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spmdrules.completion.driver import Completion
-from spmdrules.completion.planning import fmt_bytes
+from spmdrules.completion.reshard_plans import fmt_bytes
 from spmdrules.completion.result import Origin
 from spmdrules.graph.nodes import Tensor
 

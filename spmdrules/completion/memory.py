@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from spmdrules.completion.local_blocks import local_numel
-from spmdrules.completion.planning import fmt_bytes
+from spmdrules.completion.local_shards import local_numel
+from spmdrules.completion.reshard_plans import fmt_bytes
 from spmdrules.completion.result import ReshardEdge
 from spmdrules.core.attr import DistAttr
 from spmdrules.graph.graph import Graph

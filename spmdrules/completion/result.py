@@ -11,7 +11,7 @@ from typing import Final, Literal
 
 from spmdrules.completion import rank as ranks
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
-from spmdrules.completion.planning import Plan, ReshardError, fmt_bytes, plan_reshard
+from spmdrules.completion.reshard_plans import ReshardError, ReshardPlan, fmt_bytes, plan_reshard
 from spmdrules.core.attr import DistAttr
 from spmdrules.graph.errors import GraphError
 
@@ -110,7 +110,7 @@ class ReshardEdge:
     def cross_mesh(self) -> bool:
         return self.src.mesh != self.dst.mesh
 
-    def plan(self, cost: CostModel = DEFAULT_COST_MODEL) -> Plan:
+    def plan(self, cost: CostModel = DEFAULT_COST_MODEL) -> ReshardPlan:
         try:
             return plan_reshard(self.src, self.dst, self.shape, self.dtype, cost)
         except ReshardError as e:  # name the edge: the tensor and the op that needs (or makes) it
@@ -196,13 +196,13 @@ def origin_str(o: Origin) -> str:
     return f"{o.kind} via {o.op}" + (f" from {o.driver}" if o.driver else "")
 
 
-def reshard_table(planned: Sequence[tuple[ReshardEdge, Plan | ReshardError]]) -> str:
+def reshard_table(planned: Sequence[tuple[ReshardEdge, ReshardPlan | ReshardError]]) -> str:
     """The summary's table: one row per reshard edge with its plan's steps and bytes, or why it
     has no plan."""
     rows = [("tensor", "edge", "from", "to", "steps", "bytes")]
     for e, p in planned:
         edge = f"-> {e.ops_str}" if e.side == "operand" else f"<- {e.op}"
-        if isinstance(p, Plan):
+        if isinstance(p, ReshardPlan):
             steps = " + ".join(s.kind.replace("_", "-")
                                + ("" if s.mesh_dim is None else f"({s.where})") for s in p.steps)
             size = fmt_bytes(p.total_bytes)

@@ -9,8 +9,8 @@ from spmdrules.completion import state
 from spmdrules.completion.cost import CostModel
 from spmdrules.completion.index import indices
 from spmdrules.completion.memo import cached_spec, canonical_annotation
-from spmdrules.completion.planning import fits
 from spmdrules.completion.rank import WEAK as WEAK_RANK
+from spmdrules.completion.reshard_plans import fits
 from spmdrules.completion.result import NoAnnotationError
 from spmdrules.completion.state import State
 from spmdrules.core.attr import DistAttr

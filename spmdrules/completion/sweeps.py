@@ -19,8 +19,8 @@ from spmdrules.completion.offers import (
     project,
     put_offer,
 )
-from spmdrules.completion.planning import fitting, reshard_time
 from spmdrules.completion.rank import WEAK, annotation, inferred
+from spmdrules.completion.reshard_plans import fitting, reshard_time
 from spmdrules.completion.run_state import RunState
 from spmdrules.completion.state import MAX_CHANGES, RECENT_VISITS
 from spmdrules.completion.worklist import Worklists

@@ -38,7 +38,7 @@ from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.spec import AttrSlot, SpmdInfo, TensorSpec
 from spmdrules.engine.registry import Rule, get_rule
 from spmdrules.execution.domains import Arg, DomainArg, domain_dtype, draw_values_for
-from spmdrules.execution.local import Block, Kernel, LocalContext, get_kernel
+from spmdrules.execution.local import Kernel, LocalContext, LocalValue, get_kernel
 from spmdrules.execution.single_op import (
     HarnessError,
     OpRun,
@@ -335,14 +335,14 @@ def _kernel(run: OpRun) -> Kernel:
     if not absent:
         return kernel
 
-    def without_absent(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+    def without_absent(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
         return tuple(None if i in absent else b for i, b in enumerate(kernel(ctx, blocks)))
 
     return without_absent
 
 
 def _verdict(run: OpRun, rule: Rule, doms: Sequence[DomainArg], info: SpmdInfo, seed: int,
-             serial: tuple[Block, ...] | None = None) -> Trial:
+             serial: tuple[LocalValue, ...] | None = None) -> Trial:
     try:
         ins, outs = answer_slots(run, info, rule.inputs, rule.outputs)
     except HarnessError as e:

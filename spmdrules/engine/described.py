@@ -1,5 +1,5 @@
 """Registering an op by its description: ``register_described`` binds a ``describe`` function
-to the registry, remembering each call's Description (and its compiled Plan) per key, and runs
+to the registry, remembering each call's Description (and its CompiledRule) per key, and runs
 the op's checks on every call; ``Switches`` turns the remembered path off for the tests that hold
 it against the general inference (:mod:`spmdrules.engine.description`)."""
 
@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.core.tables import caller
+from spmdrules.engine.compiled import CompiledRule, compile_rule
 from spmdrules.engine.derived import mark_derived
 from spmdrules.engine.description import (
     Arg,
@@ -22,7 +23,6 @@ from spmdrules.engine.description import (
     infer_reverse,
 )
 from spmdrules.engine.masks import carry, plain
-from spmdrules.engine.plan import Plan, compile_plan
 from spmdrules.engine.registry import AttrParam, Rule, TensorParam, register_rule
 
 DESCRIBE_CACHE: Final = 4096
@@ -149,9 +149,9 @@ def register_described(
     takes_all = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
     wanted = attr_names if takes_all else tuple(a for a in attr_names if a in sig.parameters)
 
-    cache: dict[Hashable, tuple[Description, Plan]] = {}
+    cache: dict[Hashable, tuple[Description, CompiledRule]] = {}
 
-    def described(args: Sequence[Arg], values: tuple[Any, ...]) -> tuple[Description, Plan]:
+    def described(args: Sequence[Arg], values: tuple[Any, ...]) -> tuple[Description, CompiledRule]:
         if check is not None:
             check(*map(_shape_of, args), *values)
         k: Hashable = None
@@ -174,7 +174,7 @@ def register_described(
         d = describe(*shapes, **kw)
         d = dataclasses.replace(d, names=names if not any(spliced)
                                 else _piece_names(names[:n], outputs, d))
-        entry = (d, compile_plan(d))
+        entry = (d, compile_rule(d))
         if k is not None:
             if len(cache) >= DESCRIBE_CACHE:
                 cache.clear()

@@ -85,7 +85,7 @@ class Policy:
     @property
     def plain_merge(self) -> bool:
         """The letters' merge is all: no unread input, uneven letter, refusal, alignment,
-        summands or windows (the compiled fast path of ``spmdrules.engine.plan`` answers)."""
+        summands or windows (the compiled fast path of ``spmdrules.engine.compiled`` answers)."""
         return not (self.unread or self.even or self.refused or self.align or self.summands
                     or self.windows is not None or self.shared_mesh_dim != "first")
 

@@ -206,7 +206,7 @@ def block_halos(op: str, tensor: str, dim: int, n: int, out_n: int, w: Window | 
     op is the windows' transpose (:func:`needed_span`), its input the ``n`` windows.
 
     Raises a RuleArgumentError where a block's windows reach past its neighbouring block."""
-    from spmdrules.core.blocks import balanced_range
+    from spmdrules.core.shards import balanced_range
 
     ins = [balanced_range(n, parts, j) for j in range(parts)]
     out: list[tuple[int, int]] = []

@@ -16,10 +16,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from spmdrules.core.attr import DistAttr
-from spmdrules.core.blocks import gather
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
-from spmdrules.execution.local import Block, LocalContext, get_kernel, get_vjp
+from spmdrules.core.shards import gather
+from spmdrules.execution.local import LocalContext, LocalValue, get_kernel, get_vjp
 from spmdrules.execution.program import Collective, KernelCall, Layout, Program
 from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Op, Tensor
@@ -150,7 +150,7 @@ def stored_feeds(program: Program, feeds: Mapping[str, Any]) -> dict[str, Array]
 
 
 # ---- kernels ----------------------------------------------------------------------------------
-def call_kernel(call: KernelCall, coord: Coord, blocks: Sequence[Block],
+def call_kernel(call: KernelCall, coord: Coord, blocks: Sequence[LocalValue],
                 layouts: Mapping[str, Layout]) -> dict[str, Array]:
     """Run ``call``'s kernel (or, in ``"vjp"`` mode, its VJP) on one process's blocks; check and
     name each output block."""
@@ -229,8 +229,8 @@ def serial_context(op: Op) -> LocalContext:
 
 
 def _blocks(slots: Sequence[Tensor | tuple[Tensor, ...] | None], values: Mapping[str, Any]
-            ) -> list[Block]:
-    blocks: list[Block] = []
+            ) -> list[LocalValue]:
+    blocks: list[LocalValue] = []
     for v in slots:
         if v is None:
             blocks.append(None)
@@ -241,7 +241,7 @@ def _blocks(slots: Sequence[Tensor | tuple[Tensor, ...] | None], values: Mapping
     return blocks
 
 
-def _named(slots: Sequence[Tensor | tuple[Tensor, ...] | None], results: Sequence[Block]
+def _named(slots: Sequence[Tensor | tuple[Tensor, ...] | None], results: Sequence[LocalValue]
            ) -> dict[str, Array]:
     """Results by tensor name; a tensor in several slots (``add(h, h)``) gets their sum."""
     named: dict[str, Array] = {}

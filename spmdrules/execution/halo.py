@@ -20,7 +20,7 @@ from typing import Any, Final
 import numpy as np
 
 from spmdrules.core.attr import DistAttr
-from spmdrules.core.blocks import block_slices
+from spmdrules.core.shards import shard_slices
 from spmdrules.core.tables import OpTable, caller
 from spmdrules.engine.resampling import METHODS, Resampling, resampling
 from spmdrules.engine.windows import channel_axis, geometry, needed_span
@@ -110,8 +110,8 @@ def needed_box(op: str, attrs: Mapping[str, Any], input_shapes: Sequence[Any],
     reads = windows.reads(op, xs, input_shapes, attrs)
     if reads is None:
         return None
-    own = block_slices(xs, x_attr, coord)
-    outb = block_slices(tuple(out_shape), out_attr, coord)
+    own = shard_slices(xs, x_attr, coord)
+    outb = shard_slices(tuple(out_shape), out_attr, coord)
     box = [(s.start, s.stop) for s in own]
     grown = False
     transposed = windows.transposed
@@ -136,7 +136,7 @@ def slab_spans(ctx: Any) -> tuple[range, ...] | None:
     box = needed_box(ctx.op.removesuffix("_grad"), ctx.attrs, ctx.input_shapes, ctx.input_attrs,
                      ctx.output_shapes[0], ctx.output_attrs[0], ctx.coord)
     if box is None:
-        box = tuple((s.start, s.stop) for s in block_slices(xs, ctx.input_attrs[0], ctx.coord))
+        box = tuple((s.start, s.stop) for s in shard_slices(xs, ctx.input_attrs[0], ctx.coord))
     return tuple(range(*box[d]) for d in spatial_dims(xs, ctx.attrs))
 
 
@@ -149,7 +149,7 @@ def assemble(box: Box, blocks: Mapping[Coord, Array], shape: Sequence[int], attr
     done = np.zeros(arr.shape, dtype=bool)
     moved = 0
     for c, blk in blocks.items():
-        own = block_slices(shape, attr, c)
+        own = shard_slices(shape, attr, c)
         inter = [(max(lo, s.start), min(hi, s.stop)) for (lo, hi), s in zip(box, own, strict=True)]
         if any(hi <= lo for lo, hi in inter):
             continue

@@ -34,13 +34,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from spmdrules.core.attr import DistAttr
-from spmdrules.core.blocks import ShardMismatch, block_slices
 from spmdrules.core.errors import RuleArgumentError, SpmdError, UnsupportedError
 from spmdrules.core.mesh import ProcessMesh
+from spmdrules.core.shards import ShardMismatch, shard_slices
 from spmdrules.core.tables import OpTable, caller
 
 Array = NDArray[Any]
-Block = Array | list[Array] | list[Array | None] | None
+LocalValue = Array | list[Array] | list[Array | None] | None
+Block = LocalValue  # the name before issue 25: plugins written with it keep working
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +61,11 @@ class LocalContext:
     attrs: dict[str, Any]
 
 
-Kernel = Callable[[LocalContext, Sequence[Block]], tuple[Block, ...]]
+Kernel = Callable[[LocalContext, Sequence[LocalValue]], tuple[LocalValue, ...]]
 
 #: (context, input blocks, output blocks, output cotangents) -> input cotangents
-Vjp = Callable[[LocalContext, Sequence[Block], Sequence[Block], Sequence[Block]], tuple[Block, ...]]
+Vjp = Callable[[LocalContext, Sequence[LocalValue], Sequence[LocalValue], Sequence[LocalValue]],
+               tuple[LocalValue, ...]]
 
 _KERNELS: OpTable[Kernel] = OpTable("kernel")
 _VJPS: OpTable[Vjp] = OpTable("VJP")
@@ -85,7 +87,7 @@ def _register(table: OpTable[F], names: tuple[str, ...], origin: str | None) -> 
     return deco
 
 
-def array(ctx: LocalContext, blocks: Sequence[Block], i: int, name: str) -> Array:
+def array(ctx: LocalContext, blocks: Sequence[LocalValue], i: int, name: str) -> Array:
     """Input block ``i`` (the tensor argument ``name``), which must be one array."""
     b = blocks[i] if i < len(blocks) else None
     if not isinstance(b, np.ndarray):
@@ -95,7 +97,7 @@ def array(ctx: LocalContext, blocks: Sequence[Block], i: int, name: str) -> Arra
     return b
 
 
-def arrays(ctx: LocalContext, blocks: Sequence[Block], i: int, name: str) -> list[Array]:
+def arrays(ctx: LocalContext, blocks: Sequence[LocalValue], i: int, name: str) -> list[Array]:
     """Input block ``i`` of a list argument ``name``: one array per tensor of the list."""
     b = blocks[i] if i < len(blocks) else None
     if not isinstance(b, list | tuple) or not all(isinstance(a, np.ndarray) for a in b):
@@ -142,7 +144,7 @@ def list_kernels() -> list[str]:
     return sorted(_KERNELS)
 
 
-def cotangent(cts: Sequence[Block], i: int, like: Array) -> Array:
+def cotangent(cts: Sequence[LocalValue], i: int, like: Array) -> Array:
     """Output ``i``'s cotangent block, zeros shaped like its output block when none flows."""
     g = cts[i] if i < len(cts) else None
     if g is None:
@@ -161,12 +163,12 @@ Shape = tuple[int, ...]
 
 def local_shape(shape: Sequence[int], attr: DistAttr, coord: tuple[int, ...]) -> Shape:
     """The shape of the block of a ``shape`` tensor under ``attr`` at mesh coordinate ``coord``."""
-    return tuple(s.stop - s.start for s in block_slices(shape, attr, coord))
+    return tuple(s.stop - s.start for s in shard_slices(shape, attr, coord))
 
 
 def block_range(ctx: LocalContext, shape: Sequence[int], attr: DistAttr, dim: int) -> range:
     """The global indices along ``dim`` that this rank's block of the tensor holds."""
-    s = block_slices(shape, attr, ctx.coord)[dim]
+    s = shard_slices(shape, attr, ctx.coord)[dim]
     return range(s.start, s.stop)
 
 
@@ -301,6 +303,7 @@ __all__ = [
     "Kernel",
     "KernelInputError",
     "LocalContext",
+    "LocalValue",
     "Shape",
     "Vjp",
     "array",

@@ -11,7 +11,7 @@ list of instructions in topological order:
 
 - :class:`KernelCall`: the op's local kernel (:mod:`spmdrules.execution.local`) on every process of the
   op's mesh, with the attributes the rule inferred for its operands and results;
-- :class:`Collective`: one step of a planned reshard (:mod:`spmdrules.completion.planning`), run by the
+- :class:`Collective`: one step of a planned reshard (:mod:`spmdrules.completion.reshard_plans`), run by the
   executor with the matching runtime primitive (see ``PRIMITIVES``);
 - :class:`LocalStep`: numpy on each block with no kernel, for ops whose local computation needs
   collectives in the middle (the vocab-parallel cross entropy, lowered as Megatron does).
@@ -32,7 +32,7 @@ from typing import Any, Final
 import numpy as np
 
 from spmdrules.completion.driver import Completion
-from spmdrules.completion.planning import Step
+from spmdrules.completion.reshard_plans import Step
 from spmdrules.completion.result import ReshardEdge
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.progress import progress

@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from spmdrules.core.blocks import scatter
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
+from spmdrules.core.shards import scatter
 from spmdrules.execution.executor import (
     ExecutionError,
     Traffic,
@@ -45,7 +45,7 @@ from spmdrules.execution.executor import (
     stored_feeds,
 )
 from spmdrules.execution.launch import mpiexec_path
-from spmdrules.execution.local import Block, list_kernels
+from spmdrules.execution.local import LocalValue, list_kernels
 from spmdrules.execution.mpi_faults import (
     agree_on_feeds,
     describe_instruction,
@@ -240,7 +240,7 @@ class MPIExecutor:
         coord = self._coords[call.mesh].get(self.rank)
         if coord is None:
             return
-        args: list[Block] = []
+        args: list[LocalValue] = []
         for slot in call.inputs:
             if slot is None:
                 args.append(None)

@@ -12,7 +12,7 @@ from typing import Any, Final, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from spmdrules.completion.planning import Plan, StepKind
+from spmdrules.completion.reshard_plans import ReshardPlan, StepKind
 from spmdrules.completion.result import ReshardEdge
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import SpmdError
@@ -267,7 +267,7 @@ class EdgePlan:
 
     label: str
     edge: ReshardEdge
-    plan: Plan
+    plan: ReshardPlan
     src: str
     dst: str
 

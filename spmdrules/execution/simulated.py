@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from spmdrules.core.blocks import scatter
 from spmdrules.core.errors import SpmdError
+from spmdrules.core.shards import scatter
 from spmdrules.execution import halo
 from spmdrules.execution.executor import (
     ExecutionError,
@@ -36,7 +36,7 @@ from spmdrules.execution.executor import (
     local_part,
     stored_feeds,
 )
-from spmdrules.execution.local import Block
+from spmdrules.execution.local import LocalValue
 from spmdrules.execution.program import (
     Collective,
     HaloStep,
@@ -227,7 +227,7 @@ class SimulatedMesh:
     def _kernel(self, call: KernelCall, blocks: dict[str, Blocks]) -> None:
         layouts = self.program.buffers
         for pid, coord in self._coords[call.mesh].items():
-            args: list[Block] = []
+            args: list[LocalValue] = []
             for slot in call.inputs:
                 if slot is None:
                     args.append(None)

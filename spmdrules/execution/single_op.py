@@ -24,10 +24,10 @@ from typing import Any, Final, Literal, Protocol
 import numpy as np
 
 from spmdrules.core.attr import DistAttr
-from spmdrules.core.blocks import Array, BlockShapeMismatch, ShardMismatch, gather, scatter
 from spmdrules.core.dtypes import is_bfloat16, is_inexact
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
+from spmdrules.core.shards import Array, ShardMismatch, ShardShapeMismatch, gather, scatter
 from spmdrules.core.spec import AttrSlot, SpmdInfo, TensorSpec
 from spmdrules.core.tables import OpTable, caller
 from spmdrules.engine.registry import TensorParam
@@ -38,7 +38,7 @@ from spmdrules.execution.kernels.cross_entropy import (
     cross_entropy,
     multi_label_cross_entropy,
 )
-from spmdrules.execution.local import Block, Kernel, LocalContext
+from spmdrules.execution.local import Kernel, LocalContext, LocalValue
 
 Rng = np.random.Generator
 #: an answered attribute per tensor argument: one, None for an absent optional, a tuple for a list
@@ -153,7 +153,8 @@ def _replicated(args: Sequence[Arg], mesh: ProcessMesh) -> list[Slot]:
     ]
 
 
-def _call(kernel: Kernel, ctx: LocalContext, blocks: Sequence[Block], n_out: int) -> tuple[Block, ...]:
+def _call(kernel: Kernel, ctx: LocalContext, blocks: Sequence[LocalValue],
+          n_out: int) -> tuple[LocalValue, ...]:
     out = tuple(kernel(ctx, blocks))
     if len(out) != n_out:
         raise HarnessError(f"{ctx.op}: the kernel returned {len(out)} outputs, the op has {n_out}")
@@ -163,7 +164,7 @@ def _call(kernel: Kernel, ctx: LocalContext, blocks: Sequence[Block], n_out: int
 SERIAL_MESH: Final = ProcessMesh([0])
 
 
-def run_serial(case: OpCall, kernel: Kernel, values: Sequence[Values]) -> tuple[Block, ...]:
+def run_serial(case: OpCall, kernel: Kernel, values: Sequence[Values]) -> tuple[LocalValue, ...]:
     """The kernel on a 1-process mesh with every attribute replicated: the reference."""
     ctx = LocalContext(
         op=case.op, mesh=SERIAL_MESH, coord=(0,), input_shapes=_shapes(case.inputs),
@@ -181,7 +182,7 @@ class Collective:
     vocab-parallel cross entropy): ``fn(ctx, blocks, allreduce)`` with ``allreduce(local, how)``
     reducing ``local`` over the ranks that differ only on the mesh dims ``group(ctx)``."""
 
-    fn: Callable[..., tuple[Block, ...]]
+    fn: Callable[..., tuple[LocalValue, ...]]
     group: Callable[[LocalContext], tuple[int, ...]]
 
 
@@ -214,14 +215,14 @@ Coord = tuple[int, ...]
 
 
 def _run_with_collective(
-    col: Collective, work: dict[Coord, tuple[LocalContext, list[Block]]], n_out: int
-) -> dict[Coord, tuple[Block, ...]]:
+    col: Collective, work: dict[Coord, tuple[LocalContext, list[LocalValue]]], n_out: int
+) -> dict[Coord, tuple[LocalValue, ...]]:
     """Every rank in its own thread, meeting in ``allreduce`` (a barrier, then each rank reduces
     its group's posted arrays); a rank that fails breaks the barrier instead of hanging the rest."""
     coords = list(work)
     barrier = threading.Barrier(len(coords), timeout=30)
     posted: dict[Coord, Array] = {}
-    results: dict[Coord, tuple[Block, ...]] = {}
+    results: dict[Coord, tuple[LocalValue, ...]] = {}
     errors: dict[Coord, BaseException] = {}
 
     def rank(c: Coord) -> None:
@@ -258,13 +259,13 @@ def run_sharded(
     outs: Sequence[Slot], rng: Rng, collective: Collective | None = None,
 ) -> list[Values]:
     """Scatter by ``ins``, run the kernel per coordinate, gather by ``outs`` (raises
-    ``ShardMismatch`` when blocks disagree with ``outs``, ``BlockShapeMismatch`` when a block
+    ``ShardMismatch`` when blocks disagree with ``outs``, ``ShardShapeMismatch`` when a block
     has another shape than ``outs`` gives it)."""
     scattered = [_scatter_slot(v, a, rng) for v, a in zip(values, ins, strict=True)]
     in_shapes, out_shapes = _shapes(case.inputs), _shapes(case.outputs)
-    work: dict[Coord, tuple[LocalContext, list[Block]]] = {}
+    work: dict[Coord, tuple[LocalContext, list[LocalValue]]] = {}
     for c in (tuple(int(i) for i in c) for c in np.ndindex(*case.mesh.shape)):
-        blocks: list[Block] = [
+        blocks: list[LocalValue] = [
             None if s is None else [d[c] for d in s] if isinstance(s, list) else s[c]
             for s in scattered
         ]
@@ -306,7 +307,7 @@ def _gather_slot(results: Mapping[Coord, Any], k: int, arg: Arg, a: Slot) -> Val
             for i, (t, ta) in enumerate(zip(arg, a, strict=True))]
 
 
-def _exchange_halos(case: OpCall, work: dict[Coord, tuple[LocalContext, list[Block]]],
+def _exchange_halos(case: OpCall, work: dict[Coord, tuple[LocalContext, list[LocalValue]]],
                     scattered: Sequence[Any], ins: Sequence[Slot], outs: Sequence[Slot]) -> None:
     """A spatially sharded windowed op: each rank's input block becomes its halo-extended slab,
     filled from the neighbours' blocks (what the lowering's HaloExchange does)."""
@@ -324,7 +325,7 @@ def _exchange_halos(case: OpCall, work: dict[Coord, tuple[LocalContext, list[Blo
         work[c] = (dataclasses.replace(ctx, attrs=attrs), [slab, *blocks[1:]])
 
 
-def _block(b: Block | np.generic) -> Array:
+def _block(b: LocalValue | np.generic) -> Array:
     if isinstance(b, np.generic):  # a numpy scalar is a 0-d block
         return np.asarray(b)
     if not isinstance(b, np.ndarray):
@@ -332,7 +333,7 @@ def _block(b: Block | np.generic) -> Array:
     return b
 
 
-def _piece(b: Block, i: int) -> Array:
+def _piece(b: LocalValue, i: int) -> Array:
     if not isinstance(b, list | tuple) or i >= len(b):
         raise HarnessError(f"the kernel returned {type(b).__name__} for a list output")
     return _block(b[i])
@@ -363,7 +364,7 @@ def _differ(got: Array, want: Array) -> str | None:
     return None
 
 
-def compare(got: Sequence[Values], want: Sequence[Block]) -> str | None:
+def compare(got: Sequence[Values], want: Sequence[LocalValue]) -> str | None:
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
         if g is None or w is None:
             if g is not w:
@@ -383,7 +384,7 @@ def compare(got: Sequence[Values], want: Sequence[Block]) -> str | None:
     return None
 
 
-def same_blocks(a: Sequence[Block], b: Sequence[Block]) -> bool:
+def same_blocks(a: Sequence[LocalValue], b: Sequence[LocalValue]) -> bool:
     for x, y in zip(a, b, strict=True):
         xs = x if isinstance(x, list | tuple) else [x]
         ys = y if isinstance(y, list | tuple) else [y]
@@ -396,7 +397,7 @@ def same_blocks(a: Sequence[Block], b: Sequence[Block]) -> bool:
     return True
 
 
-def check_serial_shapes(case: OpCall, serial: Sequence[Block]) -> str | None:
+def check_serial_shapes(case: OpCall, serial: Sequence[LocalValue]) -> str | None:
     for k, (arg, out) in enumerate(zip(case.outputs, serial, strict=True)):
         specs = [arg] if isinstance(arg, TensorSpec) else list(arg or ())
         blocks: list[Any] = [out] if isinstance(arg, TensorSpec) else list(out or [])
@@ -416,7 +417,7 @@ class Trial:
 
     status: Status
     detail: str = ""
-    serial: tuple[Block, ...] = ()
+    serial: tuple[LocalValue, ...] = ()
 
 
 def format_slots(slots: Sequence[Slot]) -> str:
@@ -432,7 +433,7 @@ def format_slots(slots: Sequence[Slot]) -> str:
 
 def execute(call: OpCall, kernel: Kernel, values: Sequence[Values], ins: Sequence[Slot],
             outs: Sequence[Slot], rng: Rng, collective: Collective | None = None,
-            serial: tuple[Block, ...] | None = None) -> Trial:
+            serial: tuple[LocalValue, ...] | None = None) -> Trial:
     """Run ``call`` on ``values`` as the answered slots say and judge it against the serial run:
     *ok*, *malformed* (a block of another shape than its attribute gives), *wrong* (another
     result, or replicas that disagree, or a layout the kernel cannot compute), *error* (the kernel
@@ -452,7 +453,7 @@ def execute(call: OpCall, kernel: Kernel, values: Sequence[Values], ins: Sequenc
     claimed = f"inferred inputs {format_slots(ins)} -> outputs {format_slots(outs)}"
     try:
         got = run_sharded(call, kernel, values, ins, outs, rng, collective)
-    except BlockShapeMismatch as e:
+    except ShardShapeMismatch as e:
         return Trial("malformed", f"{e}; {claimed}")
     except ShardMismatch as e:
         return Trial("wrong", f"{e}; {claimed}")

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.spec import TensorSpec
-from spmdrules.execution.local import Block, Kernel
+from spmdrules.execution.local import Kernel, LocalValue
 from spmdrules.execution.single_op import format_slots
 from spmdrules.verify.cases.case import Arg, Case
 from spmdrules.verify.simulation import (
@@ -68,7 +68,7 @@ def _spec_at(args: Sequence[Arg], k: int, i: int | None) -> TensorSpec:
 
 def find_alternative(
     case: Case, kernel: Kernel, values: Sequence[Values], ins: Sequence[Slot],
-    outs: Sequence[Slot], serial: Sequence[Block], rng: Rng, collective: Collective | None = None,
+    outs: Sequence[Slot], serial: Sequence[LocalValue], rng: Rng, collective: Collective | None = None,
 ) -> str | None:
     """A sharded alternative that verifies and needs less communication, described; or None.
 

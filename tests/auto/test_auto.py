@@ -107,7 +107,7 @@ def test_summary_gives_memory_per_rank() -> None:
     # (1024) whole
     assert m.parameters == (2 * 1024 * 4096 + 4096) * 4 // 2 + 1024 * 4
     assert m.reshard_buffers == 8 // 2 * 1024 * 1024 * 4  # fc2's all-reduced [4, 1024, 1024]
-    assert f"memory per rank {sr.completion.planning.fmt_bytes(m.total)}" in r.summary()
+    assert f"memory per rank {sr.completion.reshard_plans.fmt_bytes(m.total)}" in r.summary()
 
 
 @pytest.mark.parametrize(("kwargs", "error", "match"), [

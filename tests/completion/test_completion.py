@@ -427,7 +427,7 @@ def test_tensors_that_did_not_converge_are_named(monkeypatch: pytest.MonkeyPatch
 def test_a_summary_lists_edges_without_a_plan_instead_of_raising(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from spmdrules.completion import result
-    from spmdrules.completion.planning import ReshardError
+    from spmdrules.completion.reshard_plans import ReshardError
 
     def no_plan(*_: Any, **__: Any) -> Any:
         raise ReshardError("plan_reshard: no plan takes it there")

@@ -17,12 +17,12 @@ from spmdrules.completion.cost import (
     CostModelError,
     LinkCost,
 )
-from spmdrules.completion.planning import (
+from spmdrules.completion.reshard_plans import (
     ReshardError,
     Step,
-    blocks,
     lower_bound_bytes,
     plan_reshard,
+    shard_boxes,
     transitions,
 )
 
@@ -77,7 +77,7 @@ def test_lower_bound_is_tight_for_gather_and_all_to_all() -> None:
 
 def test_blocks_cover_the_tensor_once() -> None:
     for attr in [A([0, 1]), A([[1, 0], -1]), A([-1, -1])]:
-        b = blocks(attr, (8, 16))
+        b = shard_boxes(attr, (8, 16))
         vol = sum((hi0 - lo0) * (hi1 - lo1) for (lo0, hi0), (lo1, hi1) in b.values())
         assert vol == 8 * 16 * (8 // (attr.shard_count(0) * attr.shard_count(1)))
 
@@ -172,12 +172,12 @@ def test_lower_bound_of_a_no_op_is_zero() -> None:
 def _per_process_lower_bound(src: sr.DistAttr, dst: sr.DistAttr, shape: tuple[int, ...], item: int
                              ) -> int:
     """The definition, process by process: the part of its destination block a process lacks."""
-    from spmdrules.completion.local_blocks import _overlap, _volume, blocks
+    from spmdrules.completion.local_shards import _overlap, _volume, shard_boxes
 
     must = any(src.mesh.shape[m] > 1 and (m, rt) not in set(dst.partial_items)
                for m, rt in src.partial_items)
-    sb, total = blocks(src, shape), 0
-    for pid, db in blocks(dst, shape).items():
+    sb, total = shard_boxes(src, shape), 0
+    for pid, db in shard_boxes(dst, shape).items():
         total += _volume(db) if must else _volume(db) - _overlap(db, sb[pid])
     return total * item
 

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 import spmdrules as sr
 from spmdrules import ops
 from spmdrules.completion import complete
-from spmdrules.completion.local_blocks import nested_is_flat
-from spmdrules.completion.planning import Plan, ReshardError, plan_reshard
+from spmdrules.completion.local_shards import nested_is_flat
+from spmdrules.completion.reshard_plans import ReshardError, ReshardPlan, plan_reshard
 from spmdrules.core.attr import DistAttr
 from spmdrules.execution.adjoint import gradient_program
 from spmdrules.execution.executor import max_error, random_feeds, run_serial
@@ -158,7 +158,7 @@ def _case(draw: st.DrawFn) -> tuple[DistAttr, DistAttr, tuple[int, ...]]:
     return attr(True), attr(True), shape
 
 
-def _run_plan(plan: Plan) -> tuple[Program, str]:
+def _run_plan(plan: ReshardPlan) -> tuple[Program, str]:
     buffers = {"x": Layout(plan.shape, plan.dtype, plan.src)}
     code: list[Collective] = []
     cur = "x"

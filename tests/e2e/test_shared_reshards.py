@@ -21,7 +21,7 @@ import spmdrules as sr
 from spmdrules import ops
 from spmdrules.completion import complete
 from spmdrules.completion.explain import explain
-from spmdrules.completion.planning import plan_reshard
+from spmdrules.completion.reshard_plans import plan_reshard
 from spmdrules.execution.adjoint import gradient_program
 from spmdrules.execution.lowering import lower
 from spmdrules.execution.mpi import run_mpi

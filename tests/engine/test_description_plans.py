@@ -1,7 +1,7 @@
 """The fast path of described rules equals their definition.
 
 A described rule remembers its Description per key (``ranks`` for most ops) and answers through a
-compiled Plan. With ``Switches.fast`` off it describes every call afresh and answers by the
+CompiledRule. With ``Switches.fast`` off it describes every call afresh and answers by the
 general ``infer_forward`` / ``infer_reverse``. On every recorded Paddle case of every described
 op, and on draws of several sizes per rank, both must give the same answer or the same error.
 """

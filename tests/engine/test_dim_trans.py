@@ -11,8 +11,8 @@ import pytest
 
 from spmdrules import DistAttr, ProcessMesh
 from spmdrules.core.attr import MultiDims
-from spmdrules.core.blocks import ShardMismatch, block_slices, gather, scatter
 from spmdrules.core.errors import RuleArgumentError, SpmdError, UnsupportedError
+from spmdrules.core.shards import ShardMismatch, gather, scatter, shard_slices
 from spmdrules.engine.dim_trans import (
     Flatten,
     InputDim,
@@ -148,7 +148,7 @@ def consistent(src: Shape, tgt: Shape, mesh: ProcessMesh, m_in: MultiDims, m_out
     blocks = scatter(x, a_in)
     local = {}
     for c, b in blocks.items():
-        want = tuple(s.stop - s.start for s in block_slices(tgt, a_out, c))
+        want = tuple(s.stop - s.start for s in shard_slices(tgt, a_out, c))
         if b.size != math.prod(want):
             return False
         local[c] = b.reshape(want)

@@ -13,7 +13,7 @@ import pytest
 import spmdrules as sr
 from spmdrules import ops
 from spmdrules.completion import complete
-from spmdrules.core.blocks import ShardMismatch, gather
+from spmdrules.core.shards import ShardMismatch, gather
 from spmdrules.execution.adjoint import gradient_program
 from spmdrules.execution.executor import run_serial, serial_vjp
 from spmdrules.execution.lowering import lower

@@ -19,8 +19,8 @@ import pytest
 
 import spmdrules as sr
 from spmdrules.core.attr import DistAttr
-from spmdrules.core.blocks import coords, gather, scatter
 from spmdrules.core.errors import UnsupportedError
+from spmdrules.core.shards import coords, gather, scatter
 from spmdrules.core.spec import TensorSpec
 from spmdrules.execution.kernels.elementwise import BINARY_OPS, UNARY_OPS, digamma
 from spmdrules.execution.local import LocalContext, get_kernel, list_kernels

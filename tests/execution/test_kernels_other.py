@@ -19,13 +19,13 @@ import pytest
 
 import spmdrules as sr
 from spmdrules.core.attr import DistAttr
-from spmdrules.core.blocks import ShardMismatch, gather, scatter, shard_index
 from spmdrules.core.errors import SpmdError, UnsupportedError
 from spmdrules.core.mesh import ProcessMesh
+from spmdrules.core.shards import ShardMismatch, gather, scatter, shard_index
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 from spmdrules.engine.registry import TensorParam
 from spmdrules.execution.kernels.cross_entropy import AllReduce, cross_entropy
-from spmdrules.execution.local import Array, Block, KernelInputError, LocalContext, get_kernel
+from spmdrules.execution.local import Array, KernelInputError, LocalContext, LocalValue, get_kernel
 from spmdrules.graph import shapes
 
 Arg = Array | list[Array] | None
@@ -80,7 +80,7 @@ def _scatter(x: Arg, a: Any, rng: np.random.Generator) -> Any:
     return scatter(x, a, rng)
 
 
-def _at(s: Any, c: tuple[int, ...]) -> Block:
+def _at(s: Any, c: tuple[int, ...]) -> LocalValue:
     if s is None:
         return None
     return [d[c] for d in s] if isinstance(s, list) else s[c]
@@ -139,7 +139,7 @@ class Op:
         in_attrs: Sequence[Any],
         out_attrs: Sequence[Any],
         rng: np.random.Generator,
-        kernel: Callable[[LocalContext, Sequence[Block]], tuple[Block, ...]] | None = None,
+        kernel: Callable[[LocalContext, Sequence[LocalValue]], tuple[LocalValue, ...]] | None = None,
     ) -> list[Any]:
         """Scatter by ``in_attrs``, run the kernel per coordinate, gather by ``out_attrs``."""
         kernel = kernel or get_kernel(self.name)

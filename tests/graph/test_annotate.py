@@ -211,7 +211,7 @@ def test_splitting_a_size_one_dim_is_refused_at_shard() -> None:
 
 
 def test_a_planning_error_names_the_tensor_and_the_op() -> None:
-    from spmdrules.completion.planning import ReshardError
+    from spmdrules.completion.reshard_plans import ReshardError
     from spmdrules.completion.result import ReshardEdge
 
     # a pending sum over an uneven co-shard (6 over dp, mp: blocks 2, 2, 1, 1) to another

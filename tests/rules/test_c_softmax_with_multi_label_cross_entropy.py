@@ -12,7 +12,7 @@ import pytest
 import spmdrules as sr
 from spmdrules import DistAttr, ProcessMesh, TensorSpec, get_rule, ops
 from spmdrules.completion import complete
-from spmdrules.core.blocks import ShardMismatch, gather, run_local
+from spmdrules.core.shards import ShardMismatch, gather, run_local
 from spmdrules.execution.adjoint import gradient_program
 from spmdrules.execution.executor import max_error, run_serial
 from spmdrules.execution.gradcheck import check_gradients

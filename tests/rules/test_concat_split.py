@@ -14,7 +14,7 @@ import spmdrules as sr
 from spmdrules.conformance import default_case_paths, iter_cases
 from spmdrules.conformance.deviation import classify
 from spmdrules.core.attr import DistAttr
-from spmdrules.core.blocks import ShardMismatch, gather, run_local
+from spmdrules.core.shards import ShardMismatch, gather, run_local
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 
 MESH = sr.ProcessMesh([[0, 1], [2, 3]])

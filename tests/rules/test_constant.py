@@ -10,7 +10,7 @@ import pytest
 
 import spmdrules as sr
 from spmdrules.completion import complete
-from spmdrules.core.blocks import coords, gather
+from spmdrules.core.shards import coords, gather
 from spmdrules.execution.executor import run_serial
 from spmdrules.execution.local import LocalContext, get_kernel
 from spmdrules.execution.lowering import lower

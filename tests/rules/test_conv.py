@@ -12,7 +12,7 @@ import pytest
 from spmdrules.rules import conv as rules
 
 import spmdrules as sr
-from spmdrules.core.blocks import ShardMismatch, coords, gather, scatter
+from spmdrules.core.shards import ShardMismatch, coords, gather, scatter
 from spmdrules.execution.local import LocalContext, get_kernel
 
 MESH = sr.ProcessMesh([0, 1], dim_names=["x"])

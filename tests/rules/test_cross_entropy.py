@@ -18,7 +18,7 @@ from spmdrules import (
     UnsupportedError,
     get_rule,
 )
-from spmdrules.core.blocks import ShardMismatch, gather, run_local
+from spmdrules.core.shards import ShardMismatch, gather, run_local
 
 MESH = ProcessMesh([[0, 1], [2, 3]])
 CE = "cross_entropy_with_softmax"

@@ -13,8 +13,8 @@ from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule
 from spmdrules.conformance.calls import build_call
 from spmdrules.conformance.deviation import classify
 from spmdrules.conformance.runner import default_case_paths, iter_cases
-from spmdrules.core.blocks import ShardMismatch, gather, run_local
 from spmdrules.core.errors import RuleArgumentError, ShardingConflictError, UnsupportedError
+from spmdrules.core.shards import ShardMismatch, gather, run_local
 from spmdrules.execution.local import get_kernel
 from spmdrules.verify import run_case
 from spmdrules.verify.cases import Case

@@ -13,7 +13,7 @@ from proofs import execute as execute_case
 
 import spmdrules as sr
 from spmdrules.core.attr import DistAttr
-from spmdrules.core.blocks import ShardMismatch, gather, run_local
+from spmdrules.core.shards import ShardMismatch, gather, run_local
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 
 MESH = sr.ProcessMesh([[0, 1], [2, 3]])

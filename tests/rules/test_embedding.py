@@ -16,7 +16,7 @@ from spmdrules import (
     UnsupportedError,
     get_rule,
 )
-from spmdrules.core.blocks import block_slices, coords, gather, run_local, scatter
+from spmdrules.core.shards import coords, gather, run_local, scatter, shard_slices
 
 MESH = ProcessMesh([[0, 1], [2, 3]])
 
@@ -93,7 +93,7 @@ def test_vocab_parallel_partial_output_executes_right() -> None:
     xs, ws = scatter(ids, x_attr), scatter(table, w_attr)  # type: ignore[arg-type]
     blocks = {}
     for c in coords(w_attr):  # type: ignore[arg-type]
-        lo = block_slices(table.shape, w_attr, c)[0].start  # type: ignore[arg-type]
+        lo = shard_slices(table.shape, w_attr, c)[0].start  # type: ignore[arg-type]
         local = xs[c] - lo
         hit = (local >= 0) & (local < ws[c].shape[0])
         blocks[c] = np.where(hit[:, None], ws[c][np.clip(local, 0, ws[c].shape[0] - 1)], 0.0)

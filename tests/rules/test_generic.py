@@ -10,7 +10,7 @@ import pytest
 
 import spmdrules as sr
 from spmdrules.core.attr import DistAttr
-from spmdrules.core.blocks import gather, scatter
+from spmdrules.core.shards import gather, scatter
 from spmdrules.core.spec import SpmdInfo, TensorSpec
 
 MESH = sr.ProcessMesh([[0, 1], [2, 3]])

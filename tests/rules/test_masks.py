@@ -16,8 +16,8 @@ from spmdrules.rules.elementwise import UNARY_OPS, ZERO_PRESERVING
 
 import spmdrules as sr
 from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule
-from spmdrules.completion.planning import ReshardError, plan_reshard
-from spmdrules.core.blocks import ShardMismatch, gather, scatter
+from spmdrules.completion.reshard_plans import ReshardError, plan_reshard
+from spmdrules.core.shards import ShardMismatch, gather, scatter
 from spmdrules.execution.executor import run_serial
 from spmdrules.graph.graph import Graph
 

@@ -14,8 +14,8 @@ from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule
 from spmdrules.conformance.calls import build_call
 from spmdrules.conformance.deviation import classify
 from spmdrules.conformance.runner import default_case_paths, iter_cases
-from spmdrules.core.blocks import ShardMismatch, gather, run_local
 from spmdrules.core.errors import RuleArgumentError, ShardingConflictError, SpmdError
+from spmdrules.core.shards import ShardMismatch, gather, run_local
 
 Array = np.ndarray[Any, Any]
 RNG = np.random.default_rng(7)

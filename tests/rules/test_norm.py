@@ -17,7 +17,7 @@ from spmdrules import (
     TensorSpec,
     get_rule,
 )
-from spmdrules.core.blocks import ShardMismatch, gather, run_local
+from spmdrules.core.shards import ShardMismatch, gather, run_local
 
 MESH = ProcessMesh([[0, 1], [2, 3]])
 EPS = 1e-5

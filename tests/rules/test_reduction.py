@@ -11,8 +11,8 @@ import pytest
 
 from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule
 from spmdrules.conformance.deviation import classify
-from spmdrules.core.blocks import ShardMismatch, gather, run_local, scatter
 from spmdrules.core.errors import RuleArgumentError, SpmdError
+from spmdrules.core.shards import ShardMismatch, gather, run_local, scatter
 
 Array = np.ndarray[Any, Any]
 Kernel = Callable[[Array], Array]

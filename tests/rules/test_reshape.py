@@ -15,8 +15,8 @@ from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule
 from spmdrules.conformance.calls import agrees, call_engine
 from spmdrules.conformance.deviation import classify
 from spmdrules.conformance.runner import default_case_paths, iter_cases
-from spmdrules.core.blocks import ShardMismatch, block_slices, gather, scatter
 from spmdrules.core.errors import RuleArgumentError, SpmdError
+from spmdrules.core.shards import ShardMismatch, gather, scatter, shard_slices
 
 Array = np.ndarray[Any, Any]
 
@@ -198,7 +198,7 @@ def consistent(kernel: Callable[[Array], Array], x: Array, x_attr: DistAttr, out
     expect = kernel(x)
     blocks = {}
     for c, b in scatter(x, x_attr).items():
-        want = tuple(s.stop - s.start for s in block_slices(expect.shape, out_attr, c))
+        want = tuple(s.stop - s.start for s in shard_slices(expect.shape, out_attr, c))
         if b.size != math.prod(want):
             return False
         blocks[c] = b.reshape(want)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from spmdrules import DistAttr, ProcessMesh, RuleArgumentError, TensorSpec, get_rule
-from spmdrules.core.blocks import ShardMismatch, gather, run_local
+from spmdrules.core.shards import ShardMismatch, gather, run_local
 
 MESH = ProcessMesh([[0, 1], [2, 3]])
 

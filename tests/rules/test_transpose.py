@@ -13,8 +13,8 @@ from spmdrules import DistAttr, ProcessMesh, SpmdInfo, TensorSpec, get_rule
 from spmdrules.conformance.calls import call_engine
 from spmdrules.conformance.deviation import classify
 from spmdrules.conformance.runner import default_case_paths, iter_cases
-from spmdrules.core.blocks import ShardMismatch, gather, run_local
 from spmdrules.core.errors import RuleArgumentError
+from spmdrules.core.shards import ShardMismatch, gather, run_local
 
 Array = np.ndarray[Any, Any]
 MESH22 = ProcessMesh.from_shape([2, 2], list(range(4)))

@@ -17,7 +17,7 @@ from spmdrules.rules import fused_linear
 
 import spmdrules as sr
 from spmdrules.core.spec import flat_slots
-from spmdrules.execution.local import Block, LocalContext, get_kernel
+from spmdrules.execution.local import LocalContext, LocalValue, get_kernel
 from spmdrules.verify import (
     CaseResult,
     OpReport,
@@ -317,7 +317,7 @@ def test_missing_kernels_are_reported_not_failed() -> None:
 def test_a_nondeterministic_kernel_is_not_judged() -> None:
     calls = iter(range(10**6))
 
-    def noisy(ctx: LocalContext, blocks: Any) -> tuple[Block, ...]:
+    def noisy(ctx: LocalContext, blocks: Any) -> tuple[LocalValue, ...]:
         return (np.asarray(blocks[0]) + next(calls),)
 
     r = verify_op("relu", cases=2, kernels=lambda op: noisy, alternatives=False)

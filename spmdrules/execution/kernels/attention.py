@@ -20,10 +20,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spmdrules.core.blocks import ShardMismatch
 from spmdrules.core.errors import UnsupportedError
+from spmdrules.core.shards import ShardMismatch
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 
 def check_dropout(ctx: LocalContext) -> None:
@@ -53,7 +53,7 @@ def group_heads(ctx: LocalContext, q: Array, t: Array, name: str) -> Array:
     return np.repeat(t, group, axis=2)
 
 
-def scores(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Array, Array, Array, Array]:
+def scores(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[Array, Array, Array, Array]:
     """(q, grouped k, grouped v, S) with S as [b, h, sq, skv], masks applied."""
     check_dropout(ctx)
     q, k, v = (array(ctx, blocks, i, n) for i, n in enumerate(("q", "k", "v")))
@@ -86,7 +86,7 @@ def softmax_rows(s: Array) -> tuple[Array, Array]:
 
 
 @register_kernel("flash_attention")
-def flash_attention(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def flash_attention(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     _, _, vg, s = scores(ctx, blocks)
     p, lse = softmax_rows(s)
     out = np.einsum("bhqk,bkhd->bqhd", p, vg)

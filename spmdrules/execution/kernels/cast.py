@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spmdrules.execution.local import Block, LocalContext, array, numpy_dtype, register_kernel
+from spmdrules.execution.local import LocalContext, LocalValue, array, numpy_dtype, register_kernel
 
 
 @register_kernel("cast")
-def cast(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def cast(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     return (x.astype(numpy_dtype(str(ctx.attrs.get("dtype", "float32")))),)

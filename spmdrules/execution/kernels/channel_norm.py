@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from spmdrules.core.blocks import ShardMismatch
 from spmdrules.core.errors import RuleArgumentError
+from spmdrules.core.shards import ShardMismatch
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 CHANNEL_LAST = ("NHWC", "NLC", "NDHWC", "NWC")
 
@@ -34,7 +34,7 @@ def channel_axis(ctx: LocalContext, ndim: int) -> int:
     return ndim - 1 if str(ctx.attrs.get("data_format", "NCHW")) in CHANNEL_LAST else 1
 
 
-def checked_x(ctx: LocalContext, blocks: Sequence[Block], keep: Sequence[int], i: int = 0,
+def checked_x(ctx: LocalContext, blocks: Sequence[LocalValue], keep: Sequence[int], i: int = 0,
               name: str = "x") -> Array:
     """x's block, whole (not partial) on every dim but ``keep``."""
     x = array(ctx, blocks, i, name)
@@ -51,7 +51,7 @@ def held_range(ctx: LocalContext, i: int, name: str, dim: int) -> range:
     return local.block_range(ctx, shape, a, dim)
 
 
-def per_channel(ctx: LocalContext, blocks: Sequence[Block], i: int, name: str,
+def per_channel(ctx: LocalContext, blocks: Sequence[LocalValue], i: int, name: str,
                 want: range) -> Array | None:
     """Vector input ``i`` at the channels ``want`` (those of x's block), or None when absent."""
     b = blocks[i] if i < len(blocks) else None
@@ -114,7 +114,7 @@ def global_stats(attrs: dict[str, Any]) -> bool:
 
 # ---- batch_norm ------------------------------------------------------------------------------------
 @register_kernel("batch_norm")
-def batch_norm(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def batch_norm(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x0 = array(ctx, blocks, 0, "x")
     ch = channel_axis(ctx, x0.ndim)
     x = checked_x(ctx, blocks, (ch,))
@@ -162,7 +162,7 @@ def groups_of(ctx: LocalContext, c: int) -> int:
 
 
 @register_kernel("group_norm")
-def group_norm(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def group_norm(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = checked_x(ctx, blocks, (0,))
     ch = channel_axis(ctx, x.ndim)
     c = x.shape[ch]
@@ -182,7 +182,7 @@ def group_norm(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
 
 # ---- instance_norm ---------------------------------------------------------------------------------
 @register_kernel("instance_norm")
-def instance_norm(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def instance_norm(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = checked_x(ctx, blocks, (0, 1))
     cs = held_range(ctx, 0, "x", 1)
     scale, bias = per_channel(ctx, blocks, 1, "scale", cs), per_channel(ctx, blocks, 2, "bias", cs)
@@ -213,7 +213,7 @@ def rows_grad(rows: Array, mu: Array, inv: Array, g_hat: Array, g_mu: Array | No
 
 
 @register_kernel("instance_norm_grad")
-def instance_norm_grad(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def instance_norm_grad(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """x_grad from y_grad and the saved statistics (mean, inverse std) as given; scale_grad and
     bias_grad over this rank's samples, at its channels, zero elsewhere (pending sums)."""
     x = checked_x(ctx, blocks, (0, 1))
@@ -228,7 +228,7 @@ def instance_norm_grad(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Bloc
     g_hat = gr if scale is None else gr * scale[None, :, None]
     # d/dx with mu and inv the row's own statistics (as the forward computed them)
     dx = rows_grad(rows, mu, inv, g_hat)
-    outs: list[Block] = [np.asarray(dx).reshape(x.shape)]
+    outs: list[LocalValue] = [np.asarray(dx).reshape(x.shape)]
     for k, part in ((1, (gr * xhat).sum(axis=(0, 2))), (2, gr.sum(axis=(0, 2)))):
         shape, a = local.output(ctx, k) if ctx.output_attrs[k] is not None else ((), None)
         if a is None:

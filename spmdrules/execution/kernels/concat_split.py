@@ -14,15 +14,15 @@ from itertools import accumulate
 
 import numpy as np
 
-from spmdrules.core.blocks import ShardMismatch
 from spmdrules.core.errors import RuleArgumentError
+from spmdrules.core.shards import ShardMismatch
 from spmdrules.engine.rulekit import normalise_axis
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 
 # ---- joins -----------------------------------------------------------------------------------------
-def _joined(ctx: LocalContext, blocks: Sequence[Block], name: str) -> list[Array]:
+def _joined(ctx: LocalContext, blocks: Sequence[LocalValue], name: str) -> list[Array]:
     """The tensors a join takes (its list argument ``name``, first): at least one."""
     xs = local.arrays(ctx, blocks, 0, name)
     if not xs:
@@ -31,21 +31,21 @@ def _joined(ctx: LocalContext, blocks: Sequence[Block], name: str) -> list[Array
 
 
 @register_kernel("concat")
-def concat(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def concat(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     xs = _joined(ctx, blocks, "x")
     axis = normalise_axis(ctx.op, "x", int(ctx.attrs["axis"]), xs[0].ndim)
     return (np.concatenate(xs, axis=axis),)
 
 
 @register_kernel("stack")
-def stack(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def stack(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     xs = _joined(ctx, blocks, "x")
     axis = normalise_axis(ctx.op, "x", int(ctx.attrs["axis"]), xs[0].ndim, allow_end=True)
     return (np.stack(xs, axis=axis),)
 
 
 @register_kernel("add_n")
-def add_n(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def add_n(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     xs = _joined(ctx, blocks, "inputs")
     out = xs[0].copy()
     for x in xs[1:]:  # in order, as Paddle's kernel accumulates
@@ -83,7 +83,7 @@ def _cut(ctx: LocalContext, x: Array, axis: int, sizes: Sequence[int]) -> list[A
 
 
 @register_kernel("split")
-def split(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def split(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     shape, _ = local.input_spec(ctx, 0, "x")
     axis = normalise_axis(ctx.op, "x", int(ctx.attrs["axis"]), len(shape))
@@ -92,7 +92,7 @@ def split(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
 
 
 @register_kernel("split_with_num")
-def split_with_num(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def split_with_num(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     shape, _ = local.input_spec(ctx, 0, "x")
     axis = normalise_axis(ctx.op, "x", int(ctx.attrs["axis"]), len(shape))
@@ -106,7 +106,7 @@ def split_with_num(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, .
 
 
 @register_kernel("unbind")
-def unbind(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def unbind(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     shape, attr = local.input_spec(ctx, 0, "x")
     axis = normalise_axis(ctx.op, "x", int(ctx.attrs["axis"]), len(shape))

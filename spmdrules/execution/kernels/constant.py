@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from spmdrules.execution.local import (
-    Block,
     LocalContext,
+    LocalValue,
     block_range,
     numpy_dtype,
     out_block,
@@ -26,7 +26,7 @@ from spmdrules.graph.shapes.constant import arange_dtype
 
 
 @register_kernel("full", "full_like")
-def full(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def full(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     name = str(ctx.attrs.get("dtype") or "")
     if not name:
         x = blocks[0]
@@ -35,7 +35,7 @@ def full(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
 
 
 @register_kernel("arange")
-def arange(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def arange(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     shape, attr = output(ctx)
     dtype = numpy_dtype(arange_dtype(ctx.attrs))
     start, step = ctx.attrs.get("start", 0.0), ctx.attrs.get("step", 1.0)

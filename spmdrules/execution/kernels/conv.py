@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spmdrules.core.blocks import ShardMismatch
+from spmdrules.core.shards import ShardMismatch
 from spmdrules.engine.windows import Geometry, channels_last, needed_span
 from spmdrules.execution import local
 from spmdrules.execution.halo import slab_spans
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 from spmdrules.graph.shapes.conv import conv_shapes
 from spmdrules.runtime.windows import LocalWindows, conv, conv_adjoint
 
@@ -165,7 +165,7 @@ def backward(p: ConvPlan, x: Array, f: Array, g: Array) -> tuple[Array, Array]:
     return dx, df
 
 
-def blocks_of(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[ConvPlan, Array, Array]:
+def blocks_of(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[ConvPlan, Array, Array]:
     x = array(ctx, blocks, 0, "input")
     f = array(ctx, blocks, 1, "filter")
     for i, name in ((0, "input"), (1, "filter")):
@@ -175,13 +175,13 @@ def blocks_of(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[ConvPlan, Arr
 
 
 @register_kernel(*CONV_OPS)
-def conv_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def conv_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     p, x, f = blocks_of(ctx, blocks)
     return (to_last(forward(p, x, f), p.last),)
 
 
 @register_kernel("conv3d_grad", "depthwise_conv2d_grad", "conv2d_transpose_grad")
-def conv_grad_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def conv_grad_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     p, x, f = blocks_of(ctx, blocks)
     local.require_whole(ctx, 2, "output_grad")
     g = to_first(array(ctx, blocks, 2, "output_grad"), p.last)

@@ -15,12 +15,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from spmdrules.core.blocks import ShardMismatch, shard_index
 from spmdrules.core.errors import RuleArgumentError, UnsupportedError
+from spmdrules.core.shards import ShardMismatch, shard_index
 from spmdrules.engine.rulekit import normalise_axis
 from spmdrules.execution import local
 from spmdrules.execution.kernels.softmax import _local_max, _shift
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 #: ``allreduce(local, "max" | "sum")``: ``local`` reduced elementwise over the ranks that share
 #: this rank's rows but hold other classes (the class axis's mesh dims)
@@ -41,8 +41,8 @@ def _no_allreduce(ctx: LocalContext, axis: int) -> AllReduce:
 
 
 def cross_entropy(
-    ctx: LocalContext, blocks: Sequence[Block], allreduce: AllReduce | None = None
-) -> tuple[Block, ...]:
+    ctx: LocalContext, blocks: Sequence[LocalValue], allreduce: AllReduce | None = None
+) -> tuple[LocalValue, ...]:
     """(softmax, loss) of this rank's blocks; ``allreduce`` combines the class shards' row
     statistics when the class axis is sharded (it is never called otherwise)."""
     x = array(ctx, blocks, 0, "x")
@@ -111,7 +111,7 @@ def _picked(
 
 
 @register_kernel("cross_entropy_with_softmax", "softmax_with_cross_entropy")
-def cross_entropy_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def cross_entropy_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     return cross_entropy(ctx, blocks)
 
 
@@ -124,19 +124,19 @@ def as_cross_entropy(ctx: LocalContext) -> LocalContext:
     return dataclasses.replace(ctx, attrs=attrs)
 
 
-def c_softmax_cross_entropy(ctx: LocalContext, blocks: Sequence[Block],
-                            allreduce: AllReduce | None = None) -> tuple[Block, ...]:
+def c_softmax_cross_entropy(ctx: LocalContext, blocks: Sequence[LocalValue],
+                            allreduce: AllReduce | None = None) -> tuple[LocalValue, ...]:
     return cross_entropy(as_cross_entropy(ctx), blocks, allreduce)
 
 
 @register_kernel("c_softmax_with_cross_entropy")
-def c_softmax_cross_entropy_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def c_softmax_cross_entropy_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     return c_softmax_cross_entropy(ctx, blocks)
 
 
 # ---- c_softmax_with_multi_label_cross_entropy: C weighted labels per row ----------------------
-def multi_label_cross_entropy(ctx: LocalContext, blocks: Sequence[Block],
-                              allreduce: AllReduce | None = None) -> tuple[Block, ...]:
+def multi_label_cross_entropy(ctx: LocalContext, blocks: Sequence[LocalValue],
+                              allreduce: AllReduce | None = None) -> tuple[LocalValue, ...]:
     """(softmax, loss): ``loss[..., j] = smooth_weight[..., j] * (logsumexp(x) - x[label[..., j]])``
     (0 where the label is ``ignore_index``), summed over j when ``sum_multi_label_loss``. With the
     classes (x's last dim) sharded, ``allreduce`` combines the row max, the row sum and the target
@@ -171,6 +171,6 @@ def multi_label_cross_entropy(ctx: LocalContext, blocks: Sequence[Block],
 
 
 @register_kernel("c_softmax_with_multi_label_cross_entropy")
-def multi_label_cross_entropy_kernel(ctx: LocalContext, blocks: Sequence[Block]
-                                     ) -> tuple[Block, ...]:
+def multi_label_cross_entropy_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]
+                                     ) -> tuple[LocalValue, ...]:
     return multi_label_cross_entropy(ctx, blocks)

@@ -15,7 +15,7 @@ import numpy as np
 
 from spmdrules.engine.rulekit import normalise_axis
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 
 def scan_axis(ctx: LocalContext, x: Array, name: str = "x") -> int:
@@ -39,7 +39,7 @@ def cumsum_along(x: Array, axis: int, exclusive: bool, reverse: bool) -> Array:
 
 
 @register_kernel("cumsum")
-def cumsum(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def cumsum(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     axis = scan_axis(ctx, x)
     src = x.reshape(-1) if ctx.attrs.get("flatten", False) else x.reshape(x.shape or (1,))
@@ -65,7 +65,7 @@ def running_extreme(x: Array, axis: int, largest: bool) -> tuple[Array, Array]:
 
 
 @register_kernel("cummax", "cummin")
-def cumext(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def cumext(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     out, idx = running_extreme(x, scan_axis(ctx, x), ctx.op == "cummax")
     return (out, idx.astype(local.numpy_dtype(str(ctx.attrs.get("dtype", "int64")))))
@@ -82,7 +82,7 @@ def scatter_along(like: Array, indices: Array, g: Array, axis: int) -> Array:
 
 
 @register_kernel("cummax_grad", "cummin_grad")
-def cumext_grad(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def cumext_grad(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     idx = array(ctx, blocks, 1, "indices")
     g = array(ctx, blocks, 2, "out_grad")

@@ -8,7 +8,14 @@ import numpy as np
 
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.engine import einsum
-from spmdrules.execution.local import Array, Block, LocalContext, array, arrays, register_kernel
+from spmdrules.execution.local import (
+    Array,
+    LocalContext,
+    LocalValue,
+    array,
+    arrays,
+    register_kernel,
+)
 
 
 def _notation(ctx: LocalContext, n: int) -> einsum.Notation:
@@ -23,7 +30,7 @@ def _notation(ctx: LocalContext, n: int) -> einsum.Notation:
 
 
 @register_kernel("einsum")
-def einsum_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def einsum_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     ops = arrays(ctx, blocks, 0, "inputs")
     nota = _notation(ctx, len(ops))
     spec = ",".join(nota.inputs) + "->" + nota.outputs[0]
@@ -55,7 +62,7 @@ def operand_grad(letters: str, out: str, g: Array, others: Sequence[tuple[str, A
 
 
 @register_kernel("einsum_grad")
-def einsum_grad_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def einsum_grad_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """The gradient of every operand (``inner_cache`` is not needed in numpy)."""
     ops = arrays(ctx, blocks, 0, "inputs")
     g = array(ctx, blocks, 2, "out_grad")

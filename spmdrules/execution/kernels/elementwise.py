@@ -10,7 +10,7 @@ product because the product is linear in that operand.
 The rules take only ``x`` (and ``y``); the ops' other attributes (the rules' ``op_attrs``) are read
 from the context, which a graph op fills; a direct caller that leaves one out gets its default.
 The random ops (bernoulli, dropout, poisson) draw one seeded uniform per *global* element and
-take their block's share (``block_slices``), so every decomposition, and the serial op, samples
+take their block's share (``shard_slices``), so every decomposition, and the serial op, samples
 the same values.
 """
 
@@ -24,10 +24,10 @@ from typing import Any, Final
 
 import numpy as np
 
-from spmdrules.core.blocks import block_slices
 from spmdrules.core.dtypes import is_float
 from spmdrules.core.errors import RuleArgumentError, UnsupportedError
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.core.shards import shard_slices
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 # The rules package is installed as spmdrules.rules from the top-level rules/ (package-dir), which
 # mypy cannot follow; the op lists are plain tuples of names.
@@ -127,7 +127,7 @@ def _global_uniform(ctx: LocalContext, x: Array, seed: int) -> Array:
     decomposition samples the same value for the same element."""
     shape = tuple(ctx.input_shapes[0])
     u = np.random.default_rng(seed).random(shape)
-    return u[block_slices(shape, ctx.input_attrs[0], ctx.coord)].reshape(x.shape)
+    return u[shard_slices(shape, ctx.input_attrs[0], ctx.coord)].reshape(x.shape)
 
 
 def _dropout(x: Array, ctx: LocalContext) -> Array:
@@ -375,7 +375,7 @@ assert set(_BINARY) == {*BINARY_OPS, "multiply"}, set(_BINARY) ^ {*BINARY_OPS, "
 
 # ---- the kernels ---------------------------------------------------------------------------------
 @register_kernel(*UNARY_OPS)
-def unary_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def unary_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     fn = _UNARY.get(ctx.op)
     if fn is None:
@@ -385,7 +385,7 @@ def unary_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...
 
 
 @register_kernel(*BINARY_OPS, "multiply")
-def binary_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def binary_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """Local blocks broadcast like the global operands (same mesh dims per axis, size-1 dims
     replicated). For multiply, a pending sum on one operand stays pending: x_i * y sums to x * y."""
     x = array(ctx, blocks, 0, "x")
@@ -395,7 +395,7 @@ def binary_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ..
 
 
 @register_kernel("swiglu")
-def swiglu_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def swiglu_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """silu(x) * y; without y (or with a 0-d y standing for none, as Paddle's fused attention
     passes it, recognised by the halved output shape) x's last dim holds [gate | value], which
     the rule keeps whole on every rank."""
@@ -423,14 +423,14 @@ def swiglu_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ..
 
 
 @register_kernel("gelu")
-def gelu_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def gelu_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """0.5 x (1 + erf(x / sqrt 2)); approximate: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
     x = array(ctx, blocks, 0, "x")
     return (_gelu(x, bool(ctx.attrs.get("approximate", False))),)
 
 
 @register_kernel("gelu_grad")
-def gelu_grad_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def gelu_grad_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """x_grad = gelu'(x) * out_grad, entrywise (the rule gives x and out_grad one layout)."""
     x = array(ctx, blocks, 0, "x")
     g = array(ctx, blocks, 1, "out_grad")

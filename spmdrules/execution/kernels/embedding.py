@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spmdrules.core.blocks import BlockShapeMismatch, ShardMismatch
+from spmdrules.core.shards import ShardMismatch, ShardShapeMismatch
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 
 # ---- embedding ---------------------------------------------------------------------------------------
@@ -28,7 +28,7 @@ def padding_row(padding_idx: int, vocab: int) -> int | None:
 
 
 @register_kernel("embedding", "lookup_table_v2")
-def embedding(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def embedding(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     ids = array(ctx, blocks, 0, "x")
     weight = array(ctx, blocks, 1, "weight")
     local.require_whole(ctx, 0, "x")  # a partial weight is fine: the lookup is linear in the table
@@ -71,7 +71,7 @@ def c_rows(ctx: LocalContext, ids: Array, w_index: int) -> tuple[Array, Array, r
 
 
 @register_kernel("c_embedding")
-def c_embedding(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def c_embedding(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """Row ``id - start_index`` of the table where it is one of this rank's rows, else zeros:
     ids outside the table read zeros (Paddle's c_embedding), and a row-sharded table leaves the
     pending sum its rule claims."""
@@ -84,7 +84,7 @@ def c_embedding(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]
 
 
 @register_kernel("c_embedding_grad")
-def c_embedding_grad(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def c_embedding_grad(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """This rank's block of the table gradient: out_grad added at each of its ids (a piece of the
     sum over the ranks holding other ids). As Paddle's kernel, it is sized from the table: a block
     shaped as this rank's block of the table, whatever weight_grad's attribute says; so out_grad's
@@ -98,7 +98,7 @@ def c_embedding_grad(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block,
     gshape, g_attr = local.input_spec(ctx, 2, "out_grad")
     if local.block_range(ctx, gshape, g_attr, len(gshape) - 1) != local.block_range(
             ctx, wshape, w_attr, 1):
-        raise BlockShapeMismatch(
+        raise ShardShapeMismatch(
             f"{ctx.op}: out_grad's block of the hidden dim ({g_attr.mapping_str()}) is not the "
             f"table's ({w_attr.mapping_str()}), from which weight_grad's block is sized; lay "
             "them out alike, as the rule does")

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spmdrules.core.blocks import block_slices
+from spmdrules.core.shards import shard_slices
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 
 def keep_scale(ctx: LocalContext, shape: tuple[int, ...]) -> Array:
@@ -26,7 +26,7 @@ def keep_scale(ctx: LocalContext, shape: tuple[int, ...]) -> Array:
         return np.full(shape, 1.0 if upscale else 1.0 - p)
     gshape, oattr = local.output(ctx, 0)
     full = np.random.default_rng(int(ctx.attrs.get("seed", 0))).random(gshape) >= p
-    kept = full[block_slices(gshape, oattr, ctx.coord)]
+    kept = full[shard_slices(gshape, oattr, ctx.coord)]
     if p >= 1.0:
         return np.zeros(shape)
     return kept * (1.0 / (1.0 - p) if upscale else 1.0)
@@ -39,7 +39,7 @@ def seed_offset(ctx: LocalContext) -> Array:
 
 
 @register_kernel("fused_dropout_add")
-def fused_dropout_add(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def fused_dropout_add(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x, y = array(ctx, blocks, 0, "x"), array(ctx, blocks, 1, "y")
     for i, n in ((0, "x"), (1, "y")):
         local.require_whole(ctx, i, n)

@@ -17,7 +17,7 @@ import numpy as np
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.engine.contraction import swap_last2
 from spmdrules.execution.kernels.elementwise import gelu_derivative
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 
 def gelu(x: Array) -> Array:
@@ -45,7 +45,7 @@ def activation_derivative(name: str, pre: Array) -> Array:
 
 
 @register_kernel("linear_v2")
-def linear_v2(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def linear_v2(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x, w = array(ctx, blocks, 0, "input"), array(ctx, blocks, 1, "weight")
     w = swap_last2(w, bool(ctx.attrs.get("transpose_weight", False)))
     out = np.matmul(x, w)
@@ -54,7 +54,7 @@ def linear_v2(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
     return (np.asarray(out), np.zeros((), dtype=out.dtype))
 
 
-def gemm_pre(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Array, Array, Array]:
+def gemm_pre(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[Array, Array, Array]:
     """(x', y', x' @ y' + bias) of this rank's blocks."""
     x = swap_last2(array(ctx, blocks, 0, "x"), bool(ctx.attrs.get("trans_x", False)))
     y = swap_last2(array(ctx, blocks, 1, "y"), bool(ctx.attrs.get("trans_y", False)))
@@ -62,7 +62,7 @@ def gemm_pre(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Array, Array, 
 
 
 @register_kernel("fused_gemm_epilogue")
-def fused_gemm_epilogue(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def fused_gemm_epilogue(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     _, _, pre = gemm_pre(ctx, blocks)
     out = activate(str(ctx.attrs.get("activation", "none")), pre)
     return (out, np.zeros((), dtype=out.dtype))
@@ -74,7 +74,7 @@ def rows(a: Array) -> Array:
 
 
 @register_kernel("fused_linear_param_grad_add")
-def fused_linear_param_grad_add(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def fused_linear_param_grad_add(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """dweight_out = dweight + x^T @ dout over every row, dbias_out = dbias + the rows' sum of
     dout (a 0-d zero without has_bias). Rows cut across ranks give pieces of the pending sums the
     rule marks, and the accumulators arrive in that layout."""

@@ -20,9 +20,9 @@ from spmdrules.engine.rulekit import normalise_axis
 from spmdrules.execution import local
 from spmdrules.execution.local import (
     Array,
-    Block,
     KernelInputError,
     LocalContext,
+    LocalValue,
     array,
     put,
     register_kernel,
@@ -72,7 +72,7 @@ def scatter_back(x: Array, idx: Array, r: Array, ax: int) -> Array:
 
 
 @register_kernel("gather", "index_select")
-def gather(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def gather(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x, idx = array(ctx, blocks, 0, "x"), array(ctx, blocks, 1, "index")
     local.require_whole(ctx, 0, "x")
     ax, pos = gather_positions(ctx)
@@ -109,7 +109,7 @@ def gather_grad(ctx: LocalContext, x: Array, idx: Array, g: Array, out_i: int | 
 
 
 @register_kernel("index_select_grad")
-def index_select_grad(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def index_select_grad(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x, idx = array(ctx, blocks, 0, "x"), array(ctx, blocks, 1, "index")
     g = array(ctx, blocks, 2, "out_grad")
     return (gather_grad(ctx, x, idx, g, 2),)
@@ -136,7 +136,7 @@ def nd_key(ctx: LocalContext, x: Array, idx: Array, k: int) -> tuple[Any, ...]:
 
 
 @register_kernel("gather_nd")
-def gather_nd(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def gather_nd(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x, idx = array(ctx, blocks, 0, "x"), array(ctx, blocks, 1, "index")
     local.require_whole(ctx, 0, "x")
     k, pos = gather_nd_positions(ctx)
@@ -163,7 +163,7 @@ def along_positions(ctx: LocalContext, out_i: int | None = None) -> tuple[int, l
 
 
 @register_kernel("take_along_axis")
-def take_along_axis(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def take_along_axis(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x, idx = array(ctx, blocks, 0, "x"), array(ctx, blocks, 1, "index")
     local.require_whole(ctx, 0, "x")
     ax, xpos, ipos = along_positions(ctx)
@@ -184,7 +184,7 @@ def along_grad(ctx: LocalContext, x: Array, idx: Array, g: Array, out_i: int | N
 
 
 @register_kernel("take_along_axis_grad")
-def take_along_axis_grad(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def take_along_axis_grad(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x, idx = array(ctx, blocks, 0, "x"), array(ctx, blocks, 1, "index")
     return (along_grad(ctx, x, idx, array(ctx, blocks, 2, "out_grad"), 2),)
 

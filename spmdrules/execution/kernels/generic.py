@@ -12,7 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spmdrules.core.errors import RuleArgumentError, UnsupportedError
-from spmdrules.execution.local import Block, LocalContext, arrays, register_kernel, variadic_output
+from spmdrules.execution.local import (
+    LocalContext,
+    LocalValue,
+    arrays,
+    register_kernel,
+    variadic_output,
+)
 
 
 # ---- the generic rules: the row-wise identity -----------------------------------------------------
@@ -26,7 +32,7 @@ def _generic_outputs(ctx: LocalContext) -> list[tuple[int, ...]]:
 
 
 @register_kernel("default_data_parallel", "default_", "replicated")
-def generic_identity(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def generic_identity(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     ins = arrays(ctx, blocks, 0, "ins")
     in_shapes = [tuple(s) for s in ctx.input_shapes[0]]
     outs = []

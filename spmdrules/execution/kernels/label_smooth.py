@@ -9,10 +9,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 
-def prior_block(ctx: LocalContext, blocks: Sequence[Block], ndim: int) -> Array | None:
+def prior_block(ctx: LocalContext, blocks: Sequence[LocalValue], ndim: int) -> Array | None:
     """The prior's block, with the leading size-1 dims the result lacks dropped; None when
     the prior is uniform."""
     p = blocks[1] if len(blocks) > 1 else None
@@ -29,7 +29,7 @@ def prior_block(ctx: LocalContext, blocks: Sequence[Block], ndim: int) -> Array 
 
 
 @register_kernel("label_smooth")
-def label_smooth(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def label_smooth(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     label = array(ctx, blocks, 0, "label")
     local.require_whole(ctx, 0, "label")
     eps = float(ctx.attrs["epsilon"])
@@ -40,6 +40,6 @@ def label_smooth(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...
 
 
 @register_kernel("label_smooth_grad")
-def label_smooth_grad(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def label_smooth_grad(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     g = array(ctx, blocks, 0, "out_grad")
     return (np.asarray((1.0 - float(ctx.attrs["epsilon"])) * g),)

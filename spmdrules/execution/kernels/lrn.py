@@ -9,7 +9,7 @@ import numpy as np
 
 from spmdrules.engine.windows import channel_axis
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 
 def window_sum(v: Array, axis: int, before: int, after: int) -> Array:
@@ -36,7 +36,7 @@ def lrn_parts(ctx: LocalContext, x: Array) -> tuple[int, int, int, Array]:
 
 
 @register_kernel("lrn")
-def lrn(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def lrn(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     _, _, _, mid = lrn_parts(ctx, x)
     return (np.asarray(x * mid ** -float(ctx.attrs.get("beta", 0.75)), dtype=x.dtype),)

@@ -16,11 +16,11 @@ import numpy as np
 
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.engine.contraction import swap_last2
-from spmdrules.execution.local import Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import LocalContext, LocalValue, array, register_kernel
 
 
 @register_kernel("matmul", "matmul_v2")
-def matmul_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def matmul_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """x @ y with numpy's (= Paddle's) rules for 1-D operands and broadcast batch dims."""
     x = swap_last2(array(ctx, blocks, 0, "x"), bool(ctx.attrs.get("trans_x", False)))
     y = swap_last2(array(ctx, blocks, 1, "y"), bool(ctx.attrs.get("trans_y", False)))
@@ -28,7 +28,7 @@ def matmul_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ..
 
 
 @register_kernel("bmm")
-def bmm_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def bmm_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     y = array(ctx, blocks, 1, "y")
     if x.ndim != 3 or y.ndim != 3:
@@ -40,7 +40,7 @@ def bmm_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
 
 
 @register_kernel("bmm_grad")
-def bmm_grad_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def bmm_grad_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """x_grad = out_grad @ y^T and y_grad = x^T @ out_grad, each over the local blocks."""
     x = array(ctx, blocks, 0, "x")
     y = array(ctx, blocks, 1, "y")

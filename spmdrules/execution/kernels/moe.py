@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spmdrules.core.blocks import ShardMismatch
+from spmdrules.core.shards import ShardMismatch
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 
 def rows_held(ctx: LocalContext, idx: Array) -> tuple[Array, Array]:
@@ -43,7 +43,7 @@ def check_tokens(ctx: LocalContext) -> None:
 
 
 @register_kernel("moe_combine")
-def moe_combine(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def moe_combine(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x, w, idx = (array(ctx, blocks, i, n) for i, n in
                  enumerate(("x", "combine_weights", "scatter_index")))
     for i, n in enumerate(("x", "combine_weights", "scatter_index")):
@@ -56,7 +56,7 @@ def moe_combine(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]
 
 
 @register_kernel("moe_combine_grad")
-def moe_combine_grad(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def moe_combine_grad(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x, w, idx, g = (array(ctx, blocks, i, n) for i, n in
                     enumerate(("x", "combine_weights", "scatter_index", "grad_y")))
     check_tokens(ctx)

@@ -11,14 +11,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spmdrules.core.blocks import ShardMismatch
 from spmdrules.core.errors import RuleArgumentError
+from spmdrules.core.shards import ShardMismatch
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 
 # ---- layer_norm / fused_rms_norm ---------------------------------------------------------------------
-def _param(ctx: LocalContext, blocks: Sequence[Block], i: int, name: str, size: int) -> Array | None:
+def _param(ctx: LocalContext, blocks: Sequence[LocalValue], i: int, name: str, size: int) -> Array | None:
     b = blocks[i] if i < len(blocks) else None
     if b is None:
         return None
@@ -33,7 +33,7 @@ def _param(ctx: LocalContext, blocks: Sequence[Block], i: int, name: str, size: 
 
 
 def _normalise(
-    ctx: LocalContext, blocks: Sequence[Block], bna: int, params: Sequence[str]
+    ctx: LocalContext, blocks: Sequence[LocalValue], bna: int, params: Sequence[str]
 ) -> tuple[Array, Array, list[Array | None]]:
     """x's block as rows x (normalised entries), and its params, after the checks."""
     x = array(ctx, blocks, 0, "x")
@@ -49,7 +49,7 @@ def _normalise(
 
 
 @register_kernel("layer_norm")
-def layer_norm(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def layer_norm(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     bna, eps = int(ctx.attrs["begin_norm_axis"]), float(ctx.attrs["epsilon"])
     x, rows, (scale, bias) = _normalise(ctx, blocks, bna, ("scale", "bias"))
     mean = rows.mean(axis=-1)
@@ -63,7 +63,7 @@ def layer_norm(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
 
 
 @register_kernel("fused_rms_norm")
-def fused_rms_norm(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def fused_rms_norm(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     eps = float(ctx.attrs["epsilon"])
     bna = array(ctx, blocks, 0, "x").ndim - 1
     x, rows, (scale,) = _normalise(ctx, blocks, bna, ("scale",))

@@ -9,11 +9,11 @@ import numpy as np
 
 from spmdrules.execution import local
 from spmdrules.execution.kernels.gather import in_range
-from spmdrules.execution.local import Block, LocalContext, array, register_kernel, take
+from spmdrules.execution.local import LocalContext, LocalValue, array, register_kernel, take
 
 
 @register_kernel("one_hot")
-def one_hot(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def one_hot(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     local.require_whole(ctx, 0, "x")
     shape, attr = local.input_spec(ctx, 0, "x")

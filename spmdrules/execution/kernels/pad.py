@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel, take
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel, take
 
 
 def inner(ctx: LocalContext, x_i: int, out_shape: Sequence[int], out_attr: Any
@@ -28,7 +28,7 @@ def inner(ctx: LocalContext, x_i: int, out_shape: Sequence[int], out_attr: Any
 
 
 @register_kernel("pad")
-def pad(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def pad(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     local.require_whole(ctx, 0, "x")
     out_shape, out_attr = local.output(ctx)
@@ -49,7 +49,7 @@ def crop(ctx: LocalContext, g: Array, g_shape: Sequence[int], g_attr: Any) -> Ar
 
 
 @register_kernel("pad_grad")
-def pad_grad(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def pad_grad(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     g = array(ctx, blocks, 1, "out_grad")
     g_shape, g_attr = local.input_spec(ctx, 1, "out_grad")
     return (crop(ctx, g, g_shape, g_attr),)

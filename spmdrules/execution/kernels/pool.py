@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from spmdrules.core.blocks import ShardMismatch
+from spmdrules.core.shards import ShardMismatch
 from spmdrules.engine.windows import channels_last, geometry
 from spmdrules.execution import local
 from spmdrules.execution.halo import slab_spans
 from spmdrules.execution.kernels.conv import to_first, to_last
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 from spmdrules.graph.shapes.pool import kernel_of, pool_out_spatial
 from spmdrules.runtime.windows import (
     LocalWindows,
@@ -169,7 +169,7 @@ def backward(p: PoolPlan, x: Array, g: Array) -> Array:
 
 
 @register_kernel(*POOL_OPS)
-def pool_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def pool_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     local.require_whole(ctx, 0, "x")
     p = plan(ctx)
     x = to_first(array(ctx, blocks, 0, "x"), p.last)

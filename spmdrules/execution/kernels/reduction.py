@@ -23,7 +23,7 @@ import numpy as np
 
 from spmdrules.core.dtypes import extremes
 from spmdrules.core.errors import RuleArgumentError, UnsupportedError
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 #: Paddle's ReduceType enum, the ``reduce_type`` attribute of reduce_base (the rule's own tuple;
 #: imported by name because mypy cannot follow the rules package's install mapping).
@@ -93,7 +93,7 @@ def _axes(ctx: LocalContext, x: Array) -> Axes:
 
 
 @register_kernel(*AXIS_OPS)
-def axis_reduction_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def axis_reduction_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     what, axes, keep = AXIS_OPS[ctx.op], _axes(ctx, x), _keep(ctx)
     if what == "squared_l2_norm":
@@ -111,7 +111,7 @@ def mean_count(ctx: LocalContext) -> int:
 
 
 @register_kernel("mean")
-def mean_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def mean_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """The local sum over the global count: a sharded reduced dim leaves an exact pending sum."""
     x = array(ctx, blocks, 0, "x")
     total = reduce_block(x.astype(np.float64), "sum", _axes(ctx, x), bool(ctx.attrs.get("keepdim")))
@@ -119,7 +119,7 @@ def mean_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]
 
 
 @register_kernel("reduce_base")
-def reduce_base_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def reduce_base_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     rt = ctx.attrs.get("reduce_type", 0)
     if not isinstance(rt, int) or not 0 <= rt < len(REDUCE_BASE_TYPES):
@@ -131,7 +131,7 @@ def reduce_base_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Bloc
 
 
 @register_kernel("logsumexp")
-def logsumexp_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def logsumexp_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """log(sum(exp(x))), shifted by the maximum as Paddle does (an infinite maximum shifts by 0).
     reduce_all is not read, as in Paddle's kernel and the rule."""
     x = array(ctx, blocks, 0, "x")
@@ -146,7 +146,7 @@ def logsumexp_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block,
 
 
 @register_kernel("p_norm")
-def p_norm_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def p_norm_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """p=0 counts non-zeros, p=inf / -inf take the max / min of |x|, any other p is
     (sum |x|^p)^(1/p); asvector reduces every dim. epsilon only guards Paddle's gradient."""
     x = array(ctx, blocks, 0, "x")
@@ -166,14 +166,14 @@ def p_norm_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ..
 
 
 @register_kernel("mean_all")
-def mean_all_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def mean_all_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """The mean of the block: an avg partial over equal blocks (the rule keeps uneven dims whole)."""
     x = array(ctx, blocks, 0, "x")
     return (reduce_block(x, "avg", None if x.ndim == 0 else tuple(range(x.ndim)), False),)
 
 
 @register_kernel("mean_all_grad")
-def mean_all_grad_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def mean_all_grad_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """x_grad = out_grad / numel(x) everywhere (x and x_grad are replicated by the rule)."""
     x = array(ctx, blocks, 0, "x")
     g = array(ctx, blocks, 1, "out_grad")
@@ -187,7 +187,7 @@ def mean_all_grad_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Bl
 
 
 @register_kernel("argmax", "argmin")
-def arg_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def arg_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """The int64 index of the first extreme entry along ``axis`` (or of flattened x). An index is
     local to its block, so the axis (with flatten: every dim) must be whole on this rank."""
     x = array(ctx, blocks, 0, "x")

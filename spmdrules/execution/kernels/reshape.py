@@ -15,16 +15,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spmdrules.core.blocks import ShardMismatch
 from spmdrules.core.errors import RuleArgumentError
+from spmdrules.core.shards import ShardMismatch
 from spmdrules.engine.rulekit import normalise_axis
 from spmdrules.execution import local
-from spmdrules.execution.local import Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import LocalContext, LocalValue, array, register_kernel
 
 
 # ---- reshape: the global target becomes this rank's local.output block ---------------------------------
 @register_kernel("reshape", "reshape2")
-def reshape(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def reshape(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     want = local.out_block(ctx)
     if x.size != math.prod(want):
@@ -40,7 +40,7 @@ def reshape(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
 
 
 @register_kernel("flatten")
-def flatten(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def flatten(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     if x.ndim == 0:
         return (x.reshape(1),)  # Paddle flattens a 0-d tensor to [1]
@@ -55,7 +55,7 @@ def flatten(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
 
 
 @register_kernel("squeeze")
-def squeeze(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def squeeze(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     shape, _ = local.input_spec(ctx, 0, "x")
     axes: tuple[int, ...] = tuple(ctx.attrs.get("axis") or ())
@@ -76,7 +76,7 @@ def squeeze(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
 
 
 @register_kernel("unsqueeze", "unsqueeze2")
-def unsqueeze(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def unsqueeze(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     axes = ctx.attrs.get("axis")
     if axes is None:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 
 def _bilinear(y: float, x: float, h: int, w: int, row: Array, weight: float) -> None:
@@ -87,7 +87,7 @@ def _whole(ctx: LocalContext, names: Sequence[tuple[int, str, Sequence[int]]]) -
 
 
 @register_kernel("roi_align")
-def roi_align(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def roi_align(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x, boxes, num = (array(ctx, blocks, i, n) for i, n in enumerate(("x", "boxes", "boxes_num")))
     _whole(ctx, [(0, "x", [0, 2, 3]), (1, "boxes", [0, 1]), (2, "boxes_num", [0])])
     _n, c, h, w = x.shape
@@ -112,7 +112,7 @@ def x_gradient(ctx: LocalContext, x: Array, boxes: Array, num: Array, g: Array) 
 
 
 @register_kernel("roi_align_grad")
-def roi_align_grad(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def roi_align_grad(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x, boxes, num, g = (array(ctx, blocks, i, n) for i, n in
                         enumerate(("x", "boxes", "boxes_num", "out_grad")))
     _whole(ctx, [(0, "x", [0, 2, 3]), (1, "boxes", [0, 1]), (2, "boxes_num", [0]),

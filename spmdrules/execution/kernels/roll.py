@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel, take
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel, take
 
 _rules = importlib.import_module("spmdrules.rules.roll")
 
@@ -33,10 +33,10 @@ def rolled(ctx: LocalContext, x: Array, src_i: int, name: str, sign: int) -> Arr
 
 
 @register_kernel("roll")
-def roll(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def roll(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     return (rolled(ctx, array(ctx, blocks, 0, "x"), 0, "x", 1),)
 
 
 @register_kernel("roll_grad")
-def roll_grad(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def roll_grad(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     return (rolled(ctx, array(ctx, blocks, 1, "out_grad"), 1, "out_grad", -1),)

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spmdrules.core.blocks import ShardMismatch
+from spmdrules.core.shards import ShardMismatch
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 
 def rotate(x: Array, neox: bool) -> Array:
@@ -34,7 +34,7 @@ def _as_bshd(t: Array, time_major: bool) -> Array:
     return t.swapaxes(0, 1) if time_major else t
 
 
-def tables(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Array, Array]:
+def tables(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[Array, Array]:
     """sin and cos broadcastable against q's block as [batch, seq, heads, head_dim]."""
     q = array(ctx, blocks, 0, "q")
     time_major = bool(ctx.attrs.get("time_major", False))
@@ -87,14 +87,14 @@ def _require_seq_like_q(ctx: LocalContext, i: int, name: str, time_major: bool) 
 
 
 @register_kernel("fused_rotary_position_embedding")
-def fused_rope(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def fused_rope(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     local.require_whole(ctx, 0, "q")
     q = array(ctx, blocks, 0, "q")
     local.require_full_dims(ctx, 0, "q", [3], "rotation pairs entries across the head dim")
     time_major = bool(ctx.attrs.get("time_major", False))
     neox = bool(ctx.attrs.get("use_neox_rotary_style", True))
     sin, cos = tables(ctx, blocks)
-    outs: list[Block] = []
+    outs: list[LocalValue] = []
     for i, name in ((0, "q"), (1, "k"), (2, "v")):
         x = blocks[i] if len(blocks) > i else None
         if not isinstance(x, np.ndarray) or x.ndim != 4:

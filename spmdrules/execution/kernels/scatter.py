@@ -23,11 +23,18 @@ from typing import Any
 import numpy as np
 
 from spmdrules.core.attr import DistAttr
-from spmdrules.core.blocks import ShardMismatch
+from spmdrules.core.shards import ShardMismatch
 from spmdrules.engine.rulekit import normalise_axis
 from spmdrules.execution import local
 from spmdrules.execution.kernels.gather import in_range
-from spmdrules.execution.local import Array, Block, LocalContext, array, arrays, register_kernel
+from spmdrules.execution.local import (
+    Array,
+    LocalContext,
+    LocalValue,
+    array,
+    arrays,
+    register_kernel,
+)
 
 # ---- the arithmetic on one block -----------------------------------------------------------------
 REDUCES = ("assign", "add", "mul", "multiply", "mean", "amin", "amax")
@@ -182,7 +189,7 @@ def _identity(n: int) -> tuple[tuple[int, int], ...]:
     return tuple((d, d) for d in range(n))
 
 
-def _index_blocks(ctx: LocalContext, blocks: Sequence[Block], lay: Layout, coords: Sequence[range]
+def _index_blocks(ctx: LocalContext, blocks: Sequence[LocalValue], lay: Layout, coords: Sequence[range]
                   ) -> list[Array]:
     if ctx.op.startswith("index_put"):
         specs = zip(ctx.input_shapes[1], ctx.input_attrs[1], strict=True)
@@ -197,7 +204,7 @@ def _value_name(ctx: LocalContext) -> str:
     return "updates" if ctx.op.startswith("scatter") else "value"
 
 
-def _pieces(ctx: LocalContext, blocks: Sequence[Block], lay: Layout, x: Array, g: Array | None,
+def _pieces(ctx: LocalContext, blocks: Sequence[LocalValue], lay: Layout, x: Array, g: Array | None,
             g_spec: Spec | None, coords: Sequence[range]) -> tuple[Array, Array, Array, Array | None]:
     """x, the flat positions, the values and the cotangent on the x coordinates ``coords``."""
     x_spec = local.input_spec(ctx, 0, "x")
@@ -211,7 +218,7 @@ def _pieces(ctx: LocalContext, blocks: Sequence[Block], lay: Layout, x: Array, g
     return xs, lay.positions(ctx, xs.shape, idx, v.shape), v, gs
 
 
-def forward(ctx: LocalContext, blocks: Sequence[Block], lay: Layout) -> Array:
+def forward(ctx: LocalContext, blocks: Sequence[LocalValue], lay: Layout) -> Array:
     x = array(ctx, blocks, 0, "x")
     local.require_whole(ctx, 0, "x")
     coords = coords_of(ctx, local.output(ctx), "out", lay.indexed)
@@ -219,7 +226,7 @@ def forward(ctx: LocalContext, blocks: Sequence[Block], lay: Layout) -> Array:
     return write(xs, lin, v, lay.reduce, lay.include_self)
 
 
-def gradients(ctx: LocalContext, blocks: Sequence[Block], lay: Layout, g: Array, g_spec: Spec,
+def gradients(ctx: LocalContext, blocks: Sequence[LocalValue], lay: Layout, g: Array, g_spec: Spec,
               dx_spec: Spec, dv_spec: Spec) -> tuple[Array, Array]:
     """The cotangents of x (on the block ``dx_spec`` lays out) and of the values (on the block
     ``dv_spec`` lays out): each from the values landing on the x coordinates it needs."""
@@ -317,12 +324,12 @@ def layout(ctx: LocalContext) -> Layout:
 
 
 @register_kernel("scatter", "scatter_nd_add", "put_along_axis", "index_put")
-def scatter_family(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def scatter_family(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     return (forward(ctx, blocks, layout(ctx)),)
 
 
 @register_kernel("put_along_axis_grad", "index_put_grad")
-def scatter_family_grad(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def scatter_family_grad(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """(x, index, value[, out], out_grad) -> (x_grad, value_grad)."""
     gi = len(blocks) - 1
     return gradients(ctx, blocks, layout(ctx), array(ctx, blocks, gi, "out_grad"),

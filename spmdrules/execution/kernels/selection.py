@@ -15,9 +15,9 @@ import numpy as np
 from spmdrules.execution import local
 from spmdrules.execution.local import (
     Array,
-    Block,
     KernelInputError,
     LocalContext,
+    LocalValue,
     array,
     numpy_dtype,
     register_kernel,
@@ -38,7 +38,7 @@ def _fits(ctx: LocalContext, count: int, what: str) -> int:
 
 
 @register_kernel("nonzero")
-def nonzero(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def nonzero(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     _whole_x(ctx, x)
     found = np.argwhere(x)
@@ -59,7 +59,7 @@ def unique_parts(ctx: LocalContext, x: Array) -> tuple[Array, Array, Array, Arra
 
 
 @register_kernel("unique")
-def unique(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def unique(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     _whole_x(ctx, x)
     values, first, inverse, counts, ax = unique_parts(ctx, x)

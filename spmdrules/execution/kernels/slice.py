@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from spmdrules.execution import local
-from spmdrules.execution.local import Block, LocalContext, array, put, register_kernel, take
+from spmdrules.execution.local import LocalContext, LocalValue, array, put, register_kernel, take
 
 _rules = importlib.import_module("spmdrules.rules.slice")
 
@@ -42,13 +42,13 @@ def local_positions(ctx: LocalContext, grad: bool = False) -> tuple[Any, ...]:
 
 
 @register_kernel("slice", "strided_slice")
-def slice_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def slice_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "input")
     return (take(x, local_positions(ctx)),)
 
 
 @register_kernel("strided_slice_grad")
-def strided_slice_grad_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def strided_slice_grad_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "input")
     g = array(ctx, blocks, 1, "out_grad")
     local.require_whole(ctx, 0, "input")

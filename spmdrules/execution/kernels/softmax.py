@@ -13,7 +13,7 @@ import numpy as np
 
 from spmdrules.engine.rulekit import normalise_axis
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 
 def _local_max(x: Array, axis: int) -> Array:
@@ -47,7 +47,7 @@ def _softmax(x: Array, axis: int) -> Array:
 
 # ---- softmax / log_softmax --------------------------------------------------------------------------
 @register_kernel("softmax", "log_softmax")
-def softmax(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def softmax(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     local.require_whole(ctx, 0, "x")
     # A 0-d tensor is its own single row (axis 0 or -1, as for a vector).

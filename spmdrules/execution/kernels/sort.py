@@ -14,7 +14,7 @@ import numpy as np
 from spmdrules.engine.rulekit import normalise_axis
 from spmdrules.execution import local
 from spmdrules.execution.kernels.cumulative import scatter_along
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 
 def sort_axis(ctx: LocalContext, x: Array, i: int, name: str) -> int:
@@ -41,7 +41,7 @@ def top_order(x: Array, axis: int, largest: bool) -> Array:
 
 
 @register_kernel("argsort")
-def argsort(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def argsort(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     x1 = x.reshape(x.shape or (1,))
     axis = sort_axis(ctx, x, 0, "x")
@@ -50,7 +50,7 @@ def argsort(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
 
 
 @register_kernel("topk")
-def topk(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def topk(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     x1 = x.reshape(x.shape or (1,))
     axis = sort_axis(ctx, x, 0, "x")
@@ -61,14 +61,14 @@ def topk(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
 
 
 @register_kernel("topk_grad")
-def topk_grad(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def topk_grad(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     idx, g = array(ctx, blocks, 1, "indices"), array(ctx, blocks, 2, "out_grad")
     return (scatter_along(x, idx, g, sort_axis(ctx, x, 0, "x")),)
 
 
 @register_kernel("argsort_grad")
-def argsort_grad(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def argsort_grad(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     idx, x = array(ctx, blocks, 0, "indices"), array(ctx, blocks, 1, "x")
     g = array(ctx, blocks, 2, "out_grad")
     return (scatter_along(x, idx, g, sort_axis(ctx, x, 1, "x")),)

@@ -15,7 +15,15 @@ from typing import Any
 import numpy as np
 
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext, array, put, register_kernel, take
+from spmdrules.execution.local import (
+    Array,
+    LocalContext,
+    LocalValue,
+    array,
+    put,
+    register_kernel,
+    take,
+)
 
 
 def source_positions(ctx: LocalContext, out_shape: Sequence[int], out_attr: Any,
@@ -37,7 +45,7 @@ def _copies(ctx: LocalContext, x: Array, index: list[Any], out: tuple[int, ...])
 
 
 @register_kernel("tile", "expand", "expand_as", "expand_as_v2")
-def tile_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def tile_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     shape, attr = local.input_spec(ctx, 0, "x")
     out_shape, out_attr = local.output(ctx)
@@ -52,7 +60,7 @@ def summed_back(ctx: LocalContext, x: Array, g: Array, index: list[Any]) -> Arra
 
 
 @register_kernel("expand_as_grad", "expand_as_v2_grad")
-def expand_as_grad_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def expand_as_grad_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     g = array(ctx, blocks, 1, "out_grad")
     shape, _ = local.input_spec(ctx, 0, "x")

@@ -9,11 +9,11 @@ import numpy as np
 
 from spmdrules.core.errors import RuleArgumentError
 from spmdrules.engine.rulekit import normalise_axis
-from spmdrules.execution.local import Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import LocalContext, LocalValue, array, register_kernel
 
 
 @register_kernel("transpose", "transpose2")
-def transpose(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def transpose(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     perm: Any = ctx.attrs.get("perm")
     norm = [normalise_axis(ctx.op, "x", int(p), x.ndim) for p in (perm or ())]

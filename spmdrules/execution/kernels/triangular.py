@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from spmdrules.core.attr import DistAttr
-from spmdrules.core.blocks import ShardMismatch
+from spmdrules.core.shards import ShardMismatch
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 
 def keep_mask(ctx: LocalContext, shape: Sequence[int], attr: DistAttr) -> Array:
@@ -24,7 +24,7 @@ def keep_mask(ctx: LocalContext, shape: Sequence[int], attr: DistAttr) -> Array:
 
 
 @register_kernel("triu", "tril_triu")
-def triangular(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def triangular(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, blocks, 0, "x")
     shape, attr = local.input_spec(ctx, 0, "x")
     out_shape, out_attr = local.output(ctx)

@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from spmdrules.core.blocks import ShardMismatch
+from spmdrules.core.shards import ShardMismatch
 from spmdrules.engine.resampling import METHODS, resampling, spatial_of
 from spmdrules.execution import local
 from spmdrules.execution.halo import slab_spans
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_kernel
 
 UPSAMPLE_OPS = tuple(METHODS)
 
@@ -94,7 +94,7 @@ def backward(taps: Sequence[Taps], g: Array) -> Array:
 
 
 @register_kernel(*UPSAMPLE_OPS)
-def upsample_kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def upsample_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     local.require_whole(ctx, 0, "x")
     return (forward(plan(ctx), array(ctx, blocks, 0, "x")),)
 

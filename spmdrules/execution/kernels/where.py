@@ -7,13 +7,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from spmdrules.execution import local
-from spmdrules.execution.local import Block, LocalContext, array, register_kernel
+from spmdrules.execution.local import LocalContext, LocalValue, array, register_kernel
 
 OPERANDS = ("condition", "x", "y")
 
 
 @register_kernel("where")
-def where(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def where(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     c, x, y = (array(ctx, blocks, i, n) for i, n in enumerate(OPERANDS))
     for i, n in enumerate(OPERANDS):
         local.require_whole(ctx, i, n)

@@ -15,7 +15,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from spmdrules.execution.kernels.attention import scores, softmax_rows
-from spmdrules.execution.local import Array, Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.execution.local import (
+    Array,
+    LocalContext,
+    LocalValue,
+    array,
+    cotangent,
+    register_vjp,
+)
 
 
 def _ungroup(g: Array, heads: int) -> Array:
@@ -25,8 +32,8 @@ def _ungroup(g: Array, heads: int) -> Array:
 
 
 @register_vjp("flash_attention")
-def flash_attention_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                        cts: Sequence[Block]) -> tuple[Block, ...]:
+def flash_attention_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                        cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     q, kg, vg, s = scores(ctx, ins)
     k, v = array(ctx, ins, 1, "k"), array(ctx, ins, 2, "v")
     p, _ = softmax_rows(s)
@@ -41,7 +48,7 @@ def flash_attention_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[
     dk = _ungroup(np.einsum("bhqk,bqhd->bkhd", ds, q) * scale, k.shape[2])
     dv = _ungroup(np.einsum("bhqk,bqhd->bkhd", p, g), v.shape[2])
     mask = ins[4] if len(ins) > 4 else None
-    dmask: Block = None
+    dmask: LocalValue = None
     if isinstance(mask, np.ndarray) and mask.ndim == 4:
         axes = tuple(i for i in (0, 1) if mask.shape[i] == 1 and ds.shape[i] != 1)
         dmask = np.sum(ds, axis=axes, keepdims=True).astype(mask.dtype)

@@ -26,7 +26,14 @@ from spmdrules.execution.kernels.channel_norm import (
     sample_rows,
     ungroup,
 )
-from spmdrules.execution.local import Array, Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.execution.local import (
+    Array,
+    LocalContext,
+    LocalValue,
+    array,
+    cotangent,
+    register_vjp,
+)
 
 
 def _sum_but(a: Array, axis: int) -> Array:
@@ -34,8 +41,8 @@ def _sum_but(a: Array, axis: int) -> Array:
 
 
 @register_vjp("batch_norm")
-def batch_norm_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                   cts: Sequence[Block]) -> tuple[Block, ...]:
+def batch_norm_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                   cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     ch = channel_axis(ctx, x.ndim)
     cs = held_range(ctx, 0, "x", ch)
@@ -74,8 +81,8 @@ def batch_norm_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block
 
 
 @register_vjp("group_norm")
-def group_norm_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                   cts: Sequence[Block]) -> tuple[Block, ...]:
+def group_norm_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                   cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     ch = channel_axis(ctx, x.ndim)
     c = x.shape[ch]
@@ -95,8 +102,8 @@ def group_norm_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block
 
 
 @register_vjp("instance_norm")
-def instance_norm_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                      cts: Sequence[Block]) -> tuple[Block, ...]:
+def instance_norm_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                      cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     cs = held_range(ctx, 0, "x", 1)
     scale = per_channel(ctx, ins, 1, "scale", cs)
@@ -108,7 +115,7 @@ def instance_norm_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Bl
     g_var = cotangent(cts, 2, inv) * (-0.5) * inv**3
     dx = rows_grad(rows, mu, inv, g_hat, cotangent(cts, 1, mu), g_var)
     xhat = (rows - mu[..., None]) * inv[..., None]
-    vec: list[Block] = []
+    vec: list[LocalValue] = []
     for i, n, part in ((1, "scale", (g_rows * xhat).sum(axis=(0, 2))),
                        (2, "bias", g_rows.sum(axis=(0, 2)))):
         vec.append(None if ins[i] is None else embed(ctx, i, n, array(ctx, ins, i, n), part, cs))

@@ -8,12 +8,19 @@ from itertools import accumulate
 import numpy as np
 
 from spmdrules.engine.rulekit import normalise_axis
-from spmdrules.execution.local import Block, LocalContext, array, arrays, cotangent, register_vjp
+from spmdrules.execution.local import (
+    LocalContext,
+    LocalValue,
+    array,
+    arrays,
+    cotangent,
+    register_vjp,
+)
 
 
 @register_vjp("split", "split_with_num", "unbind")
-def split_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-              cts: Sequence[Block]) -> tuple[Block, ...]:
+def split_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+              cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     pieces = arrays(ctx, outs, 0, "out")
     got = cts[0] if cts else None
@@ -26,8 +33,8 @@ def split_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
 
 
 @register_vjp("concat")
-def concat_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-               cts: Sequence[Block]) -> tuple[Block, ...]:
+def concat_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+               cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     xs = arrays(ctx, ins, 0, "x")
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     axis = normalise_axis(ctx.op, "x", int(ctx.attrs["axis"]), g.ndim)
@@ -36,8 +43,8 @@ def concat_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
 
 
 @register_vjp("stack")
-def stack_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-              cts: Sequence[Block]) -> tuple[Block, ...]:
+def stack_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+              cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     xs = arrays(ctx, ins, 0, "x")
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     axis = normalise_axis(ctx.op, "x", int(ctx.attrs["axis"]), g.ndim)
@@ -45,8 +52,8 @@ def stack_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
 
 
 @register_vjp("add_n")
-def add_n_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-              cts: Sequence[Block]) -> tuple[Block, ...]:
+def add_n_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+              cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     xs = arrays(ctx, ins, 0, "inputs")
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     return ([np.array(g, dtype=x.dtype) for x in xs],)

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spmdrules.execution.kernels.conv import CONV_OPS, backward, blocks_of, to_first, to_last
-from spmdrules.execution.local import Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.execution.local import LocalContext, LocalValue, array, cotangent, register_vjp
 
 
 @register_vjp(*CONV_OPS)
-def conv_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-             cts: Sequence[Block]) -> tuple[Block, ...]:
+def conv_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+             cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     p, x, f = blocks_of(ctx, ins)
     y = array(ctx, outs, 0, "output")
     g = to_first(cotangent(cts, 0, y), p.last)

@@ -7,18 +7,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spmdrules.core.blocks import shard_index
 from spmdrules.core.errors import UnsupportedError
+from spmdrules.core.shards import shard_index
 from spmdrules.engine.rulekit import normalise_axis
 from spmdrules.execution import local
 from spmdrules.execution.kernels.cross_entropy import as_cross_entropy
 from spmdrules.execution.kernels.softmax import log_softmax_rows
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_vjp
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_vjp
 
 
 @register_vjp("cross_entropy_with_softmax", "softmax_with_cross_entropy")
-def cross_entropy_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                      cts: Sequence[Block]) -> tuple[Block, ...]:
+def cross_entropy_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                      cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     label = array(ctx, ins, 1, "label")
     prob, loss = array(ctx, outs, 0, "softmax"), array(ctx, outs, 1, "loss")
@@ -70,8 +70,8 @@ def one_hot(label: Array, axis: int, shape: tuple[int, ...], ignore_index: int,
 
 
 @register_vjp("c_softmax_with_cross_entropy")
-def c_softmax_cross_entropy_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                                cts: Sequence[Block]) -> tuple[Block, ...]:
+def c_softmax_cross_entropy_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                                cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     return cross_entropy_vjp(as_cross_entropy(ctx), ins, outs, cts)
 
 
@@ -94,8 +94,8 @@ def multi_label_logits_grad(prob: Array, label: Array, w_eff: Array, ignore_inde
 
 
 @register_vjp("c_softmax_with_multi_label_cross_entropy")
-def multi_label_cross_entropy_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                                  cts: Sequence[Block]) -> tuple[Block, ...]:
+def multi_label_cross_entropy_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                                  cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     label, weight = array(ctx, ins, 1, "label"), array(ctx, ins, 2, "smooth_weight")
     prob, loss = array(ctx, outs, 0, "softmax"), array(ctx, outs, 1, "loss")

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spmdrules.execution.kernels.cumulative import cumsum_along, scan_axis, scatter_along
-from spmdrules.execution.local import Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.execution.local import LocalContext, LocalValue, array, cotangent, register_vjp
 
 
 @register_vjp("cumsum")
-def cumsum_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-               cts: Sequence[Block]) -> tuple[Block, ...]:
+def cumsum_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+               cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     axis = scan_axis(ctx, x)
@@ -23,8 +23,8 @@ def cumsum_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
 
 
 @register_vjp("cummax", "cummin")
-def cumext_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-               cts: Sequence[Block]) -> tuple[Block, ...]:
+def cumext_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+               cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     return (scatter_along(x, array(ctx, outs, 1, "indices"), g, scan_axis(ctx, x)),)

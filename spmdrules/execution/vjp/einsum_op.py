@@ -5,12 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spmdrules.execution.kernels.einsum_op import _notation, operand_grad
-from spmdrules.execution.local import Block, LocalContext, array, arrays, cotangent, register_vjp
+from spmdrules.execution.local import (
+    LocalContext,
+    LocalValue,
+    array,
+    arrays,
+    cotangent,
+    register_vjp,
+)
 
 
 @register_vjp("einsum")
-def einsum_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-               cts: Sequence[Block]) -> tuple[Block, ...]:
+def einsum_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+               cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """Each operand's cotangent: the contraction of the output's with the other operands
     (:func:`spmdrules.execution.kernels.matmul.operand_grad`, the kernel of einsum_grad)."""
     ops = arrays(ctx, ins, 0, "inputs")

@@ -15,7 +15,14 @@ from typing import Final
 import numpy as np
 
 from spmdrules.execution.kernels.elementwise import gelu_derivative, sigmoid, unary_attr
-from spmdrules.execution.local import Array, Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.execution.local import (
+    Array,
+    LocalContext,
+    LocalValue,
+    array,
+    cotangent,
+    register_vjp,
+)
 
 #: dy/dx of a unary op from x, y = f(x) and the op's attributes
 Derivative = Callable[[Array, Array, LocalContext], Array]
@@ -66,8 +73,8 @@ DERIVATIVES: Final[dict[str, Derivative]] = {
 
 
 @register_vjp(*DERIVATIVES)
-def unary_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-              cts: Sequence[Block]) -> tuple[Block, ...]:
+def unary_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+              cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     y = array(ctx, outs, 0, "out")
     g = cotangent(cts, 0, y)
@@ -112,8 +119,8 @@ BINARY_PARTIALS: Final[dict[str, Partials]] = {
 
 
 @register_vjp(*BINARY_PARTIALS)
-def binary_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-               cts: Sequence[Block]) -> tuple[Block, ...]:
+def binary_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+               cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     y = array(ctx, ins, 1, "y")
     z = array(ctx, outs, 0, "out")
@@ -124,8 +131,8 @@ def binary_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
 
 
 @register_vjp("swiglu")
-def swiglu_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-               cts: Sequence[Block]) -> tuple[Block, ...]:
+def swiglu_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+               cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """out = silu(gate) * value, with gate = x and value = y, or x's two halves without y."""
     x = array(ctx, ins, 0, "x")
     y = ins[1] if len(ins) > 1 else None

@@ -8,12 +8,12 @@ import numpy as np
 
 from spmdrules.execution import local
 from spmdrules.execution.kernels.embedding import c_rows, padding_row
-from spmdrules.execution.local import Block, LocalContext, array, register_vjp
+from spmdrules.execution.local import LocalContext, LocalValue, array, register_vjp
 
 
 @register_vjp("embedding", "lookup_table_v2")
-def embedding_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                  cts: Sequence[Block]) -> tuple[Block, ...]:
+def embedding_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                  cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     ids = array(ctx, ins, 0, "x")
     weight = array(ctx, ins, 1, "weight")
     g = local.cotangent(cts, 0, array(ctx, outs, 0, "out"))
@@ -30,8 +30,8 @@ def embedding_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block]
 
 
 @register_vjp("c_embedding")
-def c_embedding_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                    cts: Sequence[Block]) -> tuple[Block, ...]:
+def c_embedding_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                    cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     weight, ids = array(ctx, ins, 0, "weight"), array(ctx, ins, 1, "x")
     g = local.cotangent(cts, 0, array(ctx, outs, 0, "out"))
     mine, at, _ = c_rows(ctx, ids, 0)

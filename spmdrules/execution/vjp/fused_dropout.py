@@ -8,12 +8,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from spmdrules.execution.kernels.fused_dropout import keep_scale
-from spmdrules.execution.local import Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.execution.local import LocalContext, LocalValue, array, cotangent, register_vjp
 
 
 @register_vjp("fused_dropout_add")
-def fused_dropout_add_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                          cts: Sequence[Block]) -> tuple[Block, ...]:
+def fused_dropout_add_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                          cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     return (np.asarray(g * keep_scale(ctx, x.shape), dtype=x.dtype), g)

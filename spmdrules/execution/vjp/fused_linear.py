@@ -9,7 +9,14 @@ import numpy as np
 
 from spmdrules.engine.contraction import swap_last2
 from spmdrules.execution.kernels.fused_linear import activation_derivative, gemm_pre, rows
-from spmdrules.execution.local import Array, Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.execution.local import (
+    Array,
+    LocalContext,
+    LocalValue,
+    array,
+    cotangent,
+    register_vjp,
+)
 
 
 def _product_grads(x: Array, y: Array, g: Array) -> tuple[Array, Array, Array]:
@@ -21,8 +28,8 @@ def _product_grads(x: Array, y: Array, g: Array) -> tuple[Array, Array, Array]:
 
 
 @register_vjp("linear_v2")
-def linear_v2_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                  cts: Sequence[Block]) -> tuple[Block, ...]:
+def linear_v2_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                  cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x, w = array(ctx, ins, 0, "input"), array(ctx, ins, 1, "weight")
     flag = bool(ctx.attrs.get("transpose_weight", False))
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
@@ -31,8 +38,8 @@ def linear_v2_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block]
 
 
 @register_vjp("fused_gemm_epilogue")
-def fused_gemm_epilogue_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                            cts: Sequence[Block]) -> tuple[Block, ...]:
+def fused_gemm_epilogue_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                            cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x, y, pre = gemm_pre(ctx, ins)
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     g = g * activation_derivative(str(ctx.attrs.get("activation", "none")), pre)
@@ -42,9 +49,9 @@ def fused_gemm_epilogue_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Seque
 
 
 @register_vjp("fused_linear_param_grad_add")
-def fused_linear_param_grad_add_vjp(ctx: LocalContext, ins: Sequence[Block],
-                                    outs: Sequence[Block], cts: Sequence[Block]
-                                    ) -> tuple[Block, ...]:
+def fused_linear_param_grad_add_vjp(ctx: LocalContext, ins: Sequence[LocalValue],
+                                    outs: Sequence[LocalValue], cts: Sequence[LocalValue]
+                                    ) -> tuple[LocalValue, ...]:
     x, dout = array(ctx, ins, 0, "x"), array(ctx, ins, 1, "dout")
     gw = cotangent(cts, 0, array(ctx, outs, 0, "dweight_out"))
     has_bias = bool(ctx.attrs.get("has_bias", True))

@@ -6,16 +6,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spmdrules.execution.local import Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.execution.local import LocalContext, LocalValue, array, cotangent, register_vjp
 
 
 @register_vjp("label_smooth")
-def label_smooth_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                     cts: Sequence[Block]) -> tuple[Block, ...]:
+def label_smooth_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                     cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     label = array(ctx, ins, 0, "label")
     eps = float(ctx.attrs["epsilon"])
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
-    d_prior: Block = None
+    d_prior: LocalValue = None
     if ins[1] is not None:
         prior = array(ctx, ins, 1, "prior_dist")
         if prior.ndim == 0:

@@ -9,12 +9,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from spmdrules.execution.kernels.lrn import lrn_parts, window_sum
-from spmdrules.execution.local import Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.execution.local import LocalContext, LocalValue, array, cotangent, register_vjp
 
 
 @register_vjp("lrn")
-def lrn_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-            cts: Sequence[Block]) -> tuple[Block, ...]:
+def lrn_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+            cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     axis, before, after, mid = lrn_parts(ctx, x)

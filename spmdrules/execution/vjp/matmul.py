@@ -14,7 +14,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from spmdrules.engine.contraction import swap_last2
-from spmdrules.execution.local import Array, Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.execution.local import (
+    Array,
+    LocalContext,
+    LocalValue,
+    array,
+    cotangent,
+    register_vjp,
+)
 from spmdrules.execution.vjp.elementwise import unbroadcast
 
 
@@ -37,8 +44,8 @@ def matmul_grads(x: Array, y: Array, g: Array, trans_x: bool, trans_y: bool
 
 
 @register_vjp("matmul", "matmul_v2")
-def matmul_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-               cts: Sequence[Block]) -> tuple[Block, ...]:
+def matmul_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+               cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     y = array(ctx, ins, 1, "y")
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
@@ -48,8 +55,8 @@ def matmul_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
 
 
 @register_vjp("bmm")
-def bmm_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-            cts: Sequence[Block]) -> tuple[Block, ...]:
+def bmm_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+            cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     y = array(ctx, ins, 1, "y")
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))

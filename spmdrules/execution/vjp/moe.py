@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spmdrules.execution.kernels.moe import grads
-from spmdrules.execution.local import Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.execution.local import LocalContext, LocalValue, array, cotangent, register_vjp
 
 
 @register_vjp("moe_combine")
-def moe_combine_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                    cts: Sequence[Block]) -> tuple[Block, ...]:
+def moe_combine_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                    cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x, w, idx = (array(ctx, ins, i, n) for i, n in
                  enumerate(("x", "combine_weights", "scatter_index")))
     g = cotangent(cts, 0, array(ctx, outs, 0, "y"))

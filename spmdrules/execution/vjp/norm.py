@@ -7,12 +7,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spmdrules.execution.local import Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.execution.local import LocalContext, LocalValue, array, cotangent, register_vjp
 
 
 @register_vjp("layer_norm")
-def layer_norm_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                   cts: Sequence[Block]) -> tuple[Block, ...]:
+def layer_norm_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                   cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     scale = ins[1] if len(ins) > 1 else None
     bias = ins[2] if len(ins) > 2 else None
@@ -39,8 +39,8 @@ def layer_norm_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block
 
 
 @register_vjp("fused_rms_norm")
-def rms_norm_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                 cts: Sequence[Block]) -> tuple[Block, ...]:
+def rms_norm_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                 cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """out = x * r * scale with r = 1 / sqrt(mean(x^2) + eps) per row (and r is an output)."""
     x = array(ctx, ins, 0, "x")
     scale = ins[1] if len(ins) > 1 else None

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spmdrules.execution.local import Block, LocalContext, register_vjp
+from spmdrules.execution.local import LocalContext, LocalValue, register_vjp
 
 
 @register_vjp("one_hot")
-def one_hot_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                cts: Sequence[Block]) -> tuple[Block, ...]:
+def one_hot_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     return (None,)

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from spmdrules.execution import local
 from spmdrules.execution.kernels.conv import to_first, to_last
 from spmdrules.execution.kernels.pool import POOL_OPS, backward, plan
-from spmdrules.execution.local import Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.execution.local import LocalContext, LocalValue, array, cotangent, register_vjp
 
 
 @register_vjp(*POOL_OPS)
-def pool_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-             cts: Sequence[Block]) -> tuple[Block, ...]:
+def pool_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+             cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     local.require_whole(ctx, 0, "x")
     p = plan(ctx)
     x = to_first(array(ctx, ins, 0, "x"), p.last)

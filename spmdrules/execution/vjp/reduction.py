@@ -17,7 +17,14 @@ from typing import Final
 import numpy as np
 
 from spmdrules.execution.kernels.reduction import AXIS_OPS, mean_count, reduced_axes
-from spmdrules.execution.local import Array, Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.execution.local import (
+    Array,
+    LocalContext,
+    LocalValue,
+    array,
+    cotangent,
+    register_vjp,
+)
 
 Axes = tuple[int, ...] | None
 
@@ -63,8 +70,8 @@ def _what(op: str) -> str:
 
 
 @register_vjp(*(op for op, what in AXIS_OPS.items() if what in GRADIENTS), "logsumexp")
-def reduction_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                  cts: Sequence[Block]) -> tuple[Block, ...]:
+def reduction_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                  cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     y = array(ctx, outs, 0, "out")
     g = cotangent(cts, 0, y)
@@ -74,8 +81,8 @@ def reduction_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block]
 
 
 @register_vjp("mean")
-def mean_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-             cts: Sequence[Block]) -> tuple[Block, ...]:
+def mean_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+             cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     axes = reduced_axes(ctx.op, x.ndim, tuple(ctx.attrs.get("axis", ())))
@@ -84,8 +91,8 @@ def mean_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
 
 
 @register_vjp("mean_all")
-def mean_all_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                 cts: Sequence[Block]) -> tuple[Block, ...]:
+def mean_all_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                 cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     return (np.full(x.shape, g.reshape(()) / max(x.size, 1), dtype=x.dtype),)

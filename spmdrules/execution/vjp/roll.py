@@ -8,12 +8,12 @@ import numpy as np
 
 from spmdrules.execution import local
 from spmdrules.execution.kernels.roll import _rules
-from spmdrules.execution.local import Block, LocalContext, array, cotangent, register_vjp, take
+from spmdrules.execution.local import LocalContext, LocalValue, array, cotangent, register_vjp, take
 
 
 @register_vjp("roll")
-def roll_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-             cts: Sequence[Block]) -> tuple[Block, ...]:
+def roll_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+             cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     shape, attr = local.input_spec(ctx, 0, "x")
     out_shape, out_attr = local.output(ctx)

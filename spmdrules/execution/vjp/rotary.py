@@ -14,12 +14,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from spmdrules.execution.kernels.rotary import rotate, tables
-from spmdrules.execution.local import Array, Block, LocalContext, array, register_vjp
+from spmdrules.execution.local import Array, LocalContext, LocalValue, array, register_vjp
 
 
 @register_vjp("fused_rotary_position_embedding")
-def fused_rope_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                   cts: Sequence[Block]) -> tuple[Block, ...]:
+def fused_rope_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                   cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     q = array(ctx, ins, 0, "q")
     time_major = bool(ctx.attrs.get("time_major", False))
     neox = bool(ctx.attrs.get("use_neox_rotary_style", True))
@@ -28,7 +28,7 @@ def fused_rope_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block
     def bshd(t: Array) -> Array:
         return t.swapaxes(0, 1) if time_major else t
 
-    grads: list[Block] = []
+    grads: list[LocalValue] = []
     g_sin: Array = np.zeros(np.broadcast_shapes(sin.shape, bshd(q).shape))
     g_cos: Array = np.zeros_like(g_sin)
     for i in range(3):
@@ -43,7 +43,7 @@ def fused_rope_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block
         grads.append(bshd(gb * cos - rotate(gb * sin, neox)).astype(x.dtype))
         g_sin = g_sin + gb * rotate(xb, neox)
         g_cos = g_cos + gb * xb
-    table_grads: list[Block] = [None, None]
+    table_grads: list[LocalValue] = [None, None]
     s_in = ins[3] if len(ins) > 3 else None
     ids = ins[5] if len(ins) > 5 else None
     if isinstance(s_in, np.ndarray) and s_in.ndim in (2, 4):

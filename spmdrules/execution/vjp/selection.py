@@ -10,19 +10,19 @@ import numpy as np
 
 from spmdrules.core.dtypes import is_inexact
 from spmdrules.execution.kernels.selection import unique_parts
-from spmdrules.execution.local import Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.execution.local import LocalContext, LocalValue, array, cotangent, register_vjp
 
 
 @register_vjp("nonzero")
-def nonzero_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-                cts: Sequence[Block]) -> tuple[Block, ...]:
+def nonzero_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+                cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     return (np.zeros_like(x) if is_inexact(x.dtype) else None,)
 
 
 @register_vjp("unique")
-def unique_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-               cts: Sequence[Block]) -> tuple[Block, ...]:
+def unique_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+               cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     if not is_inexact(x.dtype):
         return (None,)

@@ -8,12 +8,12 @@ import numpy as np
 
 from spmdrules.execution import local
 from spmdrules.execution.kernels.tile import source_positions, summed_back
-from spmdrules.execution.local import Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.execution.local import LocalContext, LocalValue, array, cotangent, register_vjp
 
 
 @register_vjp("tile", "expand", "expand_as", "expand_as_v2")
-def tile_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-             cts: Sequence[Block]) -> tuple[Block, ...]:
+def tile_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+             cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = array(ctx, ins, 0, "x")
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     shape, attr = local.input_spec(ctx, 0, "x")

@@ -7,7 +7,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spmdrules.execution.local import Array, Block, LocalContext, array, cotangent, register_vjp
+from spmdrules.execution.local import (
+    Array,
+    LocalContext,
+    LocalValue,
+    array,
+    cotangent,
+    register_vjp,
+)
 
 
 def unbroadcast(g: Array, like: Array) -> Array:
@@ -19,8 +26,8 @@ def unbroadcast(g: Array, like: Array) -> Array:
 
 
 @register_vjp("where")
-def where_vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-              cts: Sequence[Block]) -> tuple[Block, ...]:
+def where_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+              cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     c, x, y = (array(ctx, ins, i, n) for i, n in enumerate(("condition", "x", "y")))
     g = cotangent(cts, 0, array(ctx, outs, 0, "out"))
     mask = np.broadcast_to(c, g.shape)

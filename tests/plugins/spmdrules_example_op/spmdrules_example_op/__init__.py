@@ -17,7 +17,7 @@ from spmdrules.engine.description import Description, letters
 from spmdrules.engine.registry import A, T
 from spmdrules.engine.rulekit import normalise_axis
 from spmdrules.execution import local
-from spmdrules.execution.local import Array, Block, LocalContext
+from spmdrules.execution.local import Array, LocalContext, LocalValue
 from spmdrules.graph.shapes.shape_rule import Arg, OutShape, ShapeContext, tensor_arg
 from spmdrules.verify.cases.case import Draft, Rng, draw_rank, draw_shape, negative_axis
 
@@ -45,14 +45,14 @@ def _norm(ctx: LocalContext, x: Array) -> tuple[int, Array]:
     return axis, np.sqrt(np.sum(x * x, axis=axis, keepdims=True) + eps)
 
 
-def kernel(ctx: LocalContext, blocks: Sequence[Block]) -> tuple[Block, ...]:
+def kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x = local.array(ctx, blocks, 0, "x")
     _, norm = _norm(ctx, x)
     return (x / norm,)
 
 
-def vjp(ctx: LocalContext, ins: Sequence[Block], outs: Sequence[Block],
-        cts: Sequence[Block]) -> tuple[Block, ...]:
+def vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+        cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     x, y = local.array(ctx, ins, 0, "x"), local.array(ctx, outs, 0, "out")
     g = local.cotangent(cts, 0, y)
     axis, norm = _norm(ctx, x)

@@ -1,7 +1,7 @@
 """Local blocks of a layout and what any reshard must move: the balanced decomposition of every
 process's block (a dim split over mesh dims in mixed radix, the first major, as the runtime
 splits it), whether a step that refines a shard keeps those blocks (``nested_is_flat``), and the lower
-bound of a plan's bytes (used by :mod:`spmdrules.completion.planning`)."""
+bound of a plan's bytes (used by :mod:`spmdrules.completion.reshard_plans`)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def fitting(attr: DistAttr, shape: tuple[int, ...]) -> DistAttr:
     return DistAttr._make(attr.mesh, mdm, attr.partial_items)
 
 
-def blocks(attr: DistAttr, shape: tuple[int, ...]) -> dict[int, tuple[tuple[int, int], ...]]:
+def shard_boxes(attr: DistAttr, shape: tuple[int, ...]) -> dict[int, tuple[tuple[int, int], ...]]:
     """Each process's block of the global tensor: ``(start, stop)`` per dim (balanced split)."""
     mesh = attr.mesh
     out: dict[int, tuple[tuple[int, int], ...]] = {}
@@ -120,9 +120,9 @@ def lower_bound_bytes(src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtyp
         # a million processes costs what its used dims' coordinates cost
         total = held_total(dst, shape)
         return (total if must_reduce else total - overlap_total(src, dst, shape)) * item
-    sb = blocks(src, shape)
+    sb = shard_boxes(src, shape)
     total = 0
-    for pid, db in blocks(dst, shape).items():
+    for pid, db in shard_boxes(dst, shape).items():
         have = sb.get(pid)
         if must_reduce or have is None:
             total += _volume(db)
@@ -201,7 +201,7 @@ def repartition_elements(src: DistAttr, dst: DistAttr, shape: tuple[int, ...]) -
     process: the executors count the same messages."""
     used = {m for ms in src.multi_dims_mapping for m in ms}
     spread = [m for m in range(src.mesh.ndim) if m not in used]
-    sb, db = blocks(src, shape), blocks(dst, shape)
+    sb, db = shard_boxes(src, shape), shard_boxes(dst, shape)
     most = total = 0
     for flat, pid in enumerate(src.mesh.process_ids):
         got = _volume(db[pid])

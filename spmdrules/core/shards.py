@@ -30,7 +30,7 @@ class ShardMismatch(SpmdError):
     """Blocks that should be replicas of each other differ, or a block has the wrong shape."""
 
 
-class BlockShapeMismatch(ShardMismatch):
+class ShardShapeMismatch(ShardMismatch):
     """A block has another shape than its attribute gives it: the attribute describes other
     blocks than the ones computed."""
 
@@ -52,7 +52,7 @@ def shard_index(attr: DistAttr, tensor_dim: int, coord: Coord) -> tuple[int, int
     return idx, parts
 
 
-def block_slices(shape: Sequence[int], attr: DistAttr, coord: Coord) -> tuple[slice, ...]:
+def shard_slices(shape: Sequence[int], attr: DistAttr, coord: Coord) -> tuple[slice, ...]:
     out = []
     for t, n in enumerate(shape):
         idx, parts = shard_index(attr, t, coord)
@@ -179,7 +179,7 @@ def scatter(
     for c in coords(attr):
         key = tuple(c[md] for md, _ in partial)
         # np.array, not ascontiguousarray: the latter turns a 0-d block into shape (1,).
-        out[c] = np.array(pieces[key][block_slices(x.shape, attr, c)])
+        out[c] = np.array(pieces[key][shard_slices(x.shape, attr, c)])
     return out
 
 
@@ -196,10 +196,10 @@ def gather(blocks: Mapping[Coord, Array], shape: Sequence[int], attr: DistAttr) 
             raise ShardMismatch(f"gather: no block for mesh coordinate {c}")
         b = np.asarray(blocks[c])
         key = tuple(c[md] for md, _ in partial)
-        sl = block_slices(shape, attr, c)
+        sl = shard_slices(shape, attr, c)
         want = tuple(s.stop - s.start for s in sl)
         if b.shape != want:
-            raise BlockShapeMismatch(
+            raise ShardShapeMismatch(
                 f"gather: block at {c} has shape {list(b.shape)}, expected {list(want)} "
                 f"for {attr.mapping_str()} of a {list(shape)} tensor"
             )
@@ -238,14 +238,14 @@ def run_local(
 
 
 __all__ = [
-    "BlockShapeMismatch",
     "ShardMismatch",
+    "ShardShapeMismatch",
     "balanced_range",
-    "block_slices",
     "coords",
     "gather",
     "mask_owners",
     "run_local",
     "scatter",
     "shard_index",
+    "shard_slices",
 ]

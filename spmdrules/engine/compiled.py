@@ -1,7 +1,7 @@
 """A Description compiled for the common call: the fast path of both directions.
 
 ``infer_forward`` and ``infer_reverse`` in :mod:`spmdrules.engine.description` are the
-definition. A ``Plan`` precomputes, once per description, what they recompute per call (which
+definition. A ``CompiledRule`` precomputes, once per description, what they recompute per call (which
 dims of each tensor take part in the merge, the letters the outputs keep) and answers the common
 call (every argument one tensor or absent, no two tensors sharding one letter differently, no
 ``linear`` or ``divisible`` policy) in one pass over the mappings. Any other call answers
@@ -65,7 +65,7 @@ Merged = tuple[tuple[int, str, tuple[int, ...]], ...]
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class CompiledRule:
     """What one Description's inference needs, computed once."""
 
     inputs: tuple[str | None, ...]
@@ -204,7 +204,7 @@ def _unary(desc: Description, ins: tuple[str | None, ...], outs: tuple[str | Non
     return frozenset(p for p, ch in enumerate(ls) if ch in desc.whole or ch == "1")
 
 
-def compile_plan(desc: Description) -> Plan:
+def compile_rule(desc: Description) -> CompiledRule:
     fast = _is_fast(desc)
     kept = frozenset("".join(ls for ls in desc.outputs if isinstance(ls, str)))
     ins: tuple[str | None, ...] = tuple(ls if isinstance(ls, str) else None for ls in desc.inputs)
@@ -212,10 +212,10 @@ def compile_plan(desc: Description) -> Plan:
                                          for ls in desc.outputs)
     order = range(len(ins)) if desc.merge is None else desc.merge
     if not fast:
-        return Plan(ins, outs, None, None, kept, desc.pending, desc.priority, None,
+        return CompiledRule(ins, outs, None, None, kept, desc.pending, desc.priority, None,
                     bool(desc.linear), desc.policy.reverse_linear)
     claim = desc.claim_broadcast
-    return Plan(ins, outs, _merged(ins, order, desc.whole, claim),
+    return CompiledRule(ins, outs, _merged(ins, order, desc.whole, claim),
                 _merged(outs, range(len(outs)), desc.whole,
                         claim or desc.policy.reverse_claims_broadcast),
                 kept, desc.pending, desc.priority, _unary(desc, ins, outs, order),
@@ -285,4 +285,4 @@ def _attr(a: DistAttr, ls: str, lm: dict[str, tuple[int, ...]]) -> DistAttr:
     return DistAttr._make(a.mesh, m, ())
 
 
-__all__ = ["Plan", "compile_plan"]
+__all__ = ["CompiledRule", "compile_rule"]

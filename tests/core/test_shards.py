@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import spmdrules as sr
-from spmdrules.core.blocks import ShardMismatch, balanced_range, gather, run_local, scatter
+from spmdrules.core.shards import ShardMismatch, balanced_range, gather, run_local, scatter
 
 MESH = sr.ProcessMesh([[0, 1, 2], [3, 4, 5]])
 

@@ -42,18 +42,18 @@ from typing import Final, Literal
 import networkx as nx
 
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
-from spmdrules.completion.local_blocks import blocks as blocks
-from spmdrules.completion.local_blocks import divisible as divisible
-from spmdrules.completion.local_blocks import fits as fits
-from spmdrules.completion.local_blocks import fitting as fitting
-from spmdrules.completion.local_blocks import (
+from spmdrules.completion.local_shards import divisible as divisible
+from spmdrules.completion.local_shards import fits as fits
+from spmdrules.completion.local_shards import fitting as fitting
+from spmdrules.completion.local_shards import (
     held_total,
     nested_is_flat,
     overlap_total,
     repartition_elements,
 )
-from spmdrules.completion.local_blocks import local_numel as local_numel
-from spmdrules.completion.local_blocks import lower_bound_bytes as lower_bound_bytes
+from spmdrules.completion.local_shards import local_numel as local_numel
+from spmdrules.completion.local_shards import lower_bound_bytes as lower_bound_bytes
+from spmdrules.completion.local_shards import shard_boxes as shard_boxes
 from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
@@ -108,7 +108,7 @@ class Step:
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class ReshardPlan:
     """The cheapest steps from ``src`` to ``dst`` for a tensor of ``shape`` and ``dtype``."""
 
     src: DistAttr
@@ -329,7 +329,7 @@ def plan_reshard(
     shape: tuple[int, ...],
     dtype: str = "float32",
     cost: CostModel = DEFAULT_COST_MODEL,
-) -> Plan:
+) -> ReshardPlan:
     """The cheapest plan from ``src`` to ``dst`` (memoised: models repeat the same reshards).
 
     >>> mesh = ProcessMesh([[0, 1, 2, 3], [4, 5, 6, 7]], dim_names=["dp", "mp"])
@@ -348,7 +348,7 @@ def plan_reshard(
             )
     lb = lower_bound_bytes(src, dst, shape, dtype)
     if src == dst:
-        return Plan(src, dst, shape, dtype, (), 0.0, 0, 0, lb)
+        return ReshardPlan(src, dst, shape, dtype, (), 0.0, 0, 0, lb)
     g, seen = _state_graph(src, dst, shape, dtype, cost)
     if dst not in seen:
         raise ReshardError(
@@ -358,7 +358,7 @@ def plan_reshard(
         )
     path = nx.shortest_path(g, src, dst, weight="w")
     steps_t = tuple(g.edges[u, v]["step"] for u, v in itertools.pairwise(path))
-    return Plan(
+    return ReshardPlan(
         src, dst, shape, dtype, steps_t,
         time=sum(s.time for s in steps_t),
         total_bytes=sum(s.total_bytes for s in steps_t),
@@ -400,7 +400,7 @@ def _state_graph(src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtype: st
 
 
 def _masked_plan(src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtype: str,
-                 cost: CostModel) -> Plan:
+                 cost: CostModel) -> ReshardPlan:
     """A reshard of a masked pending sum (``spmdrules.engine.masks``): its data is the plain
     sum's, so the plain sums' plan moves it, and dropping a mask is free. A mask is made only by
     the op that computes the sum: no reshard can make one, nor move one to another dim."""
