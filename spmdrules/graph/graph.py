@@ -86,8 +86,8 @@ class Graph:
     """
 
     __slots__ = (
-        "_annotated", "_attrs", "_auto", "_derived", "_nx", "_ops", "_tensor_order", "_tensors",
-        "_topo", "_unproduced", "name",
+        "_annotated", "_auto", "_derived", "_nx", "_ops", "_tensor_order", "_tensors", "_topo",
+        "_unproduced", "attrs_in_order", "name",
     )
     __hash__ = None  # type: ignore[assignment]  # compares by content, so not hashable
 
@@ -100,7 +100,9 @@ class Graph:
     _auto: int
     _annotated: dict[Tensor, Annotation]
     _unproduced: int
-    _attrs: list[DistAttr | None] | None
+    #: the attributes set at once (``set_attrs``), in ``tensors`` order; None once stored. A
+    #: plain slot, not a property: every ``Tensor.attr`` read on completion's hot path reads it
+    attrs_in_order: list[DistAttr | None] | None
     #: values that higher layers derive from the topology (completion's index), by key: kept
     #: with the graph, so they go when it goes, and dropped when it changes
     _derived: dict[str, Any]
@@ -116,7 +118,7 @@ class Graph:
         self._auto = 0
         self._annotated = {}  # the tensors with an annotation (kept by Tensor.annotation)
         self._unproduced = 0  # declared tensors no op produces yet (what validate() reports)
-        self._attrs = None  # the attributes set all at once: the module's docstring says why
+        self.attrs_in_order = None  # the attributes set all at once: the module's docstring says why
 
     # ---- context --------------------------------------------------------------------------------
     def __enter__(self) -> Graph:
@@ -332,7 +334,7 @@ class Graph:
         attrs: list[DistAttr | None] = [None] * len(self.tensors)
         for t, ann in self._annotated.items():
             attrs[t.order] = ann.attr
-        self._attrs = attrs
+        self.attrs_in_order = attrs
         return self
 
     def set_attrs(self, attrs: Sequence[DistAttr | None]) -> Graph:
@@ -342,13 +344,8 @@ class Graph:
                 f"graph {self.name!r}: set_attrs got {len(attrs)} attributes for "
                 f"{len(self.tensors)} tensors; give one per tensor, in Graph.tensors order"
             )
-        self._attrs = list(attrs)
+        self.attrs_in_order = list(attrs)
         return self
-
-    @property
-    def attrs_in_order(self) -> list[DistAttr | None] | None:
-        """The attributes set at once (``set_attrs``), in ``tensors`` order; None once stored."""
-        return self._attrs
 
     def note_annotation(self, t: Tensor, ann: Annotation | None) -> None:
         if ann is None:
@@ -363,7 +360,7 @@ class Graph:
     def store_attrs(self) -> None:
         """Write the all-at-once attributes into the tensors (before one changes or the tensor
         order does)."""
-        attrs, self._attrs = self._attrs, None
+        attrs, self.attrs_in_order = self.attrs_in_order, None
         if attrs is not None:
             assert self._tensor_order is not None
             for t, a in zip(self._tensor_order, attrs, strict=True):

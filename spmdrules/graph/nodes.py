@@ -27,8 +27,7 @@ class OwnerGraph(Protocol):
 
     name: str
 
-    @property
-    def attrs_in_order(self) -> list[DistAttr | None] | None: ...
+    attrs_in_order: list[DistAttr | None] | None
 
     def store_attrs(self) -> None: ...
 
