@@ -21,6 +21,9 @@ from spmdrules.core.errors import (
     UnknownOpError,
     UnsupportedError,
 )
+
+# before any layer that reads the rules: a source tree that shadows the install is refused here
+from spmdrules.core.installed import RULES_PACKAGE
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.core.placements import REDUCE_TYPES, Partial, Placement, Replicate, Shard
 from spmdrules.core.plugins import PluginError, load_plugins
@@ -80,8 +83,7 @@ __version__ = "0.1.0"
 # Every rule family registers its rules as it is imported. By name, because the families live in
 # the repository's ``rules/`` folder, which only the installed package maps to ``spmdrules.rules``:
 # mypy, which reads the source tree, cannot follow a static import of it.
-importlib.import_module("spmdrules.rules")
-
+importlib.import_module(RULES_PACKAGE)
 
 def __getattr__(name: str) -> object:
     # Completion's warning loads on first use: importing it here would make every process that

@@ -68,6 +68,12 @@ class OutputPathError(SpmdError, ValueError):
     folder, a FIFO, a device or a socket (spmdrules writes over a regular file or a new name)."""
 
 
+class RulesImportError(SpmdError, ImportError):
+    """The op rules imported under a name other than ``spmdrules.rules``: the repository's
+    ``rules/`` folder as a top-level ``rules``, or a source tree that shadows the installed
+    package. Each registers the rules a second time or not at all; the message names the fix."""
+
+
 class UnknownOpError(SpmdError, KeyError):
     """No rule is registered under this name."""
 

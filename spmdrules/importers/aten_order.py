@@ -21,8 +21,9 @@ The proof, for ``values, perm = sort(ids)`` along the only dim of a 1-D ``ids`` 
   rows) and by ``inv[perm] = arange(S)`` (``index_put`` into an empty tensor), whose ``inv`` is read
   only as the index of rows, each of a tensor of the region;
 * the region (every tensor computed from the rows read by ``perm``) has S rows and is read only by
-  row-wise ops: elementwise ops whose operands of the result's rank and more than one row are of
-  the region, and whose others (scalars, lower ranks, one row: broadcast over the rows) are not,
+  row-wise ops: elementwise ops (torch's ``pointwise`` category, and copies) whose operands of
+  the result's rank and more than one row are of the region, and whose others (scalars, lower
+  ranks, one row: broadcast over the rows) are not,
   splits, slices and unsqueezes off dim 0, views that keep dim 0, the grouped matmuls above (rows
   as input; every reader of the group ends is one), and the restore ``z[inv]``. Nothing of it is
   an output.
@@ -41,7 +42,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from spmdrules.graph.nodes import Tensor
-from spmdrules.importers.aten import Ctx
+from spmdrules.importers.aten import Ctx, tags
 from spmdrules.importers.aten_experts import grouped_by_ids
 from spmdrules.importers.converters import key
 from spmdrules.importers.unmapped import Blocked
@@ -52,14 +53,19 @@ Rewrite = Callable[[Ctx, dict[str, Any], Mapping[str, Any]], Any]
 #: node name -> its rewrite (None: the node is not imported: nothing reads it)
 Rewrites = dict[str, Rewrite | None]
 
-#: ops that compute each row of their result from the same row of their tensor operands
-_ROWWISE = frozenset({
-    "mul.Tensor", "add.Tensor", "sub.Tensor", "div.Tensor", "mul.Scalar", "add.Scalar",
-    "sub.Scalar", "div.Scalar", "silu.default", "gelu.default", "relu.default",
-    "sigmoid.default", "tanh.default", "neg.default", "exp.default", "pow.Tensor_Scalar",
-    "_to_copy.default", "clone.default", "alias.default",
-})
-#: ops that keep rows whole where their ``dim`` argument (position, default) is not dim 0
+#: the op category (torch's operator tag) of the elementwise ops: "each element of the output
+#: is computed only by accessing the corresponding element of all the broadcasted inputs"
+#: (torch's tags.yaml), so each row of the result from the same row of the operands that span
+#: the rows; no random op carries it
+POINTWISE = "pointwise"
+#: the same elements as their operand, which torch does not tag pointwise (a dtype copy, an alias)
+_COPIES = frozenset({"_to_copy.default", "alias.default"})
+#: ops that keep rows whole where their ``dim`` argument (position, default) is not dim 0. A
+#: list, because the facts it holds are in no table: torch tags no op by the dims it acts
+#: along, and each names its dim at its own position. The rules cannot stand in: a rule that
+#: lets dim 0 be split without communication says each block's rows come from the block (what a
+#: row's position may decide: tril / triu, a slice of dim 0), not that a permutation of the rows
+#: commutes with the op, which the proof needs.
 _OFF_ROWS = {"split_with_sizes.default": (2, 0), "split.Tensor": (2, 0),
              "slice.Tensor": (1, 0), "unsqueeze.default": (1, 0)}
 _VIEWS = frozenset({"view.default", "reshape.default", "_unsafe_view.default"})
@@ -247,7 +253,7 @@ class _Proof:
             d = _arg(u, *_OFF_ROWS[kind][:1], "dim", _OFF_ROWS[kind][1])
             rank = len(shape) + (kind == "unsqueeze.default") if shape else 0
             return [u] if isinstance(d, int) and d % max(rank, 1) != 0 else None
-        if kind in _ROWWISE:
+        if kind in _COPIES or POINTWISE in tags(u):
             out = _shape(u)
             if out is None:
                 return None

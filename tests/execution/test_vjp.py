@@ -134,6 +134,14 @@ CASES: dict[str, Build] = {
     "amin-keepdim": lambda g: ops.amin(_f(g, "x", [3, 5]), axis=[0], keep_dim=True),
     "frobenius_norm": lambda g: ops.frobenius_norm(_f(g, "x", [3, 4]), axis=[0, 1]),
     "full_like": lambda g: ops.full_like(_f(g, "x", [3, 4]), 2.0),
+    **{f"p_norm-{name}": (lambda g, a=attrs: ops.p_norm(_f(g, "x", [3, 4, 2]), **a))
+       for name, attrs in {
+           "2": {}, "1-axis0-keepdims": {"porder": 1.0, "axis": 0, "keepdims": True},
+           "3-vector": {"porder": 3.0, "asvector": True}, "1.5": {"porder": 1.5, "axis": 1},
+           "0.5-keepdims": {"porder": 0.5, "keepdims": True}, "-2": {"porder": -2.0, "axis": 1},
+           "inf": {"porder": float("inf"), "axis": 1},
+           "-inf-vector-keepdims": {"porder": float("-inf"), "asvector": True, "keepdims": True},
+           "0": {"porder": 0.0}}.items()},
     "slice": lambda g: ops.slice(_f(g, "x", [4, 5, 3]), axes=[0, 2], starts=[1, -2], ends=[3, 9],
                                  decrease_axis=[]),
     "slice-decrease": lambda g: ops.slice(_f(g, "x", [4, 5]), axes=[0], starts=[2], ends=[3],

@@ -3,7 +3,7 @@ reductions (``max.dim``/``min.dim`` with their indices, ``amax``/``amin``, ``max
 element, ``argmax``/``argmin``, ``linalg_vector_norm``) and ``scatter`` (of a number, of a
 tensor, ``scatter_add``) onto existing families (issue 26): the routers of ERNIE-4.5-MoE,
 DeepSeek-V4, Exaone-MoE and Granite, Inkling's norms. Before, each was an unmapped op. Each
-module is imported, run forward and (but the norms) in reverse on 2 simulated ranks with its
+module is imported, run forward and in reverse on 2 simulated ranks with its
 first input split, and equals torch; refusals are typed and name the node."""
 
 from __future__ import annotations
@@ -91,16 +91,62 @@ def test_scatter_reads_only_the_part_of_src_the_index_covers() -> None:
     np.testing.assert_array_equal(run_forward(fn, *args), fn(*args).numpy())
 
 
+#: x with the points where a norm has only a subgradient: zeros (a zero row), |x| ties for the
+#: extremes, and a row whose entries are all equal in magnitude
+EDGES = torch.tensor([[[0.0, 0.0, 0.0], [1.0, -2.0, 2.0]], [[-3.0, 3.0, 0.5], [0.0, 1.0, -1.0]],
+                      [[2.0, 2.0, -2.0], [0.0, 0.25, 0.0]], [[1.0, 0.0, -4.0], [4.0, 4.0, 4.0]]])
+INF = float("inf")
+
+
+@pytest.mark.parametrize(("fn", "x"), [
+    (lambda x: x / torch.linalg.vector_norm(x, dim=-1, keepdim=True), X),
+    (lambda x: x * torch.linalg.vector_norm(x, 3), X),
+    (lambda x: x.norm(2, 0) + 1.0, X),
+    (lambda x: torch.linalg.vector_norm(x, 1, dim=0) * 2.0, X),
+    (lambda x: torch.linalg.vector_norm(x, 0, dim=0, keepdim=True) * x, X),
+    (lambda x: torch.linalg.vector_norm(x, 2, dim=-1), EDGES),
+    (lambda x: torch.linalg.vector_norm(x, 1, dim=-1, keepdim=True), EDGES),
+    (lambda x: torch.linalg.vector_norm(x, INF, dim=-1), EDGES),
+    (lambda x: torch.linalg.vector_norm(x, -INF, dim=1), EDGES),
+    (lambda x: torch.linalg.vector_norm(x, 0.5, dim=-1), EDGES),
+    (lambda x: torch.linalg.vector_norm(x, 1.5, dim=-1), EDGES),
+    (lambda x: torch.linalg.vector_norm(x, 3, dim=-1), EDGES),
+    (lambda x: torch.linalg.vector_norm(x, -1, dim=1), EDGES + 0.5),
+    (lambda x: torch.linalg.vector_norm(x, 0, dim=-1) + torch.linalg.vector_norm(x), EDGES),
+], ids=["one dim, kept", "every element, p=3", "dim 0 (split)",
+        "p=1, dim 0 (split: a pending sum)", "p=0, dim 0 (split), kept", "p=2, a zero row",
+        "p=1 at zeros, kept", "inf, ties", "-inf, ties and zeros", "p=0.5 at zeros",
+        "p=1.5 at zeros", "p=3, a zero row", "p=-1", "p=0 and every element"])
+def test_vector_norms_equal_torch_forward_and_gradients(fn: Callable[..., Any], x: Any) -> None:
+    """Gradients as torch's autograd defines them, at the points of a subgradient too."""
+    assert_forward_and_gradients_equal_torch(fn, x)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(150)
+def test_norms_over_the_split_dim_on_2_mpi_ranks_equal_torch_forward_and_gradients() -> None:
+    """The reverse of a partial norm on real ranks: p=1 and p=0 over the split dim leave a
+    pending sum, each rank's cotangent from its own block; p=2 and p=0.5 gather the dim."""
+    def fn(x: Any) -> Any:
+        norm = torch.linalg.vector_norm
+        return (norm(x, 1, dim=0) * norm(x, 2, dim=0) + norm(x, 0.5, dim=0)
+                + norm(x, 0, dim=0, keepdim=True)[0] * norm(x, 3, dim=-1, keepdim=True)[0])
+
+    assert_forward_and_gradients_equal_torch(fn, EDGES.reshape(4, 2, 3), mpi=True)
+    assert_forward_and_gradients_equal_torch(fn, X, mpi=True)
+
+
 @pytest.mark.parametrize("fn", [
-    lambda x: x / torch.linalg.vector_norm(x, dim=-1, keepdim=True),
-    lambda x: x * torch.linalg.vector_norm(x, 3),
-    lambda x: torch.linalg.vector_norm(x, float("inf"), dim=(0, 1, 2), keepdim=True) - x,
-    lambda x: x.norm(2, 0) + 1.0,
-], ids=["one dim, kept", "every element, p=3", "every dim listed, inf, kept", "dim 0 (split)"])
-def test_vector_norms_equal_torch_forward(fn: Callable[..., Any]) -> None:
-    """``p_norm`` has no VJP registered: reverse mode through it is refused, typed, by the
-    executor, so the forward only."""
-    np.testing.assert_allclose(run_forward(fn, X), fn(X).numpy(), rtol=1e-5, atol=1e-6)
+    lambda x: torch.linalg.vector_norm(x, INF, dim=0),
+    lambda x: torch.linalg.vector_norm(x, INF, dim=(0, 1, 2), keepdim=True) - x,
+], ids=["dim 0 (split)", "every dim listed, kept"])
+def test_the_reverse_of_an_inf_norm_over_a_split_dim_is_refused_as_any_max(
+        fn: Callable[..., Any]) -> None:
+    """inf over dim 0 (split) leaves a pending max, whose derivative picks one rank's entries:
+    refused, typed, as for ``max`` over a split dim (docs/execution.md); the forward runs."""
+    np.testing.assert_allclose(run_forward(fn, X), fn(X).numpy(), rtol=1e-6)
+    with pytest.raises(sr.UnsupportedError, match="reverse mode through a pending max"):
+        assert_forward_and_gradients_equal_torch(fn, X)
 
 
 def test_a_norm_over_some_but_not_all_of_several_dims_is_refused_naming_the_node() -> None:

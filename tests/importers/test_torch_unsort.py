@@ -49,8 +49,14 @@ class Experts(nn.Module):
         up = torch.ops.transformers.grouped_mm_fallback(x_g, self.w1, offs=offs)
         gate, lin = up.chunk(2, dim=-1)
         h = nn.functional.silu(gate) * lin
+        if self.variant == "other_elementwise":
+            # elementwise ops no list of the importer named: a leaky clamp, a comparison
+            h = torch.where(gate > 0, gate, 0.1 * gate).clamp(-3.0, 3.0) * torch.rsqrt(
+                lin.abs() + 1.0)
         if self.variant == "rows_mixed":
             h = torch.cumsum(h, dim=0)  # row s now depends on the rows sorted before it
+        if self.variant == "rows_centred":
+            h = h - h.mean(dim=0, keepdim=True)  # every row now reads all of them
         # a 1-D weight per copy broadcasts over the columns (S = H at 3 tokens), not the rows
         col = w_g if self.variant == "weights_on_columns" else w_g[:, None]
         out = torch.ops.transformers.grouped_mm_fallback(h, self.w2, offs=offs) * col
@@ -86,7 +92,15 @@ def test_a_sort_the_program_undoes_row_by_row_is_imported_as_the_identity(tokens
     assert types.count("index_select") == 2 and "cumsum" not in types
 
 
-@pytest.mark.parametrize("variant", ["rows_mixed", "sorted_returned", "perm_returned",
+def test_any_elementwise_op_torch_tags_pointwise_keeps_the_sort_the_identity() -> None:
+    """where, gt, clamp, abs, rsqrt between the sort and the restore: row-wise by torch's own
+    category of the op, as silu and mul are."""
+    types = [op.type for op in _imported("other_elementwise").ops]
+    assert "argsort" not in types and "index_put" not in types
+    assert "where" in types and types.count("index_select") == 2
+
+
+@pytest.mark.parametrize("variant", ["rows_mixed", "rows_centred", "sorted_returned", "perm_returned",
                                      "ids_not_topk", "weights_on_columns"])
 def test_a_sort_whose_order_is_observed_is_imported_as_itself(variant: str) -> None:
     """A row-mixing op between the sort and the restore, the sorted values or the permutation

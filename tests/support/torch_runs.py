@@ -14,6 +14,7 @@ from spmdrules import plan
 from spmdrules.completion import complete
 from spmdrules.execution.adjoint import gradient_program
 from spmdrules.execution.lowering import lower
+from spmdrules.execution.mpi import run_mpi
 from spmdrules.execution.simulated import run_simulated
 from spmdrules.importers import torch as torch_import
 
@@ -29,9 +30,11 @@ class Fn(torch.nn.Module):
         return self.fn(*args)
 
 
-def assert_forward_and_gradients_equal_torch(fn: Callable[..., Any], *args: Any) -> Any:
+def assert_forward_and_gradients_equal_torch(fn: Callable[..., Any], *args: Any,
+                                             mpi: bool = False) -> Any:
     """``fn`` imported, its first input split on dp, run forward and in reverse on 2 simulated
-    ranks: the output equals torch's and the float inputs' gradients equal autograd's."""
+    ranks (2 MPI ranks with ``mpi``): the output equals torch's and the float inputs' gradients
+    equal autograd's."""
     imp = torch_import.export(Fn(fn), args)
     plan.apply(imp.graph, MESH, {imp.inputs[0]: plan.DataParallel(dim="dp")})
     (out,) = imp.outputs
@@ -41,11 +44,14 @@ def assert_forward_and_gradients_equal_torch(fn: Callable[..., Any], *args: Any)
     want = fn(*leaves)
     seed = np.random.default_rng(0).standard_normal(tuple(want.shape)).astype(np.float32)
     feeds[gp.seeds[out]] = seed
-    run = run_simulated(gp, feeds)
-    np.testing.assert_allclose(run.fetch(out), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    if mpi:
+        got = run_mpi(gp, feeds, nprocs=2, fetch=[out, *gp.grads.values()], timeout=120).values
+    else:
+        got = run_simulated(gp, feeds).fetch_all([out, *gp.grads.values()])
+    np.testing.assert_allclose(got[out], want.detach().numpy(), rtol=1e-5, atol=1e-6)
     want.backward(torch.from_numpy(seed))
     for name, leaf in zip(imp.inputs, leaves, strict=True):
         if leaf.requires_grad:
-            np.testing.assert_allclose(run.fetch(gp.grads[name]), leaf.grad.numpy(),
+            np.testing.assert_allclose(got[gp.grads[name]], leaf.grad.numpy(),
                                        rtol=1e-5, atol=1e-6, err_msg=name)
     return imp

@@ -145,14 +145,18 @@ def logsumexp_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[L
     return (np.asarray(out),)
 
 
+def p_norm_axes(ctx: LocalContext, x: Array) -> tuple[float, Axes, bool]:
+    """p_norm's order, reduced axes (every dim with ``asvector``) and keepdims."""
+    axis = () if ctx.attrs.get("asvector", False) else (int(ctx.attrs.get("axis", -1)),)
+    return float(ctx.attrs.get("porder", 2.0)), reduced_axes(ctx.op, x.ndim, axis), _keep(ctx)
+
+
 @register_kernel("p_norm")
 def p_norm_kernel(ctx: LocalContext, blocks: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
     """p=0 counts non-zeros, p=inf / -inf take the max / min of |x|, any other p is
     (sum |x|^p)^(1/p); asvector reduces every dim. epsilon only guards Paddle's gradient."""
     x = array(ctx, blocks, 0, "x")
-    p = float(ctx.attrs.get("porder", 2.0))
-    axis = () if ctx.attrs.get("asvector", False) else (int(ctx.attrs.get("axis", -1)),)
-    axes, keep = reduced_axes(ctx.op, x.ndim, axis), _keep(ctx)
+    p, axes, keep = p_norm_axes(ctx, x)
     a = np.abs(x)
     if p == 0:
         out = np.sum(a != 0, axis=axes, keepdims=keep).astype(x.dtype)
@@ -219,4 +223,4 @@ def _check_whole(ctx: LocalContext, mdm: Sequence[Sequence[int]], dims: Sequence
             )
 
 
-__all__ = ["AXIS_OPS", "REDUCE_BASE_TYPES", "reduce_block", "reduced_axes"]
+__all__ = ["AXIS_OPS", "REDUCE_BASE_TYPES", "p_norm_axes", "reduce_block", "reduced_axes"]

@@ -7,16 +7,23 @@ cotangent, and its block of the input cotangent is complete.
 
 Each axis reduction is described once, as its partial derivative given x, the result ``y`` and
 the cotangent ``g`` spread back over the reduced axes (:data:`GRADIENTS`).
+
+p_norm's derivative is torch's (``norm_backward``), subgradients included: 0 for p=0, sign(x) for
+p=1 (0 at 0), an inf-norm's cotangent shared evenly among the entries whose |x| ties the norm (or
+is NaN), and no cotangent where the norm is 0 (where x is 0 for p < 1). Its pending sum (p=0, 1
+over a sharded axis) needs only the rank's block; any other p keeps the reduced dims whole, so
+the rank's result is the global norm.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Final
 
 import numpy as np
 
-from spmdrules.execution.kernels.reduction import AXIS_OPS, mean_count, reduced_axes
+from spmdrules.execution.kernels.reduction import AXIS_OPS, mean_count, p_norm_axes, reduced_axes
 from spmdrules.execution.local import (
     Array,
     LocalContext,
@@ -77,6 +84,35 @@ def reduction_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[L
     g = cotangent(cts, 0, y)
     axes, keep = _axes_keep(ctx, x)
     dx = GRADIENTS[_what(ctx.op)](x, _spread(y, x, axes, keep), _spread(g, x, axes, keep), axes)
+    return (np.array(dx, dtype=x.dtype),)
+
+
+def _p_norm_gradient(p: float, x: Array, y: Array, g: Array, axes: Axes) -> Array:
+    """torch's ``norm_backward`` on x, the spread norm y and the spread cotangent g."""
+    if p == 0:
+        return np.zeros_like(x)
+    if p == 1:
+        return np.asarray(np.sign(x) * g)
+    a = np.abs(x)
+    if math.isinf(p):
+        hit = ((a == y) | np.isnan(a)).astype(x.dtype)
+        return np.asarray(np.sign(x) * hit * g / np.sum(hit, axis=axes, keepdims=True))
+    if p < 1:
+        scaled = np.where(x == 0, 0.0, np.sign(x) * a ** (p - 1))
+        return np.asarray(scaled * g * y ** (1 - p))
+    scaled = x * a ** (p - 2) if p >= 2 else np.sign(x) * a ** (p - 1)
+    return np.asarray(np.where(y == 0, 0.0, scaled * g / y ** (p - 1)))
+
+
+@register_vjp("p_norm")
+def p_norm_vjp(ctx: LocalContext, ins: Sequence[LocalValue], outs: Sequence[LocalValue],
+               cts: Sequence[LocalValue]) -> tuple[LocalValue, ...]:
+    x = array(ctx, ins, 0, "x")
+    y = array(ctx, outs, 0, "out")
+    g = cotangent(cts, 0, y)
+    p, axes, keep = p_norm_axes(ctx, x)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        dx = _p_norm_gradient(p, x, _spread(y, x, axes, keep), _spread(g, x, axes, keep), axes)
     return (np.array(dx, dtype=x.dtype),)
 
 
