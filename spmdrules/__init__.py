@@ -85,6 +85,7 @@ __version__ = "0.1.0"
 # mypy, which reads the source tree, cannot follow a static import of it.
 importlib.import_module(RULES_PACKAGE)
 
+
 def __getattr__(name: str) -> object:
     # Completion's warning loads on first use: importing it here would make every process that
     # imports any spmdrules module, each rank of every MPI job included, load the completion layer.
