@@ -1,12 +1,15 @@
-"""Reshard prices for the solver: the planner's steps, one shortest-path tree per layout.
+"""Reshard prices for the solver: the planner's steps, one shortest-path row per layout.
 
 ``plan_reshard`` searches the layouts reachable from its source for each pair it is asked; the
 solver asks for every pair of a tensor's candidate layouts, on every edge. So the state graph
 of one tensor kind (shape, dtype, mesh) is built once from the planner's own steps
-(``reshard_plans.transitions``, priced by the same calibrated ``CostModel``) and each source gets one
-Dijkstra tree (networkx) to every layout. The candidates split evenly and ask for no pending
-sum, so the planner's extra routes (uneven slices, box exchanges, ``zero_partial``) never
-apply; a masked pending sum moves as its plain sum (``reshard_plans._masked_plan``).
+(``reshard_plans.transitions``, priced by the same calibrated ``CostModel``), its layouts
+numbered, and each source gets one row of distances to every layout, from scipy's compiled
+Dijkstra over the graph as a sparse matrix (a model asks for thousands of sources on a 3-D mesh:
+a Python Dijkstra over ``DistAttr`` keys took most of the solve). The candidates split evenly
+and ask for no pending sum, so the planner's extra routes (uneven slices, box exchanges,
+``zero_partial``) never apply; a masked pending sum moves as its plain sum
+(``reshard_plans._masked_plan``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import functools
 import math
 from dataclasses import dataclass, field
 
-import networkx as nx
+import numpy as np
+from scipy.sparse import csr_array
+from scipy.sparse.csgraph import dijkstra
 
 from spmdrules.completion.cost import CostModel
 from spmdrules.completion.reshard_plans import transitions
@@ -26,45 +31,78 @@ Kind = tuple[tuple[int, ...], str]
 
 
 @dataclass(slots=True)
+class _States:
+    """The layouts of one tensor kind reached so far, numbered, and the planner's cheapest step
+    between each pair (``steps[(i, j)]``). Every layout numbered has all its steps, so the
+    layouts reachable from one are numbered with it and a row of distances, once computed,
+    stays true as the graph grows from other sources."""
+
+    index: dict[DistAttr, int] = field(default_factory=dict)
+    steps: dict[tuple[int, int], float] = field(default_factory=dict)
+    rows: dict[int, np.ndarray] = field(default_factory=dict)
+    matrix: csr_array | None = None
+
+    def number(self, a: DistAttr) -> int:
+        i = self.index.get(a)
+        if i is None:
+            i = self.index[a] = len(self.index)
+            self.matrix = None
+        return i
+
+    def graph(self) -> csr_array:
+        if self.matrix is None:
+            n = len(self.index)
+            ij = np.array(list(self.steps), dtype=np.int64).reshape(-1, 2)
+            # a free step (a local slice) is an explicit 0, which csgraph keeps as an edge
+            w = np.fromiter(self.steps.values(), float, len(self.steps))
+            self.matrix = csr_array((w, (ij[:, 0], ij[:, 1])), shape=(n, n))
+        return self.matrix
+
+
+@dataclass(slots=True)
 class Prices:
     """Seconds of the cheapest plan between two layouts of a tensor kind, memoised."""
 
     cost: CostModel
-    _graphs: dict[tuple[Kind, ProcessMesh], tuple[nx.DiGraph, set[DistAttr]]] = field(
-        default_factory=dict)
-    _trees: dict[tuple[Kind, DistAttr], dict[DistAttr, float]] = field(default_factory=dict)
+    _states: dict[tuple[Kind, ProcessMesh], _States] = field(default_factory=dict)
 
     def time(self, src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtype: str) -> float:
         src, dst = src.without_masks(), dst.without_masks()
         if src == dst:
             return 0.0
         kind = (shape, dtype)
-        tree = self._trees.get((kind, src))
-        if tree is None:
-            tree = self._trees[(kind, src)] = self._tree(src, kind)
-        return tree.get(dst, math.inf)
+        st = self._states.get((kind, src.mesh))
+        if st is None:
+            st = self._states[(kind, src.mesh)] = _States()
+        i = st.index.get(src)
+        if i is None:
+            i = self._grow(st, src, kind)
+        row = st.rows.get(i)
+        if row is None:
+            row = st.rows[i] = dijkstra(st.graph(), indices=i)
+        j = st.index.get(dst)
+        if j is None or j >= len(row):
+            return math.inf  # not reachable from src (numbered later, from another source)
+        d = float(row[j])
+        return d if math.isfinite(d) else math.inf
 
-    def _tree(self, src: DistAttr, kind: Kind) -> dict[DistAttr, float]:
-        g, grown = self._graphs.setdefault((kind, src.mesh), (nx.DiGraph(), set()))
-        if src not in grown:
-            self._grow(g, grown, src, kind)
-        return dict(nx.single_source_dijkstra_path_length(g, src, weight="w"))
-
-    def _grow(self, g: nx.DiGraph, grown: set[DistAttr], start: DistAttr, kind: Kind) -> None:
-        """Every layout reachable from ``start`` and its steps, once per layout."""
+    def _grow(self, st: _States, start: DistAttr, kind: Kind) -> int:
+        """Number every layout reachable from ``start`` and record its steps."""
         shape, dtype = kind
-        g.add_node(start)
-        grown.add(start)
+        first = st.number(start)
         todo = [start]
         while todo:
             a = todo.pop()
+            i = st.index[a]
             for s in transitions(a, shape, dtype, self.cost):
-                old = g.get_edge_data(a, s.dst)
-                if old is None or old["w"] > s.time:
-                    g.add_edge(a, s.dst, w=s.time)
-                if s.dst not in grown:
-                    grown.add(s.dst)
+                fresh = s.dst not in st.index
+                j = st.number(s.dst)
+                old = st.steps.get((i, j))
+                if old is None or old > s.time:
+                    st.steps[(i, j)] = s.time
+                if fresh:
                     todo.append(s.dst)
+        return first
 
 
 @functools.cache

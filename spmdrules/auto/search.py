@@ -89,6 +89,8 @@ class Candidate:
     estimate: cm.Estimate
     #: the size of the mesh's MILP: variables and constraint rows
     program: tuple[int, int] = (0, 0)
+    #: the mesh whose solve this plan was renamed from (its dims permuted), or None
+    twin: tuple[int, ...] | None = None
 
     def fits(self, budget: float) -> bool:
         return self.estimate.memory_bytes <= budget
@@ -215,29 +217,63 @@ def plan(graph: Graph, devices: int, *, memory_per_rank: str | int | float,
     budget = parse_size(memory_per_rank)
     shapes = _shapes(devices, mesh_shapes)
     opts = options or cm.Options()
-    if mesh_shapes is None and not opts.cost.per_dim:
-        # every mesh dim has the same links: a mesh and its permutations plan alike
+    symmetric = not opts.cost.per_dim  # every mesh dim has the same links
+    if mesh_shapes is None and symmetric:
+        # a mesh and its permutations plan alike: only the sorted one is tried
         shapes = list(dict.fromkeys(tuple(sorted(s)) for s in shapes))
     q = fold(graph)
     found: list[Candidate] = []
     floors: list[float] = []
+    solved: dict[tuple[int, ...], Candidate | None] = {}
     cutoff = math.inf  # the solver's best step so far: a mesh whose bound is above is skipped
     for shape in shapes:
-        mesh = _mesh(shape)
+        key = tuple(sorted(shape)) if symmetric else shape
+        if key in solved:
+            twin = solved[key]  # a permutation of a mesh solved: its plan, renamed
+            if twin is not None:
+                found.append(_from_twin(graph, twin, shape, opts))
+            continue
         try:
-            ch = solve(graph, mesh, budget, opts, _objective(objective), q, cutoff)
+            ch = solve(graph, _mesh(shape), budget, opts, _objective(objective), q, cutoff)
         except Infeasible as e:
             floors.append(e.floor)
+            solved[key] = None
             continue
         except (Pruned, Unsolved):
+            solved[key] = None
             continue
         cutoff = min(cutoff, ch.time)
-        specs = _annotations(graph, ch)
-        styles = {n: Translated(s, f"spmdrules.auto on mesh {list(shape)}")
-                  for n, s in specs.items()}
-        found.append(Candidate(mesh, specs, evaluate(graph, mesh, styles, opts),
-                               (ch.variables, ch.constraints)))
+        found.append(c := _candidate(graph, ch.mesh, _annotations(graph, ch), opts,
+                                     (ch.variables, ch.constraints)))
+        solved[key] = c
     return _choose(found, floors, budget, objective, devices)
+
+
+def _candidate(g: Graph, mesh: ProcessMesh, specs: dict[str, Spec], opts: cm.Options,
+               program: tuple[int, int], twin: tuple[int, ...] | None = None) -> Candidate:
+    styles = {n: Translated(s, f"spmdrules.auto on mesh {list(mesh.shape)}")
+              for n, s in specs.items()}
+    return Candidate(mesh, specs, evaluate(g, mesh, styles, opts), program, twin)
+
+
+def _from_twin(g: Graph, twin: Candidate, shape: tuple[int, ...], opts: cm.Options
+               ) -> Candidate:
+    """The plan on ``shape`` of a mesh whose dims are a permutation of ``twin``'s: its choice
+    with each mesh dim renamed to the one of equal size (links alike, so it is also optimal
+    there), estimated on its own mesh."""
+    free = list(range(len(shape)))
+    names: dict[str, str] = {}
+    for k, n in enumerate(twin.mesh.shape):
+        i = next(i for i in free if shape[i] == n)
+        free.remove(i)
+        names[DIM_NAMES[k]] = DIM_NAMES[i]
+
+    def dim(d: Any) -> Any:
+        return None if d is None else names[d] if isinstance(d, str) else tuple(
+            names[x] for x in d)
+
+    specs = {n: Spec(tuple(dim(d) for d in s.spec)) for n, s in twin.specs.items()}
+    return _candidate(g, _mesh(shape), specs, opts, twin.program, twin.mesh.shape)
 
 
 def _objective(o: str) -> Objective:
