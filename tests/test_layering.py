@@ -216,6 +216,18 @@ def test_an_mpi_rank_loads_no_completion_layer(entry: str, tmp_path: Path) -> No
     assert "DroppedSplitWarning" in dir(spmdrules)
 
 
+
+def test_an_mpi_rank_s_work_loads_no_networkx(tmp_path: Path) -> None:
+    # what a rank of run_mpi imports to run its program (mpi_worker.main): networkx, about a
+    # third of a rank's start-up CPU, is for sorting and planning graphs, which a rank does not
+    code = ("import sys\n"
+            "from spmdrules.execution.mpi import MPIExecutor\n"
+            "from spmdrules.execution.mpi_faults import watched\n"
+            "print(sorted(m for m in sys.modules if m.partition('.')[0] == 'networkx'))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=tmp_path)
+    assert run.stdout.strip() == "[]", run.stdout
+
 # ---- the check itself can fail ------------------------------------------------------------------
 @pytest.fixture
 def copy(tmp_path: Path) -> Tree:

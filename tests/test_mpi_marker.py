@@ -35,7 +35,8 @@ _OUTER_RUN = ("PYTEST_XDIST_", "PYTEST_CURRENT_TEST", "PYTEST_VERSION")
 
 def nested_pytest(args: list[str], *, cwd: Path, env: dict[str, str],
                   python: str | Path = sys.executable,
-                  timeout: float = NESTED_TIMEOUT) -> tuple[int, str]:
+                  timeout: float = NESTED_TIMEOUT,
+                  stacks_after: float | None = None) -> tuple[int, str]:
     """Run ``python -m pytest args...`` as a run of its own: its exit status and its output.
 
     The run (its controller and, under ``-n``, its xdist workers) is a process group of its own,
@@ -43,10 +44,14 @@ def nested_pytest(args: list[str], *, cwd: Path, env: dict[str, str],
     controller in this process (under xdist, this process is itself a worker: a nested worker
     left behind would hold the output pipe and the outer worker with it). The environment that
     the outer run gave this test is dropped, and faulthandler prints every thread of a stuck
-    run before the timeout, so a hang is reported, with where it is, as this test's failure."""
+    run before the timeout, so a hang is reported, with where it is, as this test's failure:
+    ``stacks_after`` seconds after a nested test starts (by default 0.8 of the timeout, which
+    counts from the run's start: a nested run that starts slowly on a loaded machine needs the
+    stacks earlier)."""
     env = {k: v for k, v in env.items() if not k.startswith(_OUTER_RUN)}
+    stacks = timeout * 0.8 if stacks_after is None else stacks_after
     cmd = [str(python), "-m", "pytest", "-p", "no:cacheprovider",
-           "-o", f"faulthandler_timeout={timeout * 0.8:g}", *args]
+           "-o", f"faulthandler_timeout={stacks:g}", *args]
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -110,9 +115,13 @@ def test_a_stuck_nested_run_fails_with_its_stacks_and_leaves_no_process(tmp_path
     (tmp_path / "test_stuck.py").write_text(STUCK_TEST)
     pid_file = tmp_path / "child.pid"
     env = {**os.environ, "CHILD_PID": str(pid_file)}
+    # the stacks 5 s into the stuck test, the kill 30 s into the run: the nested run may take up
+    # to 25 s to reach its test (at a load of 17 it took over 6 s, and stacks due 24 s into the
+    # test never came)
     with pytest.raises(pytest.fail.Exception, match="did not end in 30 s") as failed:
-        nested_pytest(["-p", "no:timeout", "test_stuck.py"], cwd=tmp_path, env=env, timeout=30)
-    assert "Timeout (0:00:24)!" in str(failed.value) and "test_stuck" in str(failed.value)
+        nested_pytest(["-p", "no:timeout", "test_stuck.py"], cwd=tmp_path, env=env, timeout=30,
+                      stacks_after=5)
+    assert "Timeout (0:00:05)!" in str(failed.value) and "test_stuck" in str(failed.value)
     child = int(pid_file.read_text())
     state = Path(f"/proc/{child}/stat")
     assert not state.exists() or state.read_text().split(") ")[1][0] == "Z", \

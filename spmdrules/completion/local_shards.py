@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import networkx as nx
 import numpy as np
 
 from spmdrules.core.attr import DistAttr, MultiDims
@@ -173,6 +172,8 @@ def overlap_total(src: DistAttr, dst: DistAttr, shape: tuple[int, ...]) -> int:
     """Sum over the processes of the overlap of their source and destination blocks. Tensor dims
     whose mappings share no mesh dim contribute independent factors, so the sum runs, per group
     of dims linked by their mesh dims, over those mesh dims' coordinates only."""
+    import networkx as nx  # here, not at the top: an MPI rank that never plans does not load it
+
     mesh_shape = src.mesh.shape
     sm, dm = src.multi_dims_mapping, dst.multi_dims_mapping
     links = nx.Graph()  # tensor dims ("d", i) linked through the mesh dims ("m", j) they use

@@ -37,9 +37,7 @@ import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Final, Literal
-
-import networkx as nx
+from typing import TYPE_CHECKING, Final, Literal
 
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.completion.local_shards import divisible as divisible
@@ -58,6 +56,9 @@ from spmdrules.core.attr import DistAttr, MultiDims, PartialItems
 from spmdrules.core.errors import SpmdError
 from spmdrules.core.mesh import ProcessMesh
 from spmdrules.graph.shapes.shape_rule import DTYPE_BYTES
+
+if TYPE_CHECKING:  # networkx loads with the first plan, not in every MPI rank that only runs one
+    import networkx as nx
 
 StepKind = Literal[
     "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "slice", "zero_partial", "p2p"
@@ -356,6 +357,8 @@ def plan_reshard(
             f"{dst.mapping_str()} on {dst.mesh!r} for shape {list(shape)}; the destination "
             "cannot be reached through evenly split states"
         )
+    import networkx as nx
+
     path = nx.shortest_path(g, src, dst, weight="w")
     steps_t = tuple(g.edges[u, v]["step"] for u, v in itertools.pairwise(path))
     return ReshardPlan(
@@ -372,6 +375,8 @@ def _state_graph(src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtype: st
     """The layouts a plan from ``src`` towards ``dst`` can pass through, breadth first: each
     edge the cheapest step between two of them (weight ``w``, the step ``step``); and the
     layouts reached."""
+    import networkx as nx
+
     g: nx.DiGraph[DistAttr] = nx.DiGraph()
     keep = frozenset((src, dst))
     rts = frozenset(rt for _, rt in dst.partial_items)

@@ -36,9 +36,7 @@ import contextvars
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import did_you_mean
@@ -64,8 +62,11 @@ from spmdrules.graph.errors import (
 )
 from spmdrules.graph.nodes import Op, Role, Tensor
 from spmdrules.graph.opschema import op_schema
-from spmdrules.graph.order import bipartite_view, cycle_error, lexicographic_order, natural_key
+from spmdrules.graph.order import bipartite_view, lexicographic_order, natural_key
 from spmdrules.graph.shapes.shape_rule import TensorMeta
+
+if TYPE_CHECKING:  # networkx loads with the first view or unsorted graph, not in every MPI rank
+    import networkx as nx
 
 _op_order = _tensor_order = attrgetter("order")
 _CURRENT: contextvars.ContextVar[tuple[Graph, ...]] = contextvars.ContextVar(
@@ -407,10 +408,7 @@ class Graph:
         """
         if self._topo is not None:
             return self._topo
-        try:
-            order = lexicographic_order(self._ops.values())
-        except nx.NetworkXUnfeasible:
-            raise cycle_error(self.name, self.nx) from None
+        order = lexicographic_order(self._ops.values(), self.name)
         src = sorted((t for t in self._tensors.values() if t.producer is None),
                      key=lambda t: natural_key(t.name))
         tensors = (*src, *(t for op in order for t in flat_slots(op.results, Tensor)))

@@ -11,14 +11,15 @@ finds and replays repeated layers only where they are contiguous (``completion.b
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable
-from typing import Final
-
-import networkx as nx
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Final
 
 from spmdrules.core.spec import flat_slots
 from spmdrules.graph.errors import GraphCycleError
 from spmdrules.graph.nodes import Op, Tensor
+
+if TYPE_CHECKING:  # networkx loads where a graph is sorted or viewed, not in every MPI rank
+    import networkx as nx
 
 _DIGITS: Final = re.compile(r"(\d+)")
 
@@ -32,12 +33,12 @@ def natural_key(name: str) -> tuple[tuple[str | int, ...], str]:
     return tuple(parts), name
 
 
-def lexicographic_order(ops: Iterable[Op]) -> tuple[Op, ...]:
+def lexicographic_order(ops: Collection[Op], graph: str) -> tuple[Op, ...]:
     """``ops`` in topological order (each after the producers of its operands), built from the
     end: each step places, last, the op with the greatest ``natural_key`` among those whose
     readers are all placed. That is networkx's lexicographical topological sort of the reversed
     dependency graph, greatest key first, read backwards. Sets ``Op.order``. A cycle raises
-    ``networkx.NetworkXUnfeasible``.
+    ``GraphCycleError`` naming ``graph`` and the cycle.
 
     When the ops sorted by key are already in topological order, that sorted order is the
     result itself (at each step the greatest remaining op has no reader left), so no graph is
@@ -50,12 +51,19 @@ def lexicographic_order(ops: Iterable[Op]) -> tuple[Op, ...]:
     if all(t.producer.order < op.order for op in ranked
            for t in flat_slots(op.operands, Tensor) if t.producer is not None):
         return tuple(ranked)
+    import networkx as nx
+
     rank = {op: -i for i, op in enumerate(ranked)}
     deps = nx.DiGraph()
     deps.add_nodes_from(ranked)
     deps.add_edges_from((op, t.producer) for op in ranked
                         for t in flat_slots(op.operands, Tensor) if t.producer is not None)
-    order = tuple(nx.lexicographical_topological_sort(deps, key=rank.__getitem__))[::-1]
+    try:
+        order = tuple(nx.lexicographical_topological_sort(deps, key=rank.__getitem__))[::-1]
+    except nx.NetworkXUnfeasible:
+        tensors = {t for op in ops for t in (*flat_slots(op.operands, Tensor),
+                                             *flat_slots(op.results, Tensor))}
+        raise cycle_error(graph, bipartite_view(tensors, ops)) from None
     for i, op in enumerate(order):
         op.order = i
     return order
@@ -64,6 +72,8 @@ def lexicographic_order(ops: Iterable[Op]) -> tuple[Op, ...]:
 def bipartite_view(tensors: Collection[Tensor], ops: Collection[Op]) -> nx.DiGraph:
     """The graph as a networkx DiGraph: Op and Tensor objects are its nodes, with an edge
     tensor -> op for each operand and op -> tensor for each result."""
+    import networkx as nx
+
     g = nx.DiGraph()
     g.add_nodes_from(tensors)
     g.add_nodes_from(ops)
@@ -74,6 +84,8 @@ def bipartite_view(tensors: Collection[Tensor], ops: Collection[Op]) -> nx.DiGra
 
 def cycle_error(graph: str, view: nx.DiGraph) -> GraphCycleError:
     """The error for a cycle of ``view`` (``bipartite_view``), naming its ops and tensors."""
+    import networkx as nx
+
     edges = nx.find_cycle(view)
     ops = [u.name for u, _ in edges if isinstance(u, Op)]
     via = [u.name for u, _ in edges if isinstance(u, Tensor)]
