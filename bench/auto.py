@@ -171,9 +171,37 @@ def calibrate(write: bool) -> None:
             "date": datetime.date.today().isoformat(),
             "command": "python bench/auto.py --calibrate --write"}
     print(json.dumps(data, indent=2))
+    _row_ops(x.reshape(4096, 1024))
     if write:
         CALIBRATION_FILE.write_text(json.dumps(data, indent=2) + "\n")
         print(f"wrote {CALIBRATION_FILE}")
+
+
+def _row_ops(x: np.ndarray) -> None:
+    """The time per element the cost model counts (operands' and results' elements) of ops it
+    prices at the elementwise rate, over ``x + x``'s, each timed beside ``x + x`` in turn (a
+    load hits both): a row's reduction, and softmax, which the rate does not see apart
+    (docs/auto.md, "Limits")."""
+    n = x.size
+
+    def softmax() -> object:
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    ops: dict[str, tuple[Callable[[], object], int]] = {
+        "relu": (lambda: np.maximum(x, 0), 2 * n), "exp": (lambda: np.exp(x), 2 * n),
+        "row sum": (lambda: x.sum(-1, keepdims=True), n + x.shape[0]),
+        "softmax": (softmax, 2 * n)}
+    for name, (fn, counted) in ops.items():
+        ratios = []
+        for _ in range(15):
+            t0 = time.perf_counter()
+            fn()
+            t1 = time.perf_counter()
+            _ = x + x
+            t2 = time.perf_counter()
+            ratios.append((t1 - t0) / counted / ((t2 - t1) / (3 * n)))
+        print(f"{name:<8} {float(np.median(ratios)):6.2f} x the elementwise time per element")
 
 
 def main(argv: list[str] | None = None) -> None:

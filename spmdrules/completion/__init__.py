@@ -23,10 +23,10 @@ Policy (``docs/completion.md``). A tensor takes, in order:
 
 An offer loses the splits that do not fit (divisibility: a dim shorter than its pieces would leave
 a process an empty block) and keeps the others; uneven blocks fit. When
-an op's rule refuses its operands together (a conflict), the highest-ranked operand is kept, then
-the cheapest choice, and the others are resharded. When an operand's attribute is not the one
-its consumer needs, or a result's not the one its producer makes, the edge gets a reshard
-(partial results that a consumer needs reduced included).
+an op's rule refuses its operands together (a conflict), the highest-ranked operand or a result
+its annotation fixes is kept, the cheapest choice, and the others are resharded. When an
+operand's attribute is not the one its consumer needs, or a result's not the one its producer
+makes, the edge gets a reshard (partial results that a consumer needs reduced included).
 
 Meshes (pipeline stages), as Paddle's Completer: an op runs on the mesh of its highest-ranked
 known operand; ties go to the later mesh (activations flow into the next stage). A tensor used on

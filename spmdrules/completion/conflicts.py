@@ -4,12 +4,21 @@ An op's rule settles operands that disagree by a fixed order (the matmul rule ha
 mesh dim to the batch letters first, the einsum engine to the first letter): that order never
 sees what the answer forces on the operands. Completion prices it. When the rule's answer would
 reshard an operand it was given, the rule is asked again with each known operand's layout left
-free in turn (what the op needs given its *other* operands alone), and the candidate whose
-reshards of all the operands cost least wins; the rule's own answer wins ties. Every candidate
-is a rule's answer: the rules stay as Paddle's, and the cost only picks among them.
+free in turn (what the op needs given its *other* operands alone), and, for each result an
+annotation fixes whole, what the op needs to make that result (its reverse rule's need, answered
+again by its forward rule); the candidate whose reshards of the operands, and of the fixed
+results from what the op makes, cost least wins; the rule's own answer wins ties. Every
+candidate is a rule's answer: the rules stay as Paddle's, and the cost only picks among them.
+The fixed results matter where an operand's split loses its mesh dim to another operand's
+(a convolution given H and C_out on one mesh dim): the rule's answers then gather the operand
+whole, run the op on more data than it needs and slice the result back to its annotation, where
+the result's own need gathers only the contested dim.
 
 When the rule refuses the operands together, ``settle_conflict`` keeps one of them (the
-highest-ranked, then the cheapest) and records why the others lost.
+highest-ranked, then the cheapest) or a result the annotations fix whole, priced the same way,
+and records why the others lost: keeping an operand whose split the op refuses (a transposed
+convolution's input channels) gathers it and slices the result, a result-side reshard that
+moves nothing, where resharding it into the split the result needs runs the op split.
 """
 
 from __future__ import annotations
@@ -137,6 +146,11 @@ class Rules:
             c = self.price(k, specs, known, n2, o2)
             if c < best[0]:
                 best = (c, n2, o2)
+        if best[0] > 0.0:
+            for _, (n2, o2) in self.keeping_results(self.ops[k], mesh):
+                c = self.price(k, specs, known, n2, o2)
+                if c < best[0]:
+                    best = (c, n2, o2)
         return best[1], best[2], best[0]
 
     def price(self, k: int, specs: Sequence[TensorSpec], known: Sequence[bool],
@@ -149,11 +163,10 @@ class Rules:
         for i, s, kn, n in zip(self.ins[k], specs, known, need, strict=True):
             if kn and i != skip:
                 total += reshard_time(s.attr, n, shapes[i], tensors[i].dtype, cost)
-        anns = self.ann
         for i, o in zip(self.outs[k], outs, strict=True):
-            ann = anns[i]
-            if ann is not None and ann.is_fully_closed and ann.attr.mesh == o.mesh:
-                total += reshard_time(o, ann.attr, shapes[i], tensors[i].dtype, cost)
+            fixed = self.fixed(i, o.mesh)
+            if fixed is not None:
+                total += reshard_time(o, fixed, shapes[i], tensors[i].dtype, cost)
         return total
 
     def given(self, k: int, i: int, v: DistAttr | None) -> tuple[DistAttr, float] | None:
@@ -180,14 +193,15 @@ class Rules:
         return need[len(ins) - 1 - ins[::-1].index(i)], total
 
     def settle_conflict(self, op: Op, mesh: ProcessMesh, error: SpmdError) -> Answer:
-        """The rule refused the operands together: keep one known operand (highest rank, then
-        the cheapest total reshard), give the others placeholders, and record the losers."""
+        """The rule refused the operands together: keep one known operand (highest rank) and
+        give the others placeholders, or keep a result the annotations fix whole; the cheapest
+        total reshard wins (module docs), an operand on ties, and the losers are recorded."""
         st = self.st
         ins = op.inputs
         known = [(j, t) for j, t in enumerate(ins) if st.attr[t.order] is not None]
         top = max(st.rank[t.order] for _, t in known)
         full = self.spec_fn(mesh)
-        best: tuple[float, int, tuple[DistAttr, ...], tuple[DistAttr, ...]] | None = None
+        best: tuple[float, int, int, tuple[DistAttr, ...], tuple[DistAttr, ...]] | None = None
         for pos, (slot, keep) in enumerate(known):
             if st.rank[keep.order] != top:
                 continue
@@ -202,13 +216,13 @@ class Rules:
                 need, outs = op.flat_info(op.rule.infer_forward(*op.forward_args(spec)))
             except SpmdError:
                 continue
-            total = 0.0
-            for t, n in zip(ins, need, strict=True):
-                a = st.attr[t.order]
-                if a is not None:
-                    total += reshard_time(a, n, t.shape, t.dtype, self.cost)
+            total = self.conflict_price(op, need, outs)
             if best is None or (total, pos) < (best[0], best[1]):
-                best = (total, pos, need, outs)
+                best = (total, pos, slot, need, outs)
+        for r, answer in self.keeping_results(op, mesh):
+            total = self.conflict_price(op, *answer)
+            if best is None or total < best[0]:
+                best = (total, len(known) + r, -2 - r, *answer)
         if best is None:
             given = ", ".join(f"{t.name}={full(t).attr.mapping_str()}" for _, t in known)
             raise UnresolvableConflictError(
@@ -216,7 +230,7 @@ class Rules:
                 f"({given}) and every one of them alone: {error}. Change the annotations that "
                 "reach this op"
             ) from error
-        need = best[2]
+        need = best[3]
         for t, n in zip(ins, need, strict=True):
             a = st.attr[t.order]
             if a is not None and a != n:
@@ -225,6 +239,67 @@ class Rules:
                 st.reject(t.order, Refusal(
                     RawOffer(n, WEAK, op.order - self.base[t.order], DEM, -1), "rule",
                     f"{op.type} cannot take it together with its other operands ({error}); "
-                    "the op keeps", known[best[1]][0],
+                    "the op keeps", best[2],
                 ))
-        return need, best[3]
+        return need, best[4]
+
+    def conflict_price(self, op: Op, need: Sequence[DistAttr], outs: Sequence[DistAttr]
+                       ) -> float:
+        """Seconds of the reshards a conflict's answer forces: each known operand's to ``need``
+        and, from ``outs``, each result's to the layout its annotation fixes whole."""
+        st, cost = self.st, self.cost
+        total = 0.0
+        for t, n in zip(op.inputs, need, strict=True):
+            a = st.attr[t.order]
+            if a is not None:
+                total += reshard_time(a, n, t.shape, t.dtype, cost)
+        for t, o in zip(op.outputs, outs, strict=True):
+            fixed = self.fixed(t.order, o.mesh)
+            if fixed is not None:
+                total += reshard_time(o, fixed, t.shape, t.dtype, cost)
+        return total
+
+    def fixed(self, i: int, mesh: ProcessMesh) -> DistAttr | None:
+        """The layout on ``mesh`` that tensor ``i``'s annotation fixes whole, or None."""
+        ann = self.ann[i]
+        if ann is None or not ann.is_fully_closed or ann.attr.mesh != mesh:
+            return None
+        return ann.attr
+
+    def given_slot(self, mesh: ProcessMesh, t: Tensor, need: Sequence[DistAttr], slot: int
+                   ) -> TensorSpec:
+        """Operand slot ``slot`` laid out as ``need`` says (a generic rule's results, after
+        the operands, as placeholders)."""
+        if slot < len(need):
+            return cached_spec(t.shape, need[slot])
+        return self.placeholder(mesh, t.shape)
+
+    def keeping_results(self, op: Op, mesh: ProcessMesh) -> Iterator[tuple[int, Answer]]:
+        """Per result the annotations fix whole (no offer overturns it): the answer of the op's
+        forward rule on what its reverse rule needs of the operands to make that result (the
+        other results as placeholders); none where a rule refuses, or has no reverse."""
+        if not op.rule.has_reverse:
+            return
+        for r, t in enumerate(op.outputs):
+            fixed = self.fixed(t.order, mesh)
+            if fixed is None:
+                continue
+
+            def spec(u: Tensor, t: Tensor = t, fixed: DistAttr = fixed) -> TensorSpec:
+                return (cached_spec(u.shape, fixed) if u is t
+                        else self.placeholder(mesh, u.shape))
+
+            self.rule_calls += 2
+            try:
+                need = op.flat_info(op.rule.infer_reverse(*op.reverse_args(spec)))[0]
+                # by operand slot, not by tensor: one tensor in two slots may be needed twice
+                slots = itertools.count()
+
+                def needed(u: Tensor, need: tuple[DistAttr, ...] = need,
+                           slots: Iterator[int] = slots) -> TensorSpec:
+                    return self.given_slot(mesh, u, need, next(slots))
+
+                answer = op.flat_info(op.rule.infer_forward(*op.forward_args(needed)))
+            except SpmdError:
+                continue
+            yield r, answer

@@ -41,7 +41,8 @@ class Refusal(NamedTuple):
     reason: str
     detail: str
     #: the position among the op's operands of the one a conflict kept (its name ends the
-    #: detail), or -1: so that a refusal names no tensor and reads the same in every layer
+    #: detail), ``-2 - r`` for its result ``r`` kept as annotated, or -1: so that a refusal
+    #: names no tensor and reads the same in every layer
     kept: int
 
 

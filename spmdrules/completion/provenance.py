@@ -35,6 +35,9 @@ class Provenance:
             if kept >= 0:
                 name = run.tensors[run.ins[self.op_of(o, i)][kept]].name
                 detail = f"{detail} {name} and reshards this operand"
+            elif kept <= -2:  # a result its annotation fixes (``Rules.settle_conflict``)
+                name = run.tensors[run.outs[self.op_of(o, i)][-2 - kept]].name
+                detail = f"{detail} its result {name} as annotated and reshards this operand"
             out.append((o, why, detail))
         return out
 

@@ -43,3 +43,17 @@ def test_softmax_and_norms_stay_elementwise() -> None:
     named = [op for op in g.ops if op.name.endswith(("softmax", "_norm"))]
     assert len(named) == 3  # the softmax and the two RMS norms (their scale a parameter)
     assert not any(cm.work(op).contraction for op in named)
+
+
+def test_a_softmax_is_one_elementwise_pass_over_its_operand_and_result() -> None:
+    # measured (docs/auto.md, "Limits"): a reduction along a whole axis costs one elementwise
+    # pass; softmax is priced so, per element of its operand and its result, split or not
+    g = examples.llama_decoder(1, MESH, annotate=False, batch=2, seq=8, hidden=16, heads=2,
+                               kv_heads=1, ffn=32, vocab=32)
+    (op,) = [op for op in g.ops if op.type == "softmax"]
+    (x,), (out,) = op.inputs, op.outputs
+    assert cm.work(op) == cm.Work(float(x.numel + out.numel), False)
+    opts = cm.Options()
+    whole = cm.TRAINING_FACTOR * (x.numel + out.numel) / opts.rate.elementwise
+    assert cm.compute_time(op, 1, opts) == pytest.approx(whole)
+    assert cm.compute_time(op, 4, opts) == pytest.approx(whole / 4)

@@ -224,3 +224,34 @@ def test_the_plans_the_cost_changed_run_on_mpi_equal_to_serial(case: str) -> Non
     g = build()
     prog, feeds = _feeds(g, 7)
     assert_mpi_equals_serial(g, feeds, prog=prog, nprocs=nprocs)
+
+
+def _upconv(x_dims: tuple[Any, ...], out_dims: tuple[Any, ...] | None) -> Completion:
+    """A 2x2 stride-2 transposed conv (U-Net's up path) whose input comes channel-split (a
+    layout the op refuses: its input channels are summed) and whose result is annotated."""
+    mesh = sr.ProcessMesh(list(range(4)), dim_names=["x"])
+    with Graph("upconv") as g:
+        x = g.input("x", [8, 64, 8, 8])
+        w = g.param("w", [64, 32, 2, 2])
+        y = ops.conv2d_transpose(x, w, strides=(2, 2), name="up")
+    shard(x, mesh, x_dims)
+    shard(w, mesh, (None,) * 4)
+    if out_dims is not None:
+        shard(y, mesh, out_dims)
+    return complete(g)
+
+
+def test_a_refused_operand_is_resharded_into_the_split_its_annotated_result_needs() -> None:
+    # The rule refuses x split on C_in. Keeping the replicated weight alone gathers x, runs the
+    # conv on every process and slices the result to its annotated batch split; keeping the
+    # annotated result moves x by one all-to-all (C_in split -> N split) and runs it split
+    r = _upconv((None, "x", None, None), ("x", None, None, None))
+    assert [(e.tensor, e.side, e.src.mapping_str(), e.dst.mapping_str()) for e in r.reshards] \
+        == [("x", "operand", "[-1,0,-1,-1]", "[0,-1,-1,-1]")]
+    assert [s.kind for p in r.plans() for s in p.steps] == ["all_to_all"]
+    gathered = _upconv((None, "x", None, None), None)  # nothing fixes the result: gathered
+    assert [e.dst.mapping_str() for e in gathered.reshards] == ["[-1,-1,-1,-1]"]
+    assert r.plans()[0].time < gathered.plans()[0].time
+    assert "its result up as annotated" in explain(r, "x")
+    prog = lower(r)
+    assert_simulated_equals_serial(r.graph, random_feeds(prog, seed=0), prog=prog, loss="up")
