@@ -263,12 +263,6 @@ def _group(attrs: Sequence[DistAttr], xs: Sequence[int]) -> dict[DistAttr, list[
 _EDGE_PRICES: dict[Any, dict[tuple[DistAttr, DistAttr], tuple[float, int]]] = {}
 
 
-def _price(a: DistAttr, r: DistAttr, t: Tensor, opts: cm.Options) -> tuple[float, int]:
-    """A reshard's time (forward and back) and its buffer, memoised per tensor kind: a model
-    repeats its edges' shapes and layouts."""
-    return _kind_prices(t, opts)(a, r)
-
-
 def _kind_prices(t: Tensor, opts: cm.Options
                  ) -> Callable[[DistAttr, DistAttr], tuple[float, int]]:
     memo = _EDGE_PRICES.setdefault((t.shape, t.dtype, opts), {})
