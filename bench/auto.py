@@ -84,21 +84,23 @@ def _mesh(shape: tuple[int, ...], names: tuple[str, ...]) -> sr.ProcessMesh:
 
 @dataclass(frozen=True)
 class Model:
-    """An imported model: its graph, the value of every source (its own weights and the
-    example input, floats as float64 for the MPI check) and the tensor it returns."""
+    """An imported model: its name (the bench's kind), its graph, the value of every source
+    (its own weights and the example input, floats as float64 for the MPI check) and the
+    tensor it returns."""
 
+    name: str
     graph: Any
     feeds: dict[str, np.ndarray]
     output: str
 
 
-def _imported(module: Any, x: Any, **kw: Any) -> Model:
+def _imported(name: str, module: Any, x: Any, **kw: Any) -> Model:
     from spmdrules.importers import torch as torch_import
 
     im = torch_import.export(module, (x,), **kw)
     feeds = {k: v.astype(np.float64) if np.issubdtype(v.dtype, np.floating) else v
              for k, v in im.feeds(x).items()}
-    return Model(im.graph, feeds, im.outputs[0])
+    return Model(name, im.graph, feeds, im.outputs[0])
 
 
 def _decoder(kind: str, layers: int = 2) -> tuple[Model, dict[str, Any]]:
@@ -106,7 +108,7 @@ def _decoder(kind: str, layers: int = 2) -> tuple[Model, dict[str, Any]]:
     from hf_models import DECODERS, SIZES, decoder
 
     ids = torch.randint(0, SIZES["vocab"], (BATCH, SEQ), generator=torch.Generator().manual_seed(0))
-    return _imported(decoder(kind, layers=layers), ids), DECODERS[kind][1]
+    return _imported(kind, decoder(kind, layers=layers), ids), DECODERS[kind][1]
 
 
 def _cnn(kind: str) -> Model:
@@ -115,23 +117,23 @@ def _cnn(kind: str) -> Model:
 
     x = torch.randn(BATCH, 3, IMAGE, IMAGE, generator=torch.Generator().manual_seed(0))
     module = resnet18() if kind == "resnet18" else unet()
-    return _imported(module, x, spatial_sharding=True)
+    return _imported(kind, module, x, spatial_sharding=True)
 
 
 class MpiRuns:
     """``--mpi``: each plan run on as many MPI ranks as its mesh has processes, forward and
     gradients against serial numpy, bytes against the plan's; a plan met twice (the same
-    annotations at both budgets) runs once. Every failure is kept for the exit status."""
+    model and annotations at both budgets) runs once. Every failure is kept for the exit status."""
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
         self.failures: list[str] = []
-        self._done: dict[tuple[str, str], str] = {}
+        self._done: dict[tuple[str, str, str], str] = {}
 
     def cell(self, what: str, model: Model, mesh: sr.ProcessMesh, styles: dict[str, Any]
              ) -> str:
         """The plan's MPI columns (``what`` names it in a failure)."""
-        key = (json.dumps([list(mesh.shape), list(mesh.dim_names)]),
+        key = (model.name, json.dumps([list(mesh.shape), list(mesh.dim_names)]),
                json.dumps({k: repr(v) for k, v in sorted(styles.items())}))
         if key not in self._done:
             self._done[key] = self._run(what, model, mesh, styles)

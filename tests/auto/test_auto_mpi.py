@@ -73,7 +73,8 @@ def test_a_check_names_each_error_over_its_tolerance_and_each_edge_off_its_plan(
 
 def test_the_bench_reports_a_plan_that_cannot_run_and_keeps_it_for_its_exit_status() -> None:
     im = exported("llama", batch=2, layers=1)
-    model = bench_auto.Model(im.graph, _float64(im.feeds(token_ids(2))), im.outputs[0])
+    model = bench_auto.Model("llama", im.graph, _float64(im.feeds(token_ids(2))),
+                             im.outputs[0])
     runs = bench_auto.MpiRuns(timeout=60)
     mesh = bench_auto._mesh((4,), ("x",))
     bad = {"input_ids": plan.Spec(("x", "x"))}  # one mesh dim on two tensor dims
@@ -82,5 +83,8 @@ def test_the_bench_reports_a_plan_that_cannot_run_and_keeps_it_for_its_exit_stat
     assert runs.failures and runs.failures[0].startswith("llama 4 bad: failed:")
     assert runs.cell("llama 4 bad again", model, mesh, bad) == cell  # the same plan runs once
     assert len(runs.failures) == 1
+    other = bench_auto.Model("other", model.graph, model.feeds, model.output)
+    runs.cell("other 4 bad", other, mesh, bad)  # another model's plan is its own
+    assert len(runs.failures) == 2
     # the graph is left as it was: no annotation of the failed plan stays on it
     assert all(t.annotation is None for t in im.graph.tensors)
