@@ -1,7 +1,7 @@
 """Auto-sharding against hand plans, side by side in one run (issue 27).
 
     .venv/bin/python bench/auto.py [--models llama,mixtral,resnet18,unet] [--devices 4 8]
-        [--solve-layers 32] [--calibrate [--write]]
+        [--solve-layers 32] [--mpi [--mpi-timeout 1200]] [--calibrate [--write]]
 
 For each model and device count, at a loose budget (64 GiB per rank) and a tight one (60% of
 what data parallelism needs: the model does not fit replicated), it prints the step time and
@@ -19,6 +19,20 @@ A hand plan that cannot be applied or completed prints its one-line reason; one 
 is marked ``over``. ``auto/best`` is the auto plan's predicted time over the fastest hand plan
 that fits. Then the wall time of ``auto.plan`` for a ``--solve-layers``-layer LLaMA (hidden 256,
 imported by torch.export) on 8 devices, the issue's target being at most 10 s.
+
+``--mpi`` runs each auto plan, and each hand plan that fits the budget (if the processes'
+predicted memory together is below ``MPI_HAND_MEMORY``), on as many MPI ranks as its mesh has
+processes (``mpiexec``, oversubscribed; the tests' harness, tests/support/sharded_runs.py
+``run_against_serial``): the model's own weights and input in float64, its output seeded with
+a random cotangent, the gradient program (forward and reverse) run once. It prints, under the
+plan, ``mpi fwd/grad max err`` (the output and every gradient against serial numpy's forward
+and reverse mode, relative to each tensor's scale) and ``bytes measured/planned`` (the bytes
+the runtime counted on every reshard edge and halo exchange, forward and reverse, against what
+the plans predict; beside them the bytes of ops' own all-reduces, such as a replicated
+weight's gradient under data parallelism, which no plan predicts). A plan met twice (the same
+annotations at both budgets) runs once. An error above ``MPI_TOL``, an edge whose bytes differ
+from its plan, or a plan that cannot be lowered or run is printed ``!!! MPI MISMATCH !!!``,
+listed again at the end, and the script exits 1. ``--mpi-timeout`` bounds each job.
 
 ``--calibrate`` measures this machine's compute rates per process (one BLAS thread: a rank
 has one core) and prints them; ``--write`` stores them in spmdrules/auto/calibration.json.
@@ -38,7 +52,9 @@ import json
 import platform
 import sys
 import time
+import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,36 +66,120 @@ import spmdrules as sr
 from spmdrules import auto, plan
 from spmdrules.auto.cost import CALIBRATION_FILE
 from spmdrules.completion.reshard_plans import fmt_bytes
+from spmdrules.completion.result import DroppedSplitWarning
 
 LOOSE = 64 << 30
 TIGHT_FRACTION = 0.6
 BATCH, SEQ, IMAGE = 8, 32, 32
+#: ``--mpi``: the largest relative error (float64 data) still equal to serial
+MPI_TOL = 1e-10
+#: ``--mpi``: a hand plan runs only if its processes' predicted memory, together, is below this
+#: (a replicated MoE batch holds every token copy's expert weights on every rank)
+MPI_HAND_MEMORY = 4 << 30
 
 
 def _mesh(shape: tuple[int, ...], names: tuple[str, ...]) -> sr.ProcessMesh:
     return sr.ProcessMesh.from_shape(shape, dim_names=names)
 
 
-def _decoder(kind: str, layers: int = 2) -> tuple[Any, dict[str, Any]]:
+@dataclass(frozen=True)
+class Model:
+    """An imported model: its name (the bench's kind), its graph, the value of every source
+    (its own weights and the example input, floats as float64 for the MPI check) and the
+    tensor it returns."""
+
+    name: str
+    graph: Any
+    feeds: dict[str, np.ndarray]
+    output: str
+
+
+def _imported(name: str, module: Any, x: Any, **kw: Any) -> Model:
+    from spmdrules.importers import torch as torch_import
+
+    im = torch_import.export(module, (x,), **kw)
+    feeds = {k: v.astype(np.float64) if np.issubdtype(v.dtype, np.floating) else v
+             for k, v in im.feeds(x).items()}
+    return Model(name, im.graph, feeds, im.outputs[0])
+
+
+def _decoder(kind: str, layers: int = 2) -> tuple[Model, dict[str, Any]]:
     import torch
     from hf_models import DECODERS, SIZES, decoder
 
-    from spmdrules.importers import torch as torch_import
-
     ids = torch.randint(0, SIZES["vocab"], (BATCH, SEQ), generator=torch.Generator().manual_seed(0))
-    g = torch_import.export(decoder(kind, layers=layers), (ids,)).graph
-    return g, DECODERS[kind][1]
+    return _imported(kind, decoder(kind, layers=layers), ids), DECODERS[kind][1]
 
 
-def _cnn(kind: str) -> Any:
+def _cnn(kind: str) -> Model:
     import torch
     from cnn_models import resnet18, unet
 
-    from spmdrules.importers import torch as torch_import
-
     x = torch.randn(BATCH, 3, IMAGE, IMAGE, generator=torch.Generator().manual_seed(0))
     module = resnet18() if kind == "resnet18" else unet()
-    return torch_import.export(module, (x,), spatial_sharding=True).graph
+    return _imported(kind, module, x, spatial_sharding=True)
+
+
+class MpiRuns:
+    """``--mpi``: each plan run on as many MPI ranks as its mesh has processes, forward and
+    gradients against serial numpy, bytes against the plan's; a plan met twice (the same
+    model and annotations at both budgets) runs once. Every failure is kept for the exit status."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.failures: list[str] = []
+        self._done: dict[tuple[str, str, str], str] = {}
+
+    def cell(self, what: str, model: Model, mesh: sr.ProcessMesh, styles: dict[str, Any]
+             ) -> str:
+        """The plan's MPI columns (``what`` names it in a failure)."""
+        key = (model.name, json.dumps([list(mesh.shape), list(mesh.dim_names)]),
+               json.dumps({k: repr(v) for k, v in sorted(styles.items())}))
+        if key not in self._done:
+            self._done[key] = self._run(what, model, mesh, styles)
+        return self._done[key]
+
+    def _run(self, what: str, model: Model, mesh: sr.ProcessMesh, styles: dict[str, Any]
+             ) -> str:
+        from sharded_runs import run_against_serial
+
+        from spmdrules.completion import complete
+        from spmdrules.execution.adjoint import gradient_program
+        from spmdrules.execution.lowering import lower
+
+        g = model.graph
+        saved = [(t, t.annotation, t.attr) for t in g.tensors]  # as auto.evaluate leaves it
+        t0 = time.perf_counter()
+        try:
+            for t in g.tensors:
+                t.annotation = None
+            plan.apply(g, mesh, styles)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DroppedSplitWarning)
+                prog = lower(complete(g))
+            out = model.output
+            gp = gradient_program(prog, [out])
+            seed = np.random.default_rng(0).standard_normal(prog.buffers[out].shape)
+            check = run_against_serial(g, prog, gp, {**model.feeds, gp.seeds[out]: seed},
+                                       {out: seed}, nprocs=mesh.size, timeout=self.timeout,
+                                       fetch=[out])
+        except sr.SpmdError as e:
+            return self._fail(what, f"failed: {str(e).splitlines()[0][:120]}")
+        finally:
+            for t, ann, attr in saved:
+                t.annotation, t.attr = ann, attr
+        cell = (f"mpi fwd/grad max err {check.forward_error:.1e}/{check.gradient_error:.1e}, "
+                f"bytes measured/planned {fmt_bytes(check.measured_bytes)}/"
+                f"{fmt_bytes(check.planned_bytes)} (+{fmt_bytes(check.internal_bytes)} "
+                f"in ops' own all-reduces; {time.perf_counter() - t0:.0f} s)")
+        problems = check.problems(MPI_TOL)
+        if problems:
+            return self._fail(what, f"{cell}\n      " + "\n      ".join(problems[:8]))
+        return cell
+
+    def _fail(self, what: str, why: str) -> str:
+        self.failures.append(f"{what}: {why}")
+        return f"!!! MPI MISMATCH !!! {why}"
 
 
 def hand_plans(kind: str, g: Any, n: int, megatron: dict[str, Any] | None
@@ -101,14 +201,17 @@ def _line(e: auto.Estimate) -> str:
     return f"{e.time * 1e3:9.3f} ms {fmt_bytes(e.memory_bytes):>9}"
 
 
-def bench_model(kind: str, devices: list[int], opts: auto.Options) -> None:
+def bench_model(kind: str, devices: list[int], opts: auto.Options, mpi: MpiRuns | None
+                ) -> None:
     if kind in ("resnet18", "unet"):
-        g, megatron = _cnn(kind), None
+        model, megatron = _cnn(kind), None
     else:
-        g, megatron = _decoder(kind)
+        model, megatron = _decoder(kind)
+    g = model.graph
     for n in devices:
         hands: dict[str, auto.Estimate | str] = {}
-        for name, (mesh, styles) in hand_plans(kind, g, n, megatron).items():
+        plans = hand_plans(kind, g, n, megatron)
+        for name, (mesh, styles) in plans.items():
             try:
                 hands[name] = auto.evaluate(g, mesh, styles, opts)
             except sr.SpmdError as e:
@@ -122,7 +225,10 @@ def bench_model(kind: str, devices: list[int], opts: auto.Options) -> None:
             for name, e in hands.items():
                 what = (_line(e) + ("" if name in fits else "  over")
                         if isinstance(e, auto.Estimate) else e)
-                print(f"  {name:<12} {what}")
+                if mpi is not None and name in fits:
+                    what += "  " + _hand_cell(mpi, f"{kind} {n} {name}", model, *plans[name],
+                                              fits[name])
+                print(f"  {name:<12} {what}", flush=True)
             t0 = time.perf_counter()
             try:
                 p = auto.plan(g, n, memory_per_rank=budget, options=opts)
@@ -135,12 +241,23 @@ def bench_model(kind: str, devices: list[int], opts: auto.Options) -> None:
             v, rows = p.chosen.program
             print(f"  {'auto':<12} {_line(p.predicted)}  mesh {list(p.mesh.shape)}, "
                   f"auto/best {ratio}, solved in {solve:.1f} s (MILP {v} variables, "
-                  f"{rows} rows)")
+                  f"{rows} rows)", flush=True)
+            if mpi is not None:
+                print(f"  {'':<12} {mpi.cell(f'{kind} {n} auto ({label})', model, p.mesh, p)}",
+                      flush=True)
+
+
+def _hand_cell(mpi: MpiRuns, what: str, model: Model, mesh: sr.ProcessMesh,
+               styles: dict[str, Any], e: auto.Estimate) -> str:
+    if e.memory_bytes * mesh.size > MPI_HAND_MEMORY:
+        return (f"mpi not run: {mesh.size} x {fmt_bytes(e.memory_bytes)} is over "
+                f"{fmt_bytes(MPI_HAND_MEMORY)}")
+    return mpi.cell(what, model, mesh, styles)
 
 
 def bench_solve(layers: int, devices: int, opts: auto.Options) -> None:
     t0 = time.perf_counter()
-    g, _ = _decoder("llama", layers=layers)
+    g = _decoder("llama", layers=layers)[0].graph
     imported = time.perf_counter() - t0
     t0 = time.perf_counter()
     p = auto.plan(g, devices, memory_per_rank=LOOSE, options=opts)
@@ -211,15 +328,24 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--solve-layers", type=int, default=32)
     ap.add_argument("--calibrate", action="store_true")
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--mpi", action="store_true",
+                    help="run every plan on MPI against serial (forward, gradients, bytes)")
+    ap.add_argument("--mpi-timeout", type=float, default=1200.0,
+                    help="seconds per MPI job (default 1200)")
     args = ap.parse_args(argv)
     if args.calibrate:
         calibrate(args.write)
         return
     opts = auto.Options()
+    mpi = MpiRuns(args.mpi_timeout) if args.mpi else None
     for kind in filter(None, args.models.split(",")):  # --models "" runs the solve alone
-        bench_model(kind, args.devices, opts)
+        bench_model(kind, args.devices, opts, mpi)
     if args.solve_layers:
         bench_solve(args.solve_layers, 8, opts)
+    if mpi is not None and mpi.failures:
+        print(f"\n!!! {len(mpi.failures)} plan(s) differ on MPI from serial or from their "
+              "plans' bytes:", *mpi.failures, sep="\n  ")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from spmdrules.auto.candidates import probe_shape, signature
 from spmdrules.auto.pricing import prices
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.completion.memory import Completed, Memory, local_bytes, memory
+from spmdrules.completion.reshard_plans import ReshardError, plan_reshard
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import SpmdError
 from spmdrules.graph.nodes import Op, Tensor
@@ -176,6 +177,22 @@ def edge_time(src: DistAttr, dst: DistAttr, t: Tensor, opts: Options) -> float:
     return fwd + price(dst.without_partial(), src.without_partial(), t.shape, t.dtype)
 
 
+def _completed_edge_time(src: DistAttr, dst: DistAttr, t: Tensor, opts: Options) -> float:
+    """A reshard completion made: ``edge_time``, or where the solver's graph of even splits
+    does not reach (a hand plan's uneven split, 4 experts over 8 processes) the planner's own
+    plans, which completion runs."""
+    fast = edge_time(src, dst, t, opts)
+    if not math.isinf(fast):
+        return fast
+    try:
+        fwd = plan_reshard(src, dst, t.shape, t.dtype, opts.cost).time
+        back = plan_reshard(dst.without_partial(), src.without_partial(), t.shape, t.dtype,
+                            opts.cost).time if opts.training else 0.0
+    except ReshardError:
+        return math.inf
+    return fwd + back
+
+
 @dataclass(frozen=True, slots=True)
 class Estimate:
     """A plan's predicted step: seconds of compute and of communication, and memory per rank
@@ -204,7 +221,7 @@ def estimate(result: Completed, opts: Options) -> Estimate:
                 need[(name, slot)] = e.dst
         else:
             made[e.tensor] = e.src
-        comm += edge_time(e.src, e.dst, t, opts)
+        comm += _completed_edge_time(e.src, e.dst, t, opts)
     compute = 0.0
     for op in g.ops:
         ins = tuple(need.get((op.name, k), result.attr(t)) for k, t in enumerate(op.inputs))

@@ -3,7 +3,8 @@ family tests and the end-to-end tests share (forward, reverse by gradient check,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,10 +14,11 @@ from spmdrules.execution.adjoint import gradient_program
 from spmdrules.execution.executor import max_error, run_serial, serial_vjp
 from spmdrules.execution.gradcheck import check_gradients
 from spmdrules.execution.lowering import lower
-from spmdrules.execution.mpi import run_mpi
+from spmdrules.execution.mpi import MPIRun, run_mpi
 from spmdrules.execution.program import HaloStep, Program
 from spmdrules.execution.simulated import run_simulated
 from spmdrules.graph.graph import Graph
+from spmdrules.graph.shapes.shape_rule import DTYPE_BYTES
 
 
 def program_of(g: Graph) -> Program:
@@ -70,9 +72,15 @@ def assert_mpi_equals_serial(
     assert run.traffic.mismatches(prog) == []
 
 
-def halo_predictions(prog: Program) -> dict[str, int]:
-    """The bytes each halo exchange of ``prog`` moves, as its boxes say, by edge label."""
-    return {i.edge: i.predicted_bytes for i in prog.instructions if isinstance(i, HaloStep)}
+def halo_predictions(prog: Program, itemsize: int | None = None) -> dict[str, int]:
+    """The bytes each halo exchange of ``prog`` moves, as its boxes say, by edge label (in the
+    graph's dtype, or for data of ``itemsize`` bytes an element: float64 fed to a float32
+    graph moves twice the bytes its boxes declare)."""
+    def scaled(i: HaloStep) -> int:
+        declared = DTYPE_BYTES[prog.buffers[i.src].dtype]
+        return i.predicted_bytes if itemsize is None else i.predicted_bytes * itemsize // declared
+
+    return {i.edge: scaled(i) for i in prog.instructions if isinstance(i, HaloStep)}
 
 
 def halo_rows(prog: Program, dim: int, coords: list[tuple[int, ...]]) -> list[tuple[int, int]]:
@@ -85,6 +93,65 @@ def halo_rows(prog: Program, dim: int, coords: list[tuple[int, ...]]) -> list[tu
     own, slab = prog.buffers[step.src], prog.buffers[step.dst]
     return [(own.box(c)[dim][0] - slab.box(c)[dim][0], slab.box(c)[dim][1] - own.box(c)[dim][1])
             for c in coords]
+
+
+@dataclass(frozen=True)
+class MpiCheck:
+    """A gradient program run by ``mpiexec`` against serial numpy (``run_against_serial``):
+    the largest relative error of the fetched forward tensors and of the gradients, where each
+    is, and the bytes the runtime counted against the bytes the plans predict (reshard edges
+    and halo exchanges, forward and reverse), with every edge where the two differ;
+    ``internal_bytes`` is what ops' own reductions moved (a replicated weight's gradient
+    all-reduced over the dims that split the batch), which no plan predicts."""
+
+    forward_error: float
+    forward_where: str
+    gradient_error: float
+    gradient_where: str
+    measured_bytes: int
+    planned_bytes: int
+    mismatches: tuple[tuple[str, int, int], ...]
+    internal_bytes: int
+    run: MPIRun
+
+    def problems(self, tol: float = 1e-12) -> list[str]:
+        """What makes the run differ from serial or from its plans, one line each."""
+        out = [f"{what} {where!r} differs from serial by {err:.3g} (> {tol:g})"
+               for what, err, where in (("forward", self.forward_error, self.forward_where),
+                                        ("gradient", self.gradient_error, self.gradient_where))
+               if not err <= tol]
+        out += [f"edge {edge!r}: measured {got} B, planned {want} B"
+                for edge, got, want in self.mismatches]
+        return out
+
+
+def run_against_serial(
+    g: Graph, prog: Program, gp: Program, feeds: Mapping[str, Any], seeds: Mapping[str, Any],
+    *, nprocs: int, timeout: float, fetch: Sequence[str] | None = None,
+) -> MpiCheck:
+    """Run ``gp`` (the gradient program of ``prog``, the lowered plan of ``g``, its seeds fed)
+    on ``nprocs`` MPI ranks; compare the forward tensors ``fetch`` (default: every tensor) with
+    ``g`` run serially, every gradient with serial reverse mode (``serial_cotangents``: a
+    gradient serial mode does not reach is zero), and the bytes the runtime counted with the
+    plans'. Measures only: the caller judges (``MpiCheck.problems``)."""
+    forward = list(prog.tensors if fetch is None else fetch)
+    run = run_mpi(gp, feeds, nprocs=nprocs, fetch=[*forward, *gp.grads.values()],
+                  timeout=timeout)
+    sources = {k: feeds[k] for k in prog.feeds}
+    fwd, fwd_at = max_error({t: run.values[t] for t in forward}, run_serial(g, sources))
+    cts = serial_cotangents(g, sources, seeds)
+    got = {t: run.values[b] for t, b in gp.grads.items()}
+    want = {t: cts[t] if t in cts else np.zeros_like(got[t]) for t in got}
+    grad, grad_at = max_error(got, want)
+    itemsize = max((np.asarray(v).itemsize for v in feeds.values()
+                    if np.issubdtype(np.asarray(v).dtype, np.floating)), default=None)
+    planned = {**run.traffic.predicted(gp), **halo_predictions(gp, itemsize)}
+    counted = {**run.traffic.per_edge, **run.traffic.halo}  # an op's own reductions aside
+    mismatches = tuple((e, counted.get(e, 0), planned.get(e, 0))
+                       for e in sorted(planned.keys() | counted.keys())
+                       if counted.get(e, 0) != planned.get(e, 0))
+    return MpiCheck(fwd, fwd_at, grad, grad_at, sum(counted.values()), sum(planned.values()),
+                    mismatches, run.traffic.internal_bytes, run)
 
 
 def assert_mpi_equals_serial_forward_and_reverse(
