@@ -301,11 +301,13 @@ def _targets(made: Sequence[DistAttr], need: Sequence[DistAttr], follow: bool) -
 @functools.cache
 def _roles(a: DistAttr) -> tuple[int, ...]:
     """What each mesh dim does in ``a``, as a code: 0 nothing (replicated or a pending sum), or
-    ``1 + 4 d + k`` for splitting tensor dim ``d`` at position ``k`` of its mesh dims."""
-    out = [0] * a.mesh.ndim
+    ``1 + n d + k`` for splitting tensor dim ``d`` at position ``k`` of its mesh dims (``k`` is
+    below the mesh's ``n`` dims, so no two roles share a code on any mesh)."""
+    n = a.mesh.ndim
+    out = [0] * n
     for d, ms in enumerate(a.multi_dims_mapping):
         for k, m in enumerate(ms):
-            out[m] = 1 + 4 * d + k
+            out[m] = 1 + n * d + k
     return tuple(out)
 
 
