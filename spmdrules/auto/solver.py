@@ -24,7 +24,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_array
 
 from spmdrules.auto import cost as cm
-from spmdrules.auto.candidates import Strategy, strategies
+from spmdrules.auto.candidates import Pending, Strategy, pending_pieces, strategies
 from spmdrules.auto.quotient import Quotient, fold
 from spmdrules.completion.memory import local_bytes
 from spmdrules.core.attr import DistAttr
@@ -196,13 +196,31 @@ def _op_nodes(pr: _Program) -> None:
         if q.rep[k] != k:
             continue
         w = q.weight[k]
-        pr.cands[k] = cs = strategies(op, pr.mesh)
+        pr.cands[k] = cs = strategies(op, pr.mesh, _pending(pr, op))
         pr.xs[k] = [m.var(w * (cm.compute_time(op, s.split, pr.opts)
                                + cm.gradient_sync_time(op, s.inputs, s.work_dims, pr.opts)),
                           w * sum(local_bytes(a, t.shape, t.dtype)
                                   for a, t in zip(s.outputs, op.outputs, strict=True)), True)
                     for s in cs]
         m.row([(v, 1.0) for v in pr.xs[k]], 1.0, 1.0)
+
+
+def _pending(pr: _Program, op: Op) -> Pending:
+    """Per operand, the pending sums its producer's candidates may make and hand on: a masked
+    one (a lookup's in a table split on its rows, which no reshard makes) and any that the
+    producer took as it is (its chain); a contraction's plain sum is reduced on its edge, as
+    late costs what early does. A representative's producer comes before it, so its
+    candidates are known."""
+    out = []
+    for t in op.inputs:
+        pieces: set[DistAttr] = set()
+        if t.producer is not None:
+            for s in pr.cands[pr.q.rep[t.producer.order]]:
+                carried = any(a.partial_items for a in s.inputs)
+                pieces |= {p for p in pending_pieces(s.outputs[t.index])
+                           if carried or p.mask_items}
+        out.append(frozenset(pieces))
+    return tuple(out) if any(out) else ()
 
 
 def _folded_edges(g: Graph, q: Quotient) -> dict[Edge, int]:

@@ -5,9 +5,6 @@ plan that differs, loudly (issue 27)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +13,7 @@ import pytest
 pytest.importorskip("torch", reason="needs the torch extra (make test installs it)")
 pytest.importorskip("transformers", reason="needs transformers (a test dependency)")
 
+import bench_scripts
 from hf_models import exported, token_ids
 from sharded_runs import MpiCheck, run_against_serial
 
@@ -24,11 +22,7 @@ from spmdrules.completion import complete
 from spmdrules.execution.adjoint import gradient_program
 from spmdrules.execution.lowering import lower
 
-_SPEC = importlib.util.spec_from_file_location(
-    "bench_auto", Path(__file__).resolve().parents[2] / "bench" / "auto.py")
-assert _SPEC is not None and _SPEC.loader is not None
-bench_auto = sys.modules["bench_auto"] = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(bench_auto)
+bench_auto = bench_scripts.load("auto")
 
 
 def _float64(feeds: dict[str, Any]) -> dict[str, Any]:
