@@ -33,8 +33,13 @@ from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Op, Tensor
 
 Objective = Literal["time", "memory"]
-#: seconds HiGHS may take for one mesh (then its best plan so far is taken)
-TIME_LIMIT: Final = 30.0
+#: branch-and-bound nodes HiGHS may explore on one mesh, then its best plan so far is taken: a
+#: bound on work, not on wall time, so the plan does not depend on the machine's load (every
+#: bench model's program is solved at the root node)
+NODE_LIMIT: Final = 1000
+#: seconds after which HiGHS gives up on one mesh whatever its nodes: a guard against a program
+#: whose root LP alone runs away, far above any bench model's (at most 10 s of CPU)
+TIME_LIMIT: Final = 600.0
 #: the relative gap at which HiGHS stops: a plan within 0.5% of the optimum's bound
 MIP_GAP: Final = 5e-3
 
@@ -129,7 +134,8 @@ class Pruned(Exception):
 
 
 class Unsolved(Exception):
-    """HiGHS found no assignment on this mesh within ``TIME_LIMIT`` (none is known to fit or
+    """HiGHS found no assignment on this mesh within ``NODE_LIMIT`` nodes or ``TIME_LIMIT``
+    seconds (none is known to fit or
     not: the search goes on with the other meshes)."""
 
     def __init__(self, mesh: ProcessMesh) -> None:
@@ -372,10 +378,11 @@ def _run(pr: _Program, budget: float, objective: Objective) -> Choice:
     # no presolve: the transports' LP is close to integral and HiGHS's presolve of it took
     # longer than the solve itself (LLaMA, 2x4: 4.4 s against 0.5 s without; same optimum)
     res = milp(c, integrality=np.array(m.integral), bounds=Bounds(0, np.array(m.upper)),
-               constraints=cons, options={"time_limit": TIME_LIMIT, "mip_rel_gap": MIP_GAP,
+               constraints=cons, options={"node_limit": NODE_LIMIT, "time_limit": TIME_LIMIT,
+                                          "mip_rel_gap": MIP_GAP,
                                           "presolve": False})
     if res.x is None:
-        if res.status == 1:  # the time limit, before HiGHS found any assignment
+        if res.status == 1:  # a limit (nodes or seconds), before HiGHS found any assignment
             raise Unsolved(pr.mesh)
         raise Infeasible(_floor(m, pr.xs, pr.src_x))
     x = res.x
