@@ -45,3 +45,18 @@ def test_the_auto_plan_of_an_moe_decoder_splits_its_experts_and_beats_each_hand_
     # and the plan completes to what the solver priced on its mesh
     ch = solve(g, _mesh(tuple(p.mesh.shape)), math.inf, auto.Options(), "time", fold(g))
     assert p.predicted.time == pytest.approx(ch.time, rel=1e-9)
+
+
+def test_the_bench_s_tight_budget_is_over_data_parallelism_and_met_by_split_weights(
+        moe: object) -> None:
+    # the "a model that does not fit replicated": data parallelism, which replicates
+    # every weight, is over it; the auto plan meets it by splitting weights
+    g = moe.graph  # type: ignore[attr-defined]
+    opts = auto.Options()
+    mesh, styles = bench_auto.hand_plans("mixtral", g, 4, DECODERS["mixtral"][1])["dp"]
+    dp = auto.evaluate(g, mesh, styles, opts)
+    tight, lean = bench_auto.tight_budget(g, 4, dp, opts)
+    assert lean < tight < dp.memory_bytes
+    p = auto.plan(g, 4, memory_per_rank=tight, options=opts)
+    assert p.predicted.memory_bytes <= tight
+    assert "weights 0/" not in bench_auto.splits(g, p)
