@@ -133,6 +133,8 @@ class MpiRuns:
         self.timeout = timeout
         self.failures: list[str] = []
         self._done: dict[tuple[str, str, str], str] = {}
+        #: per model, its serial run (forward values, cotangents): every plan's reference
+        self._serial: dict[str, Any] = {}
 
     def cell(self, what: str, model: Model, mesh: sr.ProcessMesh, styles: dict[str, Any]
              ) -> str:
@@ -145,7 +147,7 @@ class MpiRuns:
 
     def _run(self, what: str, model: Model, mesh: sr.ProcessMesh, styles: dict[str, Any]
              ) -> str:
-        from sharded_runs import run_against_serial
+        from sharded_runs import run_against_serial, serial_reference
 
         from spmdrules.completion import complete
         from spmdrules.execution.adjoint import gradient_program
@@ -164,9 +166,11 @@ class MpiRuns:
             out = model.output
             gp = gradient_program(prog, [out])
             seed = np.random.default_rng(0).standard_normal(prog.buffers[out].shape)
+            if model.name not in self._serial:  # the same sources and seed for every plan
+                self._serial[model.name] = serial_reference(g, model.feeds, {out: seed})
             check = run_against_serial(g, prog, gp, {**model.feeds, gp.seeds[out]: seed},
                                        {out: seed}, nprocs=mesh.size, timeout=self.timeout,
-                                       fetch=[out])
+                                       fetch=[out], serial=self._serial[model.name])
         except sr.SpmdError as e:
             return self._fail(what, f"failed: {str(e).splitlines()[0][:120]}")
         finally:

@@ -14,7 +14,7 @@ pytest.importorskip("torch", reason="needs the torch extra (make test installs i
 pytest.importorskip("transformers", reason="needs transformers (a test dependency)")
 
 import bench_scripts
-from hf_models import exported, token_ids
+from hf_models import DECODERS, exported, token_ids
 from sharded_runs import MpiCheck, run_against_serial
 
 from spmdrules import auto, plan
@@ -82,3 +82,17 @@ def test_the_bench_reports_a_plan_that_cannot_run_and_keeps_it_for_its_exit_stat
     assert len(runs.failures) == 2
     # the graph is left as it was: no annotation of the failed plan stays on it
     assert all(t.annotation is None for t in im.graph.tensors)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(200)
+def test_the_bench_runs_each_plan_of_a_model_against_one_serial_reference() -> None:
+    im = exported("llama", batch=2, layers=1)
+    model = bench_auto.Model("llama", im.graph, _float64(im.feeds(token_ids(2))),
+                             im.outputs[0])
+    runs = bench_auto.MpiRuns(timeout=120)
+    plans = bench_auto.hand_plans("llama", im.graph, 2, DECODERS["llama"][1])
+    cells = [runs.cell(f"llama 2 {name}", model, *plans[name]) for name in ("dp", "megatron")]
+    assert runs.failures == [], runs.failures
+    assert all(c.startswith("mpi fwd/grad max err") for c in cells)
+    assert list(runs._serial) == ["llama"]  # computed once, for the first plan
