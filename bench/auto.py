@@ -25,8 +25,9 @@ is marked ``over``. ``auto/best`` is the auto plan's predicted time over the fas
 that fits. Then the wall time of ``auto.plan`` for a ``--solve-layers``-layer LLaMA (hidden 256,
 imported by torch.export) on 8 devices, the issue's target being at most 10 s.
 
-``--mpi`` runs each auto plan, and each hand plan that fits the budget (if the processes'
-predicted memory together is below ``MPI_HAND_MEMORY``), on as many MPI ranks as its mesh has
+``--mpi`` runs each auto plan and each hand plan that fits the budget (if the processes'
+predicted memory together is below ``MPI_MEMORY``: the run is in float64, and this machine has
+23 GB), on as many MPI ranks as its mesh has
 processes (``mpiexec``, oversubscribed; the tests' harness, tests/support/sharded_runs.py
 ``run_against_serial``): the model's own weights and input in float64, its output seeded with
 a random cotangent, the gradient program (forward and reverse) run once. It prints, under the
@@ -77,9 +78,10 @@ LOOSE = 64 << 30
 BATCH, SEQ, IMAGE = 8, 32, 32
 #: ``--mpi``: the largest relative error (float64 data) still equal to serial
 MPI_TOL = 1e-10
-#: ``--mpi``: a hand plan runs only if its processes' predicted memory, together, is below this
-#: (a replicated MoE batch holds every token copy's expert weights on every rank)
-MPI_HAND_MEMORY = 4 << 30
+#: ``--mpi``: a plan runs only if its processes' predicted memory, together, is below this (in
+#: float64 a rank held up to 4x its float32 prediction: a Mixtral plan that holds every token
+#: copy's expert weights on every rank, 1.5 GB predicted, was killed for memory at 5.8 GB)
+MPI_MEMORY = 4 << 30
 
 
 def _mesh(shape: tuple[int, ...], names: tuple[str, ...]) -> sr.ProcessMesh:
@@ -238,8 +240,8 @@ def bench_model(kind: str, devices: list[int], opts: auto.Options, mpi: MpiRuns 
                 what = (_line(e) + ("" if name in fits else "  over")
                         if isinstance(e, auto.Estimate) else e)
                 if mpi is not None and name in fits:
-                    what += "  " + _hand_cell(mpi, f"{kind} {n} {name}", model, *plans[name],
-                                              fits[name])
+                    what += "  " + _mpi_cell(mpi, f"{kind} {n} {name}", model, *plans[name],
+                                             fits[name])
                 print(f"  {name:<12} {what}", flush=True)
             t0 = time.perf_counter()
             try:
@@ -255,8 +257,9 @@ def bench_model(kind: str, devices: list[int], opts: auto.Options, mpi: MpiRuns 
                   f"auto/best {ratio}, solved in {solve:.1f} s (MILP {v} variables, "
                   f"{rows} rows)\n  {'':<12} splits {splits(g, p)}", flush=True)
             if mpi is not None:
-                print(f"  {'':<12} {mpi.cell(f'{kind} {n} auto ({label})', model, p.mesh, p)}",
-                      flush=True)
+                cell = _mpi_cell(mpi, f"{kind} {n} auto ({label})", model, p.mesh, p,
+                                 p.predicted)
+                print(f"  {'':<12} {cell}", flush=True)
 
 
 def tight_budget(g: Any, n: int, dp: auto.Estimate, opts: auto.Options) -> tuple[int, int]:
@@ -290,11 +293,11 @@ def splits(g: Any, p: auto.AutoPlan) -> str:
             f"/{len(params)}, experts {'yes' if masked else 'no'} ({masked} masked tensors)")
 
 
-def _hand_cell(mpi: MpiRuns, what: str, model: Model, mesh: sr.ProcessMesh,
-               styles: dict[str, Any], e: auto.Estimate) -> str:
-    if e.memory_bytes * mesh.size > MPI_HAND_MEMORY:
+def _mpi_cell(mpi: MpiRuns, what: str, model: Model, mesh: sr.ProcessMesh,
+              styles: dict[str, Any], e: auto.Estimate) -> str:
+    if e.memory_bytes * mesh.size > MPI_MEMORY:
         return (f"mpi not run: {mesh.size} x {fmt_bytes(e.memory_bytes)} is over "
-                f"{fmt_bytes(MPI_HAND_MEMORY)}")
+                f"{fmt_bytes(MPI_MEMORY)}")
     return mpi.cell(what, model, mesh, styles)
 
 

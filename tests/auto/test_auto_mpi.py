@@ -39,7 +39,10 @@ def test_an_auto_planned_moe_decoder_runs_on_4_mpi_ranks_equal_to_serial_with_it
     assert any("grouped_mm_fallback" in op.name for op in g.ops)  # the default experts path
     p = auto.plan(g, 4, memory_per_rank="1GiB")
     p.apply(g)
-    prog = lower(complete(g))
+    r = complete(g)
+    # expert parallelism: each token's expert weights a masked pending sum
+    assert any(r.attr(t).mask_items for t in g.tensors)
+    prog = lower(r)
     out = im.outputs[0]
     gp = gradient_program(prog, [out])
     seed = np.random.default_rng(0).standard_normal(prog.buffers[out].shape)
