@@ -3,11 +3,16 @@
     .venv/bin/python bench/auto.py [--models llama,mixtral,resnet18,unet] [--devices 4 8]
         [--solve-layers 32] [--mpi [--mpi-timeout 1200]] [--calibrate [--write]]
 
-For each model and device count, at a loose budget (64 GiB per rank) and a tight one (60% of
-what data parallelism needs: the model does not fit replicated), it prints the step time and
-per-rank memory ``spmdrules.auto.plan`` predicts for its plan beside those of the hand plans,
-each estimated the same way (``auto.evaluate``: the plan applied, completed, and the
-completion priced by the cost model, docs/auto.md):
+For each model and device count, at a loose budget (64 GiB per rank) and a tight one, it prints
+the step time and per-rank memory ``spmdrules.auto.plan`` predicts for its plan beside those of
+the hand plans, each estimated the same way (``auto.evaluate``: the plan applied, completed,
+and the completion priced by the cost model, docs/auto.md). The tight budget is the issue's "a
+model that does not fit replicated": halfway between the memory per rank of the leanest plan
+(``auto.plan(..., objective="memory")``) and data parallelism's, which replicates every weight;
+so data parallelism is over it and some plan is not. Beside the auto plan, ``splits`` says
+what it divides: the batch (an input split), the weights (how many of the parameters are split),
+and the experts (how many tensors of the completed plan are masked pending sums: each token's
+expert weights on the process that holds its expert).
 
 * **dp**: the batch over every process (1-D mesh);
 * **megatron** (decoders): the model's Megatron plan (tests/support/hf_models.py) on a 1-D mesh
@@ -20,8 +25,9 @@ is marked ``over``. ``auto/best`` is the auto plan's predicted time over the fas
 that fits. Then the wall time of ``auto.plan`` for a ``--solve-layers``-layer LLaMA (hidden 256,
 imported by torch.export) on 8 devices, the issue's target being at most 10 s.
 
-``--mpi`` runs each auto plan, and each hand plan that fits the budget (if the processes'
-predicted memory together is below ``MPI_HAND_MEMORY``), on as many MPI ranks as its mesh has
+``--mpi`` runs each auto plan and each hand plan that fits the budget (if the processes'
+predicted memory together is below ``MPI_MEMORY``: the run is in float64, and this machine has
+23 GB), on as many MPI ranks as its mesh has
 processes (``mpiexec``, oversubscribed; the tests' harness, tests/support/sharded_runs.py
 ``run_against_serial``): the model's own weights and input in float64, its output seeded with
 a random cotangent, the gradient program (forward and reverse) run once. It prints, under the
@@ -69,13 +75,13 @@ from spmdrules.completion.reshard_plans import fmt_bytes
 from spmdrules.completion.result import DroppedSplitWarning
 
 LOOSE = 64 << 30
-TIGHT_FRACTION = 0.6
 BATCH, SEQ, IMAGE = 8, 32, 32
 #: ``--mpi``: the largest relative error (float64 data) still equal to serial
 MPI_TOL = 1e-10
-#: ``--mpi``: a hand plan runs only if its processes' predicted memory, together, is below this
-#: (a replicated MoE batch holds every token copy's expert weights on every rank)
-MPI_HAND_MEMORY = 4 << 30
+#: ``--mpi``: a plan runs only if its processes' predicted memory, together, is below this (in
+#: float64 a rank held up to 4x its float32 prediction: a Mixtral plan that holds every token
+#: copy's expert weights on every rank, 1.5 GB predicted, was killed for memory at 5.8 GB)
+MPI_MEMORY = 4 << 30
 
 
 def _mesh(shape: tuple[int, ...], names: tuple[str, ...]) -> sr.ProcessMesh:
@@ -129,6 +135,8 @@ class MpiRuns:
         self.timeout = timeout
         self.failures: list[str] = []
         self._done: dict[tuple[str, str, str], str] = {}
+        #: per model, its serial run (forward values, cotangents): every plan's reference
+        self._serial: dict[str, Any] = {}
 
     def cell(self, what: str, model: Model, mesh: sr.ProcessMesh, styles: dict[str, Any]
              ) -> str:
@@ -141,7 +149,7 @@ class MpiRuns:
 
     def _run(self, what: str, model: Model, mesh: sr.ProcessMesh, styles: dict[str, Any]
              ) -> str:
-        from sharded_runs import run_against_serial
+        from sharded_runs import run_against_serial, serial_reference
 
         from spmdrules.completion import complete
         from spmdrules.execution.adjoint import gradient_program
@@ -160,9 +168,11 @@ class MpiRuns:
             out = model.output
             gp = gradient_program(prog, [out])
             seed = np.random.default_rng(0).standard_normal(prog.buffers[out].shape)
+            if model.name not in self._serial:  # the same sources and seed for every plan
+                self._serial[model.name] = serial_reference(g, model.feeds, {out: seed})
             check = run_against_serial(g, prog, gp, {**model.feeds, gp.seeds[out]: seed},
                                        {out: seed}, nprocs=mesh.size, timeout=self.timeout,
-                                       fetch=[out])
+                                       fetch=[out], serial=self._serial[model.name])
         except sr.SpmdError as e:
             return self._fail(what, f"failed: {str(e).splitlines()[0][:120]}")
         finally:
@@ -216,18 +226,22 @@ def bench_model(kind: str, devices: list[int], opts: auto.Options, mpi: MpiRuns 
                 hands[name] = auto.evaluate(g, mesh, styles, opts)
             except sr.SpmdError as e:
                 hands[name] = str(e).splitlines()[0][:70]
+        budgets = [("loose", LOOSE, "")]
         dp = hands.get("dp")
-        base = dp.memory_bytes if isinstance(dp, auto.Estimate) else LOOSE
-        for label, budget in (("loose", LOOSE), ("tight", int(base * TIGHT_FRACTION))):
-            print(f"\n{kind} on {n} devices, {label} budget {fmt_bytes(budget)}/rank")
+        if isinstance(dp, auto.Estimate):
+            tight, lean = tight_budget(g, n, dp, opts)
+            budgets.append(("tight", tight,
+                            f" (halfway from the leanest plan's {fmt_bytes(lean)} to dp's)"))
+        for label, budget, why in budgets:
+            print(f"\n{kind} on {n} devices, {label} budget {fmt_bytes(budget)}/rank{why}")
             fits = {k: e for k, e in hands.items()
                     if isinstance(e, auto.Estimate) and e.memory_bytes <= budget}
             for name, e in hands.items():
                 what = (_line(e) + ("" if name in fits else "  over")
                         if isinstance(e, auto.Estimate) else e)
                 if mpi is not None and name in fits:
-                    what += "  " + _hand_cell(mpi, f"{kind} {n} {name}", model, *plans[name],
-                                              fits[name])
+                    what += "  " + _mpi_cell(mpi, f"{kind} {n} {name}", model, *plans[name],
+                                             fits[name])
                 print(f"  {name:<12} {what}", flush=True)
             t0 = time.perf_counter()
             try:
@@ -241,17 +255,49 @@ def bench_model(kind: str, devices: list[int], opts: auto.Options, mpi: MpiRuns 
             v, rows = p.chosen.program
             print(f"  {'auto':<12} {_line(p.predicted)}  mesh {list(p.mesh.shape)}, "
                   f"auto/best {ratio}, solved in {solve:.1f} s (MILP {v} variables, "
-                  f"{rows} rows)", flush=True)
+                  f"{rows} rows)\n  {'':<12} splits {splits(g, p)}", flush=True)
             if mpi is not None:
-                print(f"  {'':<12} {mpi.cell(f'{kind} {n} auto ({label})', model, p.mesh, p)}",
-                      flush=True)
+                cell = _mpi_cell(mpi, f"{kind} {n} auto ({label})", model, p.mesh, p,
+                                 p.predicted)
+                print(f"  {'':<12} {cell}", flush=True)
 
 
-def _hand_cell(mpi: MpiRuns, what: str, model: Model, mesh: sr.ProcessMesh,
-               styles: dict[str, Any], e: auto.Estimate) -> str:
-    if e.memory_bytes * mesh.size > MPI_HAND_MEMORY:
+def tight_budget(g: Any, n: int, dp: auto.Estimate, opts: auto.Options) -> tuple[int, int]:
+    """The tight budget on ``n`` devices (module docs) and the leanest plan's memory per rank."""
+    lean = auto.plan(g, n, memory_per_rank=LOOSE, objective="memory",
+                     options=opts).predicted.memory_bytes
+    return (lean + dp.memory_bytes) // 2, lean
+
+
+def splits(g: Any, p: auto.AutoPlan) -> str:
+    """What the plan divides: the batch, the weights, the experts (module docs)."""
+    from spmdrules.completion import complete
+
+    def split(name: str) -> bool:
+        style = p.get(name)
+        return style is not None and any(d is not None for d in style.style.spec)
+
+    params = g.params
+    batch = [t.name for t in g.inputs if split(t.name)]
+    saved = [(t, t.annotation, t.attr) for t in g.tensors]
+    try:
+        p.apply(g)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DroppedSplitWarning)
+            r = complete(g)
+        masked = sum(1 for t in g.tensors if r.attr(t).mask_items)
+    finally:
+        for t, ann, attr in saved:
+            t.annotation, t.attr = ann, attr
+    return (f"batch {'yes' if batch else 'no'}, weights {sum(map(split, (t.name for t in params)))}"
+            f"/{len(params)}, experts {'yes' if masked else 'no'} ({masked} masked tensors)")
+
+
+def _mpi_cell(mpi: MpiRuns, what: str, model: Model, mesh: sr.ProcessMesh,
+              styles: dict[str, Any], e: auto.Estimate) -> str:
+    if e.memory_bytes * mesh.size > MPI_MEMORY:
         return (f"mpi not run: {mesh.size} x {fmt_bytes(e.memory_bytes)} is over "
-                f"{fmt_bytes(MPI_HAND_MEMORY)}")
+                f"{fmt_bytes(MPI_MEMORY)}")
     return mpi.cell(what, model, mesh, styles)
 
 

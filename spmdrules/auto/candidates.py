@@ -9,6 +9,12 @@ by the rule: a combination is a candidate only where the rule accepts its operan
 (no reshard in the op) and every layout splits its dims evenly. Replicated is always a
 candidate. Nothing here knows an op by name: the rules decide.
 
+A pending sum is made only by an op, never by a reshard; so an operand is also asked about, on
+its one mesh dim, each pending sum its producer's candidates may hand on (``pending``, from
+the solver): a lookup in a table split on its rows makes a *masked* one (each row's value on
+the one process holding its table row, zeros elsewhere: Mixtral's experts), and the ops that
+take it as it is carry it on (expert parallelism, as a hand plan writes it).
+
 The probes also give the op's *contractions* (a split of two operands together that leaves a
 result a pending sum: matmul's ``k``; a lookup's split table is one operand, so no
 contraction) and the dims no mesh dim may split (a kernel
@@ -33,6 +39,8 @@ from spmdrules.graph.nodes import Op, Tensor
 #: the most candidates an op keeps (a 3-D mesh multiplies the single-dim strategies; the
 #: combinations are tried in order, fewer mesh dims first)
 MAX_CANDIDATES: Final = 96
+#: per operand slot, the pending sums (each on one mesh dim) its producer may make
+Pending = tuple[frozenset[DistAttr], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +107,20 @@ def _even(op: Op, ins: Sequence[DistAttr], outs: Sequence[DistAttr]) -> bool:
         divisible(a, t.shape) for t, a in zip(op.outputs, outs, strict=True))
 
 
-def single_dim(op: Op, mesh: ProcessMesh, m: int) -> list[tuple[DistAttr, ...]]:
+def single_dim(op: Op, mesh: ProcessMesh, m: int, pending: Pending = ()
+               ) -> list[tuple[DistAttr, ...]]:
     """The op's single-dim strategies on mesh dim ``m``: the operands' layouts (on ``m`` only)
-    for each operand dim whose split over ``m`` the rule keeps."""
+    for each operand dim whose split over ``m`` the rule keeps, and for each pending sum on
+    ``m`` in ``pending`` (per operand slot) that the rule takes as it is."""
     rep = [DistAttr.replicated(mesh, len(t.shape)) for t in op.inputs]
     out: dict[tuple[DistAttr, ...], None] = {}
+    for probe in _pending_probes(pending, m):
+        given = list(rep)
+        for i, p in probe:
+            given[i] = p
+        got = answer(op, mesh, given)
+        if got is not None and all(got[0][i] == p for i, p in probe):
+            out[got[0]] = None
     for i, t in enumerate(op.inputs):
         for d, size in enumerate(t.shape):
             if size < mesh.shape[m]:
@@ -114,6 +131,17 @@ def single_dim(op: Op, mesh: ProcessMesh, m: int) -> list[tuple[DistAttr, ...]]:
             if got is not None and m in got[0][i].multi_dims_mapping[d]:
                 out[got[0]] = None
     return list(out)
+
+
+def _pending_probes(pending: Pending, m: int) -> list[list[tuple[int, DistAttr]]]:
+    """The operand layouts to ask the rule about on mesh dim ``m``: each operand's pending sum
+    on ``m`` alone, and, where several operands have one, each's first at once (a masked
+    product of two masked operands)."""
+    on_m = [sorted((p for p in pieces if p.partial_dims == {m}), key=repr) for pieces in pending]
+    probes = [[(i, p)] for i, ps in enumerate(on_m) for p in ps]
+    if sum(bool(ps) for ps in on_m) > 1:
+        probes.append([(i, ps[0]) for i, ps in enumerate(on_m) if ps])
+    return probes
 
 
 def probe_shape(op: Op) -> Shape:
@@ -141,15 +169,28 @@ def probe_shape(op: Op) -> Shape:
 
 
 def _merge(mesh: ProcessMesh, parts: Sequence[tuple[DistAttr, ...]]) -> tuple[DistAttr, ...]:
-    """The operands' layouts with each part's splits (one mesh dim each), major first."""
+    """The operands' layouts with each part's splits and pending sums (one mesh dim each),
+    splits major first."""
     merged: list[DistAttr] = []
     for i in range(len(parts[0])):
         mdm: list[tuple[int, ...]] = [()] * parts[0][i].ndim
         for p in parts:
             for d, ms in enumerate(p[i].multi_dims_mapping):
                 mdm[d] = (*mdm[d], *ms)
-        merged.append(DistAttr._make(mesh, tuple(mdm), ()))
+        part = tuple(sorted(x for p in parts for x in p[i].partial_items))
+        masks = tuple(sorted(x for p in parts for x in p[i].mask_items))
+        merged.append(DistAttr._make(mesh, tuple(mdm), part, masks))
     return tuple(merged)
+
+
+def pending_pieces(a: DistAttr) -> frozenset[DistAttr]:
+    """Each pending sum of ``a`` alone, on its one mesh dim, with its mask: what a consumer's
+    rule is asked about when ``a``'s producer may make it (a pending sum is made only by an op:
+    a contraction's, or a lookup's in a table split on its rows, which is masked)."""
+    masks = a.masks
+    return frozenset(
+        DistAttr._make(a.mesh, ((),) * a.ndim, ((m, r),), ((m, masks[m]),) if m in masks else ())
+        for m, r in a.partial_items)
 
 
 def signature(op: Op) -> tuple[Any, ...]:
@@ -165,17 +206,18 @@ def signature(op: Op) -> tuple[Any, ...]:
 _STRATEGIES: dict[tuple[Any, ...], tuple[Strategy, ...]] = {}
 
 
-def strategies(op: Op, mesh: ProcessMesh) -> tuple[Strategy, ...]:
-    """Every candidate of ``op`` on ``mesh``: replicated first, then the rule's strategies
-    (memoised per signature and mesh)."""
-    key = (signature(op), mesh)
+def strategies(op: Op, mesh: ProcessMesh, pending: Pending = ()) -> tuple[Strategy, ...]:
+    """Every candidate of ``op`` on ``mesh``: replicated first, then the rule's strategies,
+    those that take as they are the pending sums in ``pending`` (per operand slot: what its
+    producer may make) included (memoised per signature, mesh and pending sums)."""
+    key = (signature(op), mesh, pending)
     hit = _STRATEGIES.get(key)
     if hit is None:
-        hit = _STRATEGIES[key] = _strategies(op, mesh)
+        hit = _STRATEGIES[key] = _strategies(op, mesh, pending)
     return hit
 
 
-def _strategies(op: Op, mesh: ProcessMesh) -> tuple[Strategy, ...]:
+def _strategies(op: Op, mesh: ProcessMesh, pending: Pending) -> tuple[Strategy, ...]:
     if not op.inputs:  # a constant is made in whatever layout its consumers read
         return tuple(Strategy((), outs, 1) for outs in itertools.product(
             *(layouts_of(t, mesh) for t in op.outputs)))
@@ -184,18 +226,31 @@ def _strategies(op: Op, mesh: ProcessMesh) -> tuple[Strategy, ...]:
     base = answer(op, mesh, rep)
     if base is not None and base[0] == rep:
         found[base] = None
-    _combinations(op, mesh, found)
+    _combinations(op, mesh, found, pending)
     if not found and base is not None and _even(op, *base):
         found[base] = None  # a rule that moves even replicated operands: its own answer
     return tuple(Strategy(ins, outs, _split(mesh, outs)) for ins, outs in found)
 
 
 def _combinations(op: Op, mesh: ProcessMesh,
-                  found: dict[tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]], None]) -> None:
+                  found: dict[tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]], None],
+                  pending: Pending) -> None:
     """Add to ``found`` the products of the single-dim strategies over the mesh dims that the
     rule takes as they are, evenly split, up to ``MAX_CANDIDATES``."""
-    per_dim: list[list[tuple[DistAttr, ...] | None]] = [
-        [None, *single_dim(op, mesh, m)] for m in range(mesh.ndim)]
+    splits = [single_dim(op, mesh, m) for m in range(mesh.ndim)]
+    _products(op, mesh, found, [[None, *ss] for ss in splits], MAX_CANDIDATES)
+    if pending:  # then those with a pending sum, which the splits' never crowd out
+        sums = [[s for s in single_dim(op, mesh, m, pending) if s not in ss]
+                for m, ss in enumerate(splits)]
+        if any(sums):
+            _products(op, mesh, found, [[None, *ss, *ps] for ss, ps in zip(splits, sums,
+                                                                          strict=True)],
+                      len(found) + MAX_CANDIDATES)
+
+
+def _products(op: Op, mesh: ProcessMesh,
+              found: dict[tuple[tuple[DistAttr, ...], tuple[DistAttr, ...]], None],
+              per_dim: list[list[tuple[DistAttr, ...] | None]], cap: int) -> None:
     for combo in itertools.product(*per_dim):
         parts = [c for c in combo if c is not None]
         if not parts:
@@ -207,12 +262,12 @@ def _combinations(op: Op, mesh: ProcessMesh,
         if got is None or got[0] != given or not _even(op, *got):
             continue
         found[got] = None
-        if len(found) >= MAX_CANDIDATES:
+        if len(found) >= cap:
             return
 
 
 def _valid(a: DistAttr) -> bool:
-    seen = [m for ms in a.multi_dims_mapping for m in ms]
+    seen = [m for ms in a.multi_dims_mapping for m in ms] + [m for m, _ in a.partial_items]
     return len(seen) == len(set(seen))
 
 

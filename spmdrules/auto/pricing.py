@@ -7,9 +7,9 @@ of one tensor kind (shape, dtype, mesh) is built once from the planner's own ste
 numbered, and each source gets one row of distances to every layout, from scipy's compiled
 Dijkstra over the graph as a sparse matrix (a model asks for thousands of sources on a 3-D mesh:
 a Python Dijkstra over ``DistAttr`` keys took most of the solve). The candidates split evenly
-and ask for no pending sum, so the planner's extra routes (uneven slices, box exchanges,
-``zero_partial``) never apply; a masked pending sum moves as its plain sum
-(``reshard_plans._masked_plan``).
+and ask only for the pending sums their producers make, so the planner's extra routes (uneven
+slices, box exchanges, ``zero_partial``) never apply; a masked pending sum moves as its plain
+sum (``reshard_plans._masked_plan``), and no reshard makes one.
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ class Prices:
     _states: dict[tuple[Kind, ProcessMesh], _States] = field(default_factory=dict)
 
     def time(self, src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtype: str) -> float:
+        if not set(dst.mask_items) <= set(src.mask_items):
+            return math.inf  # a mask says where the zeros are: only the op that made them knows
         src, dst = src.without_masks(), dst.without_masks()
         if src == dst:
             return 0.0

@@ -308,8 +308,8 @@ def _choose(found: list[Candidate], floors: list[float], budget: int, objective:
     if not found and not floors:
         raise AutoPlanError(
             f"auto.plan: HiGHS found no plan on any mesh of {devices} devices within "
-            "its time limit per mesh; raise spmdrules.auto.solver."
-            "TIME_LIMIT or give mesh_shapes")
+            "its limits per mesh; raise spmdrules.auto.solver.NODE_LIMIT (or "
+            "TIME_LIMIT) or give mesh_shapes")
     if not found or not found[0].fits(budget):
         least = min([*floors, *(c.estimate.memory_bytes for c in found)], default=math.inf)
         raise MemoryBudgetError(

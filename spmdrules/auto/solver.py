@@ -24,7 +24,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_array
 
 from spmdrules.auto import cost as cm
-from spmdrules.auto.candidates import Strategy, strategies
+from spmdrules.auto.candidates import Pending, Strategy, pending_pieces, strategies
 from spmdrules.auto.quotient import Quotient, fold
 from spmdrules.completion.memory import local_bytes
 from spmdrules.core.attr import DistAttr
@@ -33,8 +33,13 @@ from spmdrules.graph.graph import Graph
 from spmdrules.graph.nodes import Op, Tensor
 
 Objective = Literal["time", "memory"]
-#: seconds HiGHS may take for one mesh (then its best plan so far is taken)
-TIME_LIMIT: Final = 30.0
+#: branch-and-bound nodes HiGHS may explore on one mesh, then its best plan so far is taken: a
+#: bound on work, not on wall time, so the plan does not depend on the machine's load (every
+#: bench model's program is solved at the root node)
+NODE_LIMIT: Final = 1000
+#: seconds after which HiGHS gives up on one mesh whatever its nodes: a guard against a program
+#: whose root LP alone runs away, far above any bench model's (at most 10 s of CPU)
+TIME_LIMIT: Final = 600.0
 #: the relative gap at which HiGHS stops: a plan within 0.5% of the optimum's bound
 MIP_GAP: Final = 5e-3
 
@@ -129,7 +134,8 @@ class Pruned(Exception):
 
 
 class Unsolved(Exception):
-    """HiGHS found no assignment on this mesh within ``TIME_LIMIT`` (none is known to fit or
+    """HiGHS found no assignment on this mesh within ``NODE_LIMIT`` nodes or ``TIME_LIMIT``
+    seconds (none is known to fit or
     not: the search goes on with the other meshes)."""
 
     def __init__(self, mesh: ProcessMesh) -> None:
@@ -196,13 +202,31 @@ def _op_nodes(pr: _Program) -> None:
         if q.rep[k] != k:
             continue
         w = q.weight[k]
-        pr.cands[k] = cs = strategies(op, pr.mesh)
+        pr.cands[k] = cs = strategies(op, pr.mesh, _pending(pr, op))
         pr.xs[k] = [m.var(w * (cm.compute_time(op, s.split, pr.opts)
                                + cm.gradient_sync_time(op, s.inputs, s.work_dims, pr.opts)),
                           w * sum(local_bytes(a, t.shape, t.dtype)
                                   for a, t in zip(s.outputs, op.outputs, strict=True)), True)
                     for s in cs]
         m.row([(v, 1.0) for v in pr.xs[k]], 1.0, 1.0)
+
+
+def _pending(pr: _Program, op: Op) -> Pending:
+    """Per operand, the pending sums its producer's candidates may make and hand on: a masked
+    one (a lookup's in a table split on its rows, which no reshard makes) and any that the
+    producer took as it is (its chain); a contraction's plain sum is reduced on its edge, as
+    late costs what early does. A representative's producer comes before it, so its
+    candidates are known."""
+    out = []
+    for t in op.inputs:
+        pieces: set[DistAttr] = set()
+        if t.producer is not None:
+            for s in pr.cands[pr.q.rep[t.producer.order]]:
+                carried = any(a.partial_items for a in s.inputs)
+                pieces |= {p for p in pending_pieces(s.outputs[t.index])
+                           if carried or p.mask_items}
+        out.append(frozenset(pieces))
+    return tuple(out) if any(out) else ()
 
 
 def _folded_edges(g: Graph, q: Quotient) -> dict[Edge, int]:
@@ -354,10 +378,11 @@ def _run(pr: _Program, budget: float, objective: Objective) -> Choice:
     # no presolve: the transports' LP is close to integral and HiGHS's presolve of it took
     # longer than the solve itself (LLaMA, 2x4: 4.4 s against 0.5 s without; same optimum)
     res = milp(c, integrality=np.array(m.integral), bounds=Bounds(0, np.array(m.upper)),
-               constraints=cons, options={"time_limit": TIME_LIMIT, "mip_rel_gap": MIP_GAP,
+               constraints=cons, options={"node_limit": NODE_LIMIT, "time_limit": TIME_LIMIT,
+                                          "mip_rel_gap": MIP_GAP,
                                           "presolve": False})
     if res.x is None:
-        if res.status == 1:  # the time limit, before HiGHS found any assignment
+        if res.status == 1:  # a limit (nodes or seconds), before HiGHS found any assignment
             raise Unsolved(pr.mesh)
         raise Infeasible(_floor(m, pr.xs, pr.src_x))
     x = res.x

@@ -123,8 +123,6 @@ class Rules:
         answer, or the cheapest answer with one known operand left free (module docs).
         Raises the rule's ``SpmdError`` if it refuses ``specs``."""
         need, outs = self.answer(k, mesh, specs)
-        if len(specs) < 2:
-            return need, outs, 0.0
         forced = False
         for s, n, kn in zip(specs, need, known, strict=True):
             a = s.attr

@@ -5,9 +5,6 @@ plan that differs, loudly (issue 27)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,7 +13,8 @@ import pytest
 pytest.importorskip("torch", reason="needs the torch extra (make test installs it)")
 pytest.importorskip("transformers", reason="needs transformers (a test dependency)")
 
-from hf_models import exported, token_ids
+import bench_scripts
+from hf_models import DECODERS, exported, token_ids
 from sharded_runs import MpiCheck, run_against_serial
 
 from spmdrules import auto, plan
@@ -24,11 +22,7 @@ from spmdrules.completion import complete
 from spmdrules.execution.adjoint import gradient_program
 from spmdrules.execution.lowering import lower
 
-_SPEC = importlib.util.spec_from_file_location(
-    "bench_auto", Path(__file__).resolve().parents[2] / "bench" / "auto.py")
-assert _SPEC is not None and _SPEC.loader is not None
-bench_auto = sys.modules["bench_auto"] = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(bench_auto)
+bench_auto = bench_scripts.load("auto")
 
 
 def _float64(feeds: dict[str, Any]) -> dict[str, Any]:
@@ -45,7 +39,10 @@ def test_an_auto_planned_moe_decoder_runs_on_4_mpi_ranks_equal_to_serial_with_it
     assert any("grouped_mm_fallback" in op.name for op in g.ops)  # the default experts path
     p = auto.plan(g, 4, memory_per_rank="1GiB")
     p.apply(g)
-    prog = lower(complete(g))
+    r = complete(g)
+    # expert parallelism: each token's expert weights a masked pending sum
+    assert any(r.attr(t).mask_items for t in g.tensors)
+    prog = lower(r)
     out = im.outputs[0]
     gp = gradient_program(prog, [out])
     seed = np.random.default_rng(0).standard_normal(prog.buffers[out].shape)
@@ -88,3 +85,17 @@ def test_the_bench_reports_a_plan_that_cannot_run_and_keeps_it_for_its_exit_stat
     assert len(runs.failures) == 2
     # the graph is left as it was: no annotation of the failed plan stays on it
     assert all(t.annotation is None for t in im.graph.tensors)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(200)
+def test_the_bench_runs_each_plan_of_a_model_against_one_serial_reference() -> None:
+    im = exported("llama", batch=2, layers=1)
+    model = bench_auto.Model("llama", im.graph, _float64(im.feeds(token_ids(2))),
+                             im.outputs[0])
+    runs = bench_auto.MpiRuns(timeout=120)
+    plans = bench_auto.hand_plans("llama", im.graph, 2, DECODERS["llama"][1])
+    cells = [runs.cell(f"llama 2 {name}", model, *plans[name]) for name in ("dp", "megatron")]
+    assert runs.failures == [], runs.failures
+    assert all(c.startswith("mpi fwd/grad max err") for c in cells)
+    assert list(runs._serial) == ["llama"]  # computed once, for the first plan

@@ -30,13 +30,32 @@ def serial_cotangents(g: Graph, feeds: Mapping[str, Any], seeds: Mapping[str, An
     """The cotangent of every tensor ``<seeds, outputs>`` depends on, by reverse mode on the
     graph run serially (each op's VJP on whole arrays): the exact reference for a gradient
     program. For a graph that holds no tensor in another order than its user's."""
-    values = run_serial(g, feeds)
+    return _cotangents(g, run_serial(g, feeds), seeds)
+
+
+def _cotangents(g: Graph, values: Mapping[str, Any], seeds: Mapping[str, Any]
+                ) -> dict[str, Any]:
     cts = {t: np.asarray(s, dtype=np.float64) for t, s in seeds.items()}
     for op in reversed(g.ops):
         if any(t.name in cts for t in op.outputs):
             for name, ct in serial_vjp(op, values, cts).items():
                 cts[name] = cts[name] + ct if name in cts else ct
     return cts
+
+
+@dataclass(frozen=True)
+class SerialReference:
+    """A graph run serially on its sources: every tensor's value and, for ``seeds``, every
+    cotangent (reverse mode); the same for every plan of the graph, so computed once."""
+
+    values: Mapping[str, Any]
+    cotangents: Mapping[str, Any]
+
+
+def serial_reference(g: Graph, sources: Mapping[str, Any], seeds: Mapping[str, Any]
+                     ) -> SerialReference:
+    values = run_serial(g, sources)
+    return SerialReference(values, _cotangents(g, values, seeds))
 
 
 def assert_simulated_equals_serial(
@@ -128,18 +147,22 @@ class MpiCheck:
 def run_against_serial(
     g: Graph, prog: Program, gp: Program, feeds: Mapping[str, Any], seeds: Mapping[str, Any],
     *, nprocs: int, timeout: float, fetch: Sequence[str] | None = None,
+    serial: SerialReference | None = None,
 ) -> MpiCheck:
     """Run ``gp`` (the gradient program of ``prog``, the lowered plan of ``g``, its seeds fed)
     on ``nprocs`` MPI ranks; compare the forward tensors ``fetch`` (default: every tensor) with
     ``g`` run serially, every gradient with serial reverse mode (``serial_cotangents``: a
     gradient serial mode does not reach is zero), and the bytes the runtime counted with the
-    plans'. Measures only: the caller judges (``MpiCheck.problems``)."""
+    plans'. ``serial``: the reference, if already computed for these sources and seeds (by
+    ``serial_reference``; several plans of one graph share it). Measures only: the caller
+    judges (``MpiCheck.problems``)."""
     forward = list(prog.tensors if fetch is None else fetch)
     run = run_mpi(gp, feeds, nprocs=nprocs, fetch=[*forward, *gp.grads.values()],
                   timeout=timeout)
-    sources = {k: feeds[k] for k in prog.feeds}
-    fwd, fwd_at = max_error({t: run.values[t] for t in forward}, run_serial(g, sources))
-    cts = serial_cotangents(g, sources, seeds)
+    if serial is None:
+        serial = serial_reference(g, {k: feeds[k] for k in prog.feeds}, seeds)
+    fwd, fwd_at = max_error({t: run.values[t] for t in forward}, serial.values)
+    cts = serial.cotangents
     got = {t: run.values[b] for t, b in gp.grads.items()}
     want = {t: cts[t] if t in cts else np.zeros_like(got[t]) for t in got}
     grad, grad_at = max_error(got, want)
