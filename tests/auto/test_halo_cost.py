@@ -18,6 +18,7 @@ from spmdrules.completion import complete
 from spmdrules.execution.adjoint import gradient_program
 from spmdrules.execution.executor import random_feeds
 from spmdrules.execution.lowering import lower
+from spmdrules.execution.simulated import run_simulated
 from spmdrules.graph import ops
 from spmdrules.graph.annotate import shard
 from spmdrules.graph.graph import Graph
@@ -107,3 +108,35 @@ def test_the_cost_memos_stay_within_their_bounds_across_many_graphs() -> None:
     assert work.maxsize == cm.MEMO_SIZE and work.currsize <= cm.MEMO_SIZE
     assert pricing.prices.cache_info().maxsize == pricing.MAX_COST_MODELS
     assert solver._edge_prices.cache_info().maxsize == cm.MEMO_SIZE
+
+
+@pytest.mark.parametrize(("mesh", "spec"), [
+    (sr.ProcessMesh([0, 1, 2], dim_names=["p"]), (None, None, "p", None)),
+    (sr.ProcessMesh([[0, 1], [2, 3]], dim_names=["p", "q"]), (None, None, "p", "q")),
+], ids=["uneven-1d", "h-and-w-2d"])
+def test_the_predicted_halo_bytes_of_uneven_and_2d_spatial_splits_are_what_runs(
+        mesh: sr.ProcessMesh, spec: tuple[str | None, ...]) -> None:
+    """16 rows over 3 processes (uneven blocks), and H and W split over a 2x2 mesh (corner
+    pieces too): the prediction is what the simulated mesh moves, forward and reverse."""
+    with Graph("halo_uneven") as g:
+        x = g.input("x", [2, 3, 16, 12], "float64")
+        f = g.param("f", [4, 3, 3, 3], "float64")
+        y = ops.conv2d(x, f, paddings=[1, 1], spatial_sharding=True, name="conv")
+        ops.pool2d(y, kernel_size=[3, 3], strides=[1, 1], paddings=[1, 1], pooling_type="avg",
+                   name="pool")
+    for t in g.tensors:
+        if len(t.shape) == 4 and t.role != "param":
+            shard(t, mesh, spec)
+    result = complete(g)
+    predicted = cm.halo_bytes(result)
+    assert set(predicted) == {"conv", "pool"}
+    prog = lower(result)
+    out = prog.tensors[-1]
+    gp = gradient_program(prog, [out])
+    feeds: dict[str, Any] = random_feeds(prog, seed=5)
+    feeds[gp.seeds[out]] = np.random.default_rng(6).standard_normal(prog.buffers[out].shape)
+    moved = run_simulated(gp, feeds).traffic.halo
+    assert {k.rsplit(" -> ", 1)[1]: v for k, v in moved.items()
+            if not k.startswith("grad[")} == predicted
+    assert {k.rsplit(" -> ", 1)[1].rstrip("]"): v for k, v in moved.items()
+            if k.startswith("grad[")} == predicted
