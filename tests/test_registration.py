@@ -55,7 +55,7 @@ SECOND: list[tuple[str, str, str, Callable[[], object]]] = [
      lambda: register_lowering(("softmax_with_cross_entropy",), _nothing)),
     ("reverse lowering hook", "c_softmax_with_cross_entropy", "execution/adjoint.py",
      lambda: register_reverse(("c_softmax_with_cross_entropy",), _nothing)),
-    ("halo window", "conv2d", "execution/halo.py",
+    ("halo window", "conv2d", "graph/halo_windows.py",
      lambda: register_windows(("conv2d",), HALO_OPS["pool2d"])),
     ("plan weight use", "bmm", "plan/chunks.py",
      lambda: register_weight_use(("bmm",), WEIGHT_USES["matmul"])),

@@ -23,8 +23,10 @@ that is not a parameter, kept for the reverse pass) and reshard buffers, plus a 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -36,11 +38,16 @@ from spmdrules.completion.memory import Completed, Memory, local_bytes, memory
 from spmdrules.completion.reshard_plans import ReshardError, plan_reshard
 from spmdrules.core.attr import DistAttr
 from spmdrules.core.errors import SpmdError
+from spmdrules.graph.halo_windows import HALO_OPS, Exchange, exchange
 from spmdrules.graph.nodes import Op, Tensor
+from spmdrules.graph.shapes.shape_rule import DTYPE_BYTES
 
 #: forward plus a reverse pass of twice the forward's work
 TRAINING_FACTOR: Final = 3.0
 CALIBRATION_FILE: Final = Path(__file__).with_name("calibration.json")
+#: how many op signatures (and layouts, for halos) the memos keep: a model repeats its layers,
+#: so a few thousand cover one; a process planning many models evicts the oldest
+MEMO_SIZE: Final = 4096
 
 
 class ComputeCalibrationError(SpmdError, ValueError):
@@ -99,15 +106,23 @@ class Work:
         return self.amount / (rate.matmul if self.contraction else rate.elementwise)
 
 
-_WORK: dict[tuple[Any, ...], Work] = {}
+@dataclass(frozen=True, slots=True)
+class _BySignature:
+    """An op keyed by its signature (``candidates.signature``) for ``functools.lru_cache``:
+    ops of a repeated layer share one entry; the op rides along uncompared."""
+
+    key: tuple[Any, ...]
+    op: Op = field(compare=False, hash=False)
 
 
 def work(op: Op) -> Work:
-    """The op's forward work (cached per signature: a model repeats its layers)."""
-    key = signature(op)
-    hit = _WORK.get(key)
-    if hit is not None:
-        return hit
+    """The op's forward work (memoised per signature: a model repeats its layers)."""
+    return _work(_BySignature(signature(op), op))
+
+
+@functools.lru_cache(maxsize=MEMO_SIZE)
+def _work(keyed: _BySignature) -> Work:
+    op = keyed.op
     shape = probe_shape(op)
     out_numel = max((t.numel for t in op.outputs), default=0)
     best = 0
@@ -117,11 +132,8 @@ def work(op: Op) -> Work:
     if not best:
         best = _kept_reduction(op, shape.whole)
     if best:
-        w = Work(2.0 * out_numel * best, True)
-    else:
-        w = Work(float(sum(t.numel for t in (*op.inputs, *op.outputs))), False)
-    _WORK[key] = w
-    return w
+        return Work(2.0 * out_numel * best, True)
+    return Work(float(sum(t.numel for t in (*op.inputs, *op.outputs))), False)
 
 
 def _kept_reduction(op: Op, whole: tuple[tuple[int, ...], ...]) -> int:
@@ -166,6 +178,58 @@ def gradient_sync_time(op: Op, ins: tuple[DistAttr, ...], work_dims: frozenset[i
     return total
 
 
+def _slots(op: Op, flat: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """``flat`` (one entry per tensor of ``op.inputs``) and the operands' shapes regrouped per
+    operand slot as the lowering hands them to a kernel: None for an absent operand, a tuple
+    for an operand list."""
+    shapes: list[Any] = []
+    attrs: list[Any] = []
+    k = 0
+    for v in op.operands:
+        if v is None:
+            shapes.append(None)
+            attrs.append(None)
+        elif isinstance(v, Tensor):
+            shapes.append(v.shape)
+            attrs.append(flat[k])
+            k += 1
+        else:
+            shapes.append(tuple(t.shape for t in v))
+            attrs.append(tuple(flat[k:k + len(v)]))
+            k += len(v)
+    return shapes, attrs
+
+
+def halo_exchange(op: Op, ins: tuple[DistAttr, ...], outs: tuple[DistAttr, ...]
+                  ) -> Exchange | None:
+    """The halo exchange the lowering gives ``op`` run with these layouts (its operands as it
+    reads them, its results as it makes them), or None where it needs none."""
+    if not op.outputs or op.type not in HALO_OPS:
+        return None
+    return _exchange(_BySignature((signature(op), ins, outs[0]), op), ins, outs[0])
+
+
+@functools.lru_cache(maxsize=MEMO_SIZE)
+def _exchange(keyed: _BySignature, ins: tuple[DistAttr, ...], out: DistAttr) -> Exchange | None:
+    op = keyed.op
+    shapes, attrs = _slots(op, ins)
+    return exchange(op.type, op.attr_dict, shapes, attrs, op.outputs[0].shape, out)
+
+
+def halo_time(op: Op, ins: tuple[DistAttr, ...], outs: tuple[DistAttr, ...],
+              opts: Options) -> float:
+    """Seconds of the op's halo exchange: one round carrying what the busiest process
+    receives, on the link of the mesh dim it runs over (the default link over several), as the
+    planner prices a box exchange; in training the reverse pass returns the same pieces."""
+    ex = halo_exchange(op, ins, outs)
+    if ex is None:
+        return 0.0
+    nbytes = ex.most * DTYPE_BYTES[op.inputs[0].dtype]
+    link = ex.mesh_dims[0] if len(ex.mesh_dims) == 1 else None
+    once = opts.cost.step_time(outs[0].mesh, link, 1, nbytes)
+    return 2.0 * once if opts.training else once
+
+
 def edge_time(src: DistAttr, dst: DistAttr, t: Tensor, opts: Options) -> float:
     """The reshard's forward plan, and in training the reverse pass's plan back."""
     if src == dst:
@@ -208,33 +272,51 @@ class Estimate:
         return self.compute + self.communication
 
 
-def estimate(result: Completed, opts: Options) -> Estimate:
-    """The cost of a completed graph as it will run (annotated by hand or by ``auto.plan``)."""
+def _op_layouts(result: Completed
+                ) -> Iterator[tuple[Op, tuple[DistAttr, ...], tuple[DistAttr, ...]]]:
+    """Each op of a completed graph with the layouts it reads its operands in (after their
+    reshards) and makes its results in (before theirs)."""
     g = result.graph
     need: dict[tuple[str, int], DistAttr] = {}
     made: dict[str, DistAttr] = {}
-    comm = 0.0
     for e in result.reshards:
-        t = g.tensor(e.tensor)
         if e.side == "operand":
             for name, slot in e.consumers:
                 need[(name, slot)] = e.dst
         else:
             made[e.tensor] = e.src
-        comm += _completed_edge_time(e.src, e.dst, t, opts)
-    compute = 0.0
     for op in g.ops:
-        ins = tuple(need.get((op.name, k), result.attr(t)) for k, t in enumerate(op.inputs))
-        outs = tuple(made.get(t.name, result.attr(t)) for t in op.outputs)
+        yield (op, tuple(need.get((op.name, k), result.attr(t)) for k, t in enumerate(op.inputs)),
+               tuple(made.get(t.name, result.attr(t)) for t in op.outputs))
+
+
+def estimate(result: Completed, opts: Options) -> Estimate:
+    """The cost of a completed graph as it will run (annotated by hand or by ``auto.plan``)."""
+    g = result.graph
+    comm = sum(_completed_edge_time(e.src, e.dst, g.tensor(e.tensor), opts)
+               for e in result.reshards)
+    compute = 0.0
+    for op, ins, outs in _op_layouts(result):
         dims: set[int] = set()
         for a in outs:
             dims |= a.sharded_mesh_dims | a.partial_dims
         mesh = outs[0].mesh if outs else None
         split = math.prod(mesh.shape[m] for m in dims) if mesh is not None else 1
         compute += compute_time(op, split, opts)
-        comm += gradient_sync_time(op, ins, frozenset(dims), opts)
+        comm += gradient_sync_time(op, ins, frozenset(dims), opts) + halo_time(op, ins, outs, opts)
     mem = memory(result)
     return Estimate(compute, comm, mem, mem.training(opts.gradients, opts.optimizer_states))
+
+
+def halo_bytes(result: Completed) -> dict[str, int]:
+    """The bytes each op's forward halo exchange moves, summed over the processes, by op name
+    (the reverse pass returns as many): what ``estimate`` prices."""
+    out: dict[str, int] = {}
+    for op, ins, outs in _op_layouts(result):
+        ex = halo_exchange(op, ins, outs)
+        if ex is not None:
+            out[op.name] = ex.total * DTYPE_BYTES[op.inputs[0].dtype]
+    return out
 
 
 def param_bytes(attr: DistAttr, t: Tensor, opts: Options) -> int:

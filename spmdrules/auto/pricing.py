@@ -9,14 +9,18 @@ Dijkstra over the graph as a sparse matrix (a model asks for thousands of source
 a Python Dijkstra over ``DistAttr`` keys took most of the solve). The candidates split evenly
 and ask only for the pending sums their producers make, so the planner's extra routes (uneven
 slices, box exchanges, ``zero_partial``) never apply; a masked pending sum moves as its plain
-sum (``reshard_plans._masked_plan``), and no reshard makes one.
+sum (``reshard_plans._masked_plan``), and no reshard makes one. The memos are bounded
+(``MAX_KINDS`` tensor kinds per cost model, ``MAX_COST_MODELS`` cost models), so a process that
+plans many models keeps the most recent.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 from scipy.sparse import csr_array
@@ -28,6 +32,10 @@ from spmdrules.core.attr import DistAttr
 from spmdrules.core.mesh import ProcessMesh
 
 Kind = tuple[tuple[int, ...], str]
+#: tensor kinds (shape, dtype, mesh) whose state graphs one cost model's memo keeps: a model
+#: has a few hundred; the least recently asked is dropped, and rebuilt if asked again
+MAX_KINDS: Final = 1024
+MAX_COST_MODELS: Final = 8
 
 
 @dataclass(slots=True)
@@ -64,7 +72,11 @@ class Prices:
     """Seconds of the cheapest plan between two layouts of a tensor kind, memoised."""
 
     cost: CostModel
-    _states: dict[tuple[Kind, ProcessMesh], _States] = field(default_factory=dict)
+    states: Callable[[Kind, ProcessMesh], _States] = field(init=False)
+
+    def __post_init__(self) -> None:
+        # the states of a kind, one object per kind while it stays in the bounded memo
+        self.states = functools.lru_cache(maxsize=MAX_KINDS)(lambda _k, _m: _States())
 
     def time(self, src: DistAttr, dst: DistAttr, shape: tuple[int, ...], dtype: str) -> float:
         if not set(dst.mask_items) <= set(src.mask_items):
@@ -73,9 +85,7 @@ class Prices:
         if src == dst:
             return 0.0
         kind = (shape, dtype)
-        st = self._states.get((kind, src.mesh))
-        if st is None:
-            st = self._states[(kind, src.mesh)] = _States()
+        st = self.states(kind, src.mesh)
         i = st.index.get(src)
         if i is None:
             i = self._grow(st, src, kind)
@@ -107,7 +117,7 @@ class Prices:
         return first
 
 
-@functools.cache
+@functools.lru_cache(maxsize=MAX_COST_MODELS)
 def prices(cost: CostModel) -> Prices:
     """The memo of one cost model's prices."""
     return Prices(cost)

@@ -17,7 +17,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -204,7 +204,8 @@ def _op_nodes(pr: _Program) -> None:
         w = q.weight[k]
         pr.cands[k] = cs = strategies(op, pr.mesh, _pending(pr, op))
         pr.xs[k] = [m.var(w * (cm.compute_time(op, s.split, pr.opts)
-                               + cm.gradient_sync_time(op, s.inputs, s.work_dims, pr.opts)),
+                               + cm.gradient_sync_time(op, s.inputs, s.work_dims, pr.opts)
+                               + cm.halo_time(op, s.inputs, s.outputs, pr.opts)),
                           w * sum(local_bytes(a, t.shape, t.dtype)
                                   for a, t in zip(s.outputs, op.outputs, strict=True)), True)
                     for s in cs]
@@ -284,12 +285,17 @@ def _group(attrs: Sequence[DistAttr], xs: Sequence[int]) -> dict[DistAttr, list[
     return out
 
 
-_EDGE_PRICES: dict[Any, dict[tuple[DistAttr, DistAttr], tuple[float, int]]] = {}
+@functools.lru_cache(maxsize=cm.MEMO_SIZE)
+def _edge_prices(_shape: tuple[int, ...], _dtype: str, _opts: cm.Options
+                 ) -> dict[tuple[DistAttr, DistAttr], tuple[float, int]]:
+    """The memo of one tensor kind's edge prices (bounded: a process planning many models
+    keeps the most recent kinds)."""
+    return {}
 
 
 def _kind_prices(t: Tensor, opts: cm.Options
                  ) -> Callable[[DistAttr, DistAttr], tuple[float, int]]:
-    memo = _EDGE_PRICES.setdefault((t.shape, t.dtype, opts), {})
+    memo = _edge_prices(t.shape, t.dtype, opts)
 
     def price(a: DistAttr, r: DistAttr) -> tuple[float, int]:
         hit = memo.get((a, r))
@@ -322,7 +328,7 @@ def _targets(made: Sequence[DistAttr], need: Sequence[DistAttr], follow: bool) -
     return near
 
 
-@functools.cache
+@functools.lru_cache(maxsize=cm.MEMO_SIZE)
 def _roles(a: DistAttr) -> tuple[int, ...]:
     """What each mesh dim does in ``a``, as a code: 0 nothing (replicated or a pending sum), or
     ``1 + n d + k`` for splitting tensor dim ``d`` at position ``k`` of its mesh dims (``k`` is

@@ -74,3 +74,4 @@ _.jacobian  # spmdrules/runtime/pooling.py
 full_geometry  # spmdrules/runtime/windows.py
 nondeterministic  # spmdrules/verify/runner.py
 _.nondeterministic  # spmdrules/verify/runner.py
+halo_bytes  # spmdrules/auto/cost.py
