@@ -14,7 +14,8 @@ from pathlib import Path
 import mpirun
 import pytest
 
-pytestmark = pytest.mark.mpi
+#: 13 jobs of up to 48 ranks, the suite's longest file (tests/support/xdist_mpi.py)
+pytestmark = [pytest.mark.mpi, pytest.mark.long_unit]
 
 HERE = Path(__file__).resolve().parent
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import mpirun
 import pytest
 
-pytestmark = pytest.mark.mpi
+#: most of its wall time waits for watchdogs and timeouts (tests/support/xdist_mpi.py)
+pytestmark = [pytest.mark.mpi, pytest.mark.long_unit]
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "fault_cases.py"
