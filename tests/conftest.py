@@ -94,9 +94,6 @@ NO_MPIEXEC = ("no mpiexec next to {python} or on PATH: install the mpi extra "
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "long_unit: a test of a file (or xdist_group) among the "
-                            "suite's longest in wall time; under xdist its unit is handed out "
-                            "before the others (tests/support/xdist_mpi.py)")
     if config.pluginmanager.hasplugin("xdist"):
         import xdist_mpi
 

@@ -23,9 +23,6 @@ from spmdrules.execution.lowering import lower
 from spmdrules.execution.mpi import run_mpi
 
 ROOT = Path(__file__).resolve().parents[1]
-#: its nested runs wait for their timeouts and jobs: two minutes and a half of wall time for
-#: seven tests (tests/support/xdist_mpi.py)
-pytestmark = pytest.mark.long_unit
 #: one file whose every test launches mpiexec, one where one test of five does
 FILES = ["tests/e2e/test_mpi.py", "tests/rules/test_label_smooth.py"]
 
@@ -294,34 +291,3 @@ def test_mpi_tests_spread_over_workers_in_turns(tmp_path: Path) -> None:
             for t in at:
                 running = [o for o, a, b in turns if o != name and a <= t < b]
                 assert len(running) <= 1, (name, t, running)
-
-
-LONG_TEST = '''
-import pytest
-
-
-@pytest.mark.long_unit
-def test_long() -> None:
-    pass
-'''
-
-
-@pytest.mark.timeout(240)
-def test_a_unit_marked_long_is_handed_out_first(tmp_path: Path) -> None:
-    """xdist hands out units by their number of tests, most first; a file with a test marked
-    ``long_unit`` (tests/runtime/test_mpi.py, this file) goes before them all, so it does not
-    start last and run alone at the end of the run. One worker runs the units in the order it
-    gets them: the one-test file marked long first, then the others, most tests first."""
-    (tmp_path / "test_long.py").write_text(LONG_TEST)
-    for name, count in (("test_few", 2), ("test_many", 4)):
-        (tmp_path / f"{name}.py").write_text(
-            f"import pytest\n\n\n@pytest.mark.parametrize('i', range({count}))\n"
-            "def test_quick(i: int) -> None:\n    pass\n")
-    env = {**os.environ, "SPMDRULES_SHM_CHECK": "own",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT / "tests" / "support")])}
-    code, out = nested_pytest(["-p", "conftest", "-v", "-n", "1", "--dist", "loadfile",
-                               "test_few.py", "test_long.py", "test_many.py"],
-                              cwd=tmp_path, env=env)
-    assert code == 0 and "7 passed" in out, out[-3000:]
-    order = re.findall(r"PASSED (test_\w+)\.py", out)
-    assert order == ["test_long"] + ["test_many"] * 4 + ["test_few"] * 2, out[-3000:]

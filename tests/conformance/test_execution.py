@@ -24,8 +24,7 @@ ISSUE_23_OPS = frozenset({"c_embedding", "fused_dropout_add", "einsum", "pad", "
 EVERY = 25
 #: the module's fixture executes some 11,000 cases (about a minute of CPU on an idle machine);
 #: with test_conformance.py, one unit of work under xdist: both read the session's ``compared``
-pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("conformance"),
-              pytest.mark.long_unit]
+pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("conformance")]
 DOC = Path(__file__).resolve().parents[2] / "docs" / "deviations.md"
 
 

@@ -25,8 +25,6 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx", reason="needs the onnx extra (make test installs it)")
-#: 16 MPI jobs over real CNNs (tests/support/xdist_mpi.py)
-pytestmark = pytest.mark.long_unit
 
 import spmdrules as sr  # noqa: E402
 from spmdrules import plan  # noqa: E402

@@ -14,8 +14,7 @@ from pathlib import Path
 import mpirun
 import pytest
 
-#: 13 jobs of up to 48 ranks, the suite's longest file (tests/support/xdist_mpi.py)
-pytestmark = [pytest.mark.mpi, pytest.mark.long_unit]
+pytestmark = pytest.mark.mpi
 
 HERE = Path(__file__).resolve().parent
 

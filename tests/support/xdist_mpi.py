@@ -9,10 +9,6 @@ MPI tests go with their files, so they spread over the workers, but their jobs t
 ``mpi(alone=True)`` (the 48-rank job) runs with no other job beside it. So the run never holds
 more ranks at once than its largest job, as when one worker ran every MPI test.
 
-Units that hold a test marked ``long_unit`` (the files of the longest wall times) are handed
-out first: xdist hands out units by their number of tests, so a 7-test file of two and a half
-minutes would otherwise start last and run alone while the other workers sit idle.
-
 xdist's own ``--dist loadgroup`` would send tests marked ``xdist_group`` to one worker by adding
 the group to their node ids, which pytest 9.2 no longer lets a plugin do: the mark is then
 ignored without a word (pytest-dev/pytest-xdist#1386). So each worker writes the unit of each of
@@ -44,8 +40,6 @@ JOB_SLOTS = 2
 SLOT_POLL = 0.05
 #: the mark that puts tests of several files into one unit (xdist's name for it)
 GROUP_MARK = "xdist_group"
-#: the mark of a test whose unit is handed out before the others
-LONG_MARK = "long_unit"
 #: ``workerinput`` key: the folder where the workers write the units of their tests
 _IDS_DIR = "spmdrules_mpi_ids_dir"
 _RUN_DIR = pytest.StashKey[Path]()
@@ -59,8 +53,6 @@ class GroupedFiles(LoadScopeScheduling):
         super().__init__(config, log)  # type: ignore[arg-type]
         self.ids_dir = ids_dir
         self.units: dict[str, str] | None = None
-        #: the units marked long_unit, not yet put at the head of the queue
-        self.long: set[str] | None = None
 
     def schedule(self) -> None:
         if self.units is None:
@@ -68,18 +60,9 @@ class GroupedFiles(LoadScopeScheduling):
             if not lists:
                 raise RuntimeError(f"no worker wrote the units of its tests into {self.ids_dir}"
                                    " (tests/support/xdist_mpi.py)")
-            pairs = [ln.split("\t", 1) for f in lists for ln in f.read_text().splitlines() if ln]
-            self.units = {nodeid: unit for unit, nodeid in pairs if unit != LONG_MARK}
-            self.long = {nodeid for unit, nodeid in pairs if unit == LONG_MARK}
+            pairs = (ln.split("\t", 1) for f in lists for ln in f.read_text().splitlines() if ln)
+            self.units = {nodeid: unit for unit, nodeid in pairs}
         super().schedule()
-
-    def _assign_work_unit(self, node: WorkerController) -> None:
-        if self.long:  # once the queue is built, before its first unit goes out
-            units = {self._split_scope(nodeid) for nodeid in self.long}
-            for unit in reversed([u for u in self.workqueue if u in units]):
-                self.workqueue.move_to_end(unit, last=False)
-            self.long = None
-        super()._assign_work_unit(node)
 
     def _split_scope(self, nodeid: str) -> str:
         assert self.units is not None
@@ -130,17 +113,14 @@ def _run_dir(config: pytest.Config) -> Path | None:
 
 def record_units(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In a worker of a ``--dist loadfile`` run: write the unit of each test that does not go
-    with its file, and each test marked ``long_unit``, where the controller's scheduler reads
-    them (whole, through a rename)."""
+    with its file where the controller's scheduler reads it (whole, through a rename)."""
     folder = _run_dir(config)
     if folder is None:
         return
     workerinput = config.workerinput  # type: ignore[attr-defined]
     units = {item.nodeid: unit_of(item) for item in items}
-    long = [item.nodeid for item in items if item.get_closest_marker(LONG_MARK) is not None]
     part = folder / f"{workerinput['workerid']}.part"
-    part.write_text("".join(f"{u}\t{i}\n" for i, u in units.items() if u is not None)
-                    + "".join(f"{LONG_MARK}\t{i}\n" for i in long))
+    part.write_text("".join(f"{u}\t{i}\n" for i, u in units.items() if u is not None))
     os.replace(part, folder / f"{workerinput['workerid']}.ids")
 
 

@@ -16,8 +16,7 @@ from pathlib import Path
 import mpirun
 import pytest
 
-#: most of its wall time waits for watchdogs and timeouts (tests/support/xdist_mpi.py)
-pytestmark = [pytest.mark.mpi, pytest.mark.long_unit]
+pytestmark = pytest.mark.mpi
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "fault_cases.py"
