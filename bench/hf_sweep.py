@@ -181,6 +181,11 @@ def measure(model_type: str, mapping: str, report: Any) -> None:
     """Run one row stage by stage, reporting each stage reached (in a child process)."""
     import torch
 
+    # forked: if the parent's OpenMP pool has run, the child's copy of it is dead (OpenMP is
+    # not fork-safe), and the first parallel op would wait on it for ever; one thread never
+    # enters the pool
+    torch.set_num_threads(1)
+
     import spmdrules as sr
     from spmdrules import plan
     from spmdrules.completion import complete
@@ -251,12 +256,9 @@ def compare(model: Any, inputs: dict[str, Any], got: Any, want: Any) -> str:
 
 
 def run_row(name: str, model_type: str, mapping: str, timeout: float) -> Row:
-    """One row in a child forked by a fork server (torch, transformers and spmdrules already
-    imported there, so the child starts at once), stopped after ``timeout`` seconds at the
-    stage it reached. Not forked from this process: once torch's thread pool has run here (a
-    test run's earlier tests, a pytest-xdist worker's), a forked child hangs at its first
-    parallel op (OpenMP is not fork-safe)."""
-    ctx = mp.get_context("forkserver")
+    """One row in a forked child (torch, transformers and spmdrules already imported here, so
+    the child starts at once), stopped after ``timeout`` seconds at the stage it reached."""
+    ctx = mp.get_context("fork")
     report: Any = ctx.Queue()
     start = time.perf_counter()
     proc = ctx.Process(target=measure, args=(model_type, mapping, report), daemon=True)
@@ -279,14 +281,14 @@ def run_row(name: str, model_type: str, mapping: str, timeout: float) -> Row:
     return Row(name, stage, error, time.perf_counter() - start)
 
 
-#: what every row imports, once, in the fork server, before it forks the rows' children
-PRELOAD = ["torch", "transformers", "spmdrules.completion", "spmdrules.execution.simulated",
-           "spmdrules.importers.torch"]
-
-
 def preload() -> None:
-    """Have the fork server import :data:`PRELOAD` (if this process has not started it yet)."""
-    mp.get_context("forkserver").set_forkserver_preload(PRELOAD)
+    """What every row imports, once, before the children fork."""
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    import spmdrules.completion
+    import spmdrules.execution.simulated
+    import spmdrules.importers.torch  # noqa: F401
 
 
 def cause(error: str) -> str:
