@@ -123,9 +123,9 @@ def test_a_timeout_names_its_stage_and_step_and_counts_as_exported_past_export()
 
 @pytest.mark.timeout(600)
 def test_a_row_runs_in_a_process_whose_torch_thread_pool_has_run() -> None:
-    """A row's child is not forked from the caller: once torch's thread pool has run there (a
-    pytest-xdist worker after the importer tests), a forked child hung at its first parallel
-    op until the row's timeout."""
+    """Once torch's thread pool has run in the caller (a pytest-xdist worker after the importer
+    tests), a row's forked child hung at its first parallel op until the row's timeout; it now
+    runs on one thread, which never enters the dead pool."""
     (spec,) = [r for r in hf_sweep.rows() if r[0] == "llama"]
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
