@@ -181,6 +181,11 @@ def measure(model_type: str, mapping: str, report: Any) -> None:
     """Run one row stage by stage, reporting each stage reached (in a child process)."""
     import torch
 
+    # forked: if the parent's OpenMP pool has run, the child's copy of it is dead (OpenMP is
+    # not fork-safe), and the first parallel op would wait on it for ever; one thread never
+    # enters the pool
+    torch.set_num_threads(1)
+
     import spmdrules as sr
     from spmdrules import plan
     from spmdrules.completion import complete

@@ -119,3 +119,21 @@ def test_a_timeout_names_its_stage_and_step_and_counts_as_exported_past_export()
     totals = hf_sweep.summary(rows)
     assert totals["exported"] == 1
     assert totals["causes"] == [("timeout in stage import", 1), ("timeout in stage export", 1)]
+
+
+@pytest.mark.timeout(600)
+def test_a_row_runs_in_a_process_whose_torch_thread_pool_has_run() -> None:
+    """Once torch's thread pool has run in the caller (a pytest-xdist worker after the importer
+    tests), a row's forked child hung at its first parallel op until the row's timeout; it now
+    runs on one thread, which never enters the dead pool."""
+    (spec,) = [r for r in hf_sweep.rows() if r[0] == "llama"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        x = torch.randn(512, 512)
+        assert float((x @ x).abs().sum()) > 0  # the pool's threads start here
+        hf_sweep.preload()
+        row = hf_sweep.run_row(*spec, timeout=120)
+    finally:
+        torch.set_num_threads(threads)
+    assert (row.stage, row.error) == ("ok", ""), row
