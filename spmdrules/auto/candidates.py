@@ -39,6 +39,8 @@ from spmdrules.graph.nodes import Op, Tensor
 #: the most candidates an op keeps (a 3-D mesh multiplies the single-dim strategies; the
 #: combinations are tried in order, fewer mesh dims first)
 MAX_CANDIDATES: Final = 96
+#: the most op signatures (with mesh and pending sums) whose candidates are memoised
+MEMO_SIZE: Final = 4096
 #: per operand slot, the pending sums (each on one mesh dim) its producer may make
 Pending = tuple[frozenset[DistAttr], ...]
 
@@ -213,6 +215,8 @@ def strategies(op: Op, mesh: ProcessMesh, pending: Pending = ()) -> tuple[Strate
     key = (signature(op), mesh, pending)
     hit = _STRATEGIES.get(key)
     if hit is None:
+        if len(_STRATEGIES) >= MEMO_SIZE:  # a process planning many models keeps the newest
+            del _STRATEGIES[next(iter(_STRATEGIES))]
         hit = _STRATEGIES[key] = _strategies(op, mesh, pending)
     return hit
 

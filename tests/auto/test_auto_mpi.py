@@ -99,3 +99,7 @@ def test_the_bench_runs_each_plan_of_a_model_against_one_serial_reference() -> N
     assert runs.failures == [], runs.failures
     assert all(c.startswith("mpi fwd/grad max err") for c in cells)
     assert list(runs._serial) == ["llama"]  # computed once, for the first plan
+    # a plan too large for float64 on this machine runs in float32 against the same reference
+    half = runs.cell("llama 2 dp float32", model, *plans["dp"], float32=True)
+    assert half.endswith("; float32)") and runs.failures == [], runs.failures
+    assert float(half.split("max err ")[1].split("/")[1].split(",")[0]) > 1e-10  # float32's

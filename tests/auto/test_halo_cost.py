@@ -12,8 +12,8 @@ import pytest
 from sharded_runs import run_mpi
 
 import spmdrules as sr
+from spmdrules.auto import candidates, pricing, solver
 from spmdrules.auto import cost as cm
-from spmdrules.auto import pricing, solver
 from spmdrules.completion import complete
 from spmdrules.execution.adjoint import gradient_program
 from spmdrules.execution.executor import random_feeds
@@ -140,3 +140,18 @@ def test_the_predicted_halo_bytes_of_uneven_and_2d_spatial_splits_are_what_runs(
             if not k.startswith("grad[")} == predicted
     assert {k.rsplit(" -> ", 1)[1].rstrip("]"): v for k, v in moved.items()
             if k.startswith("grad[")} == predicted
+
+
+def test_the_candidates_memo_keeps_the_newest_signatures_within_its_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(candidates, "_STRATEGIES", {})
+    monkeypatch.setattr(candidates, "MEMO_SIZE", 8)
+    mesh = sr.ProcessMesh([0, 1], dim_names=["p"])
+    for width in range(2, 22, 2):
+        with Graph(f"c{width}") as g:
+            ops.relu(g.input("x", [2, width], "float32"), name="r")
+        (op,) = g.ops
+        assert candidates.strategies(op, mesh)  # replicated at least
+    assert len(candidates._STRATEGIES) == 8
+    assert candidates.strategies(op, mesh) is candidates._STRATEGIES[
+        (candidates.signature(op), mesh, ())]  # the newest stays
