@@ -45,17 +45,26 @@ def _cotangents(g: Graph, values: Mapping[str, Any], seeds: Mapping[str, Any]
 
 @dataclass(frozen=True)
 class SerialReference:
-    """A graph run serially on its sources: every tensor's value and, for ``seeds``, every
-    cotangent (reverse mode); the same for every plan of the graph, so computed once."""
+    """A graph run serially on its sources: the values of the tensors kept and, for ``seeds``,
+    the cotangents of its sources (reverse mode); the same for every plan of the graph, so
+    computed once."""
 
     values: Mapping[str, Any]
     cotangents: Mapping[str, Any]
 
 
-def serial_reference(g: Graph, sources: Mapping[str, Any], seeds: Mapping[str, Any]
-                     ) -> SerialReference:
+def serial_reference(g: Graph, sources: Mapping[str, Any], seeds: Mapping[str, Any],
+                     keep: Sequence[str] | None = None) -> SerialReference:
+    """``keep``: the tensors whose values are kept (default: every one); only the sources'
+    cotangents are kept then, the gradients a program returns (a model's intermediates, such
+    as an MoE's per-token expert weights, are gigabytes in float64)."""
     values = run_serial(g, sources)
-    return SerialReference(values, _cotangents(g, values, seeds))
+    cts = _cotangents(g, values, seeds)
+    if keep is None:
+        return SerialReference(values, cts)
+    roots = {t.name for t in g.tensors if t.producer is None}
+    return SerialReference({t: values[t] for t in keep},
+                           {t: c for t, c in cts.items() if t in roots})
 
 
 def assert_simulated_equals_serial(
