@@ -53,13 +53,14 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import argparse
+import contextlib
 import datetime
 import json
 import platform
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,20 +157,14 @@ class MpiRuns:
              float32: bool) -> str:
         from sharded_runs import run_against_serial, serial_reference
 
-        from spmdrules.completion import complete
         from spmdrules.execution.adjoint import gradient_program
         from spmdrules.execution.lowering import lower
 
         g = model.graph
-        saved = [(t, t.annotation, t.attr) for t in g.tensors]  # as auto.evaluate leaves it
         t0 = time.perf_counter()
         try:
-            for t in g.tensors:
-                t.annotation = None
-            plan.apply(g, mesh, styles)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DroppedSplitWarning)
-                prog = lower(complete(g))
+            with _completed(g, mesh, styles) as r:
+                prog = lower(r)
             out = model.output
             gp = gradient_program(prog, [out])
             seed = np.random.default_rng(0).standard_normal(prog.buffers[out].shape)
@@ -183,9 +178,6 @@ class MpiRuns:
                                        serial=self._serial[model.name])
         except sr.SpmdError as e:
             return self._fail(what, f"failed: {str(e).splitlines()[0][:120]}")
-        finally:
-            for t, ann, attr in saved:
-                t.annotation, t.attr = ann, attr
         cell = (f"mpi fwd/grad max err {check.forward_error:.1e}/{check.gradient_error:.1e}, "
                 f"bytes measured/planned {fmt_bytes(check.measured_bytes)}/"
                 f"{fmt_bytes(check.planned_bytes)} (+{fmt_bytes(check.internal_bytes)} "
@@ -282,9 +274,27 @@ def tight_budget(g: Any, n: int, dp: auto.Estimate, opts: auto.Options) -> tuple
     return (lean + dp.memory_bytes) // 2, lean
 
 
+@contextlib.contextmanager
+def _completed(g: Any, mesh: sr.ProcessMesh, styles: dict[str, Any]) -> Iterator[Any]:
+    """``g`` annotated by ``styles`` alone on ``mesh`` and completed; afterwards its
+    annotations and attributes are as they were (as ``auto.evaluate`` leaves them)."""
+    from spmdrules.completion import complete
+
+    saved = [(t, t.annotation, t.attr) for t in g.tensors]
+    try:
+        for t in g.tensors:
+            t.annotation = None
+        plan.apply(g, mesh, styles)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DroppedSplitWarning)
+            yield complete(g)
+    finally:
+        for t, ann, attr in saved:
+            t.annotation, t.attr = ann, attr
+
+
 def splits(g: Any, p: auto.AutoPlan) -> str:
     """What the plan divides: the batch, the weights, the experts (module docs)."""
-    from spmdrules.completion import complete
 
     def split(name: str) -> bool:
         style = p.get(name)
@@ -292,16 +302,8 @@ def splits(g: Any, p: auto.AutoPlan) -> str:
 
     params = g.params
     batch = [t.name for t in g.inputs if split(t.name)]
-    saved = [(t, t.annotation, t.attr) for t in g.tensors]
-    try:
-        p.apply(g)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DroppedSplitWarning)
-            r = complete(g)
+    with _completed(g, p.mesh, p) as r:
         masked = sum(1 for t in g.tensors if r.attr(t).mask_items)
-    finally:
-        for t, ann, attr in saved:
-            t.annotation, t.attr = ann, attr
     return (f"batch {'yes' if batch else 'no'}, weights {sum(map(split, (t.name for t in params)))}"
             f"/{len(params)}, experts {'yes' if masked else 'no'} ({masked} masked tensors)")
 

@@ -39,7 +39,9 @@ from spmdrules.graph.nodes import Op, Tensor
 #: the most candidates an op keeps (a 3-D mesh multiplies the single-dim strategies; the
 #: combinations are tried in order, fewer mesh dims first)
 MAX_CANDIDATES: Final = 96
-#: the most op signatures (with mesh and pending sums) whose candidates are memoised
+#: how many op signatures (with their mesh and layouts) each of auto's memos keeps: a model
+#: repeats its layers, so a few thousand cover one; a process planning many models evicts the
+#: oldest
 MEMO_SIZE: Final = 4096
 #: per operand slot, the pending sums (each on one mesh dim) its producer may make
 Pending = tuple[frozenset[DistAttr], ...]

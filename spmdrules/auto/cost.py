@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from spmdrules.auto.candidates import probe_shape, signature
+from spmdrules.auto.candidates import MEMO_SIZE, probe_shape, signature
 from spmdrules.auto.pricing import prices
 from spmdrules.completion.cost import DEFAULT_COST_MODEL, CostModel
 from spmdrules.completion.memory import Completed, Memory, local_bytes, memory
@@ -45,9 +45,6 @@ from spmdrules.graph.shapes.shape_rule import DTYPE_BYTES
 #: forward plus a reverse pass of twice the forward's work
 TRAINING_FACTOR: Final = 3.0
 CALIBRATION_FILE: Final = Path(__file__).with_name("calibration.json")
-#: how many op signatures (and layouts, for halos) the memos keep: a model repeats its layers,
-#: so a few thousand cover one; a process planning many models evicts the oldest
-MEMO_SIZE: Final = 4096
 
 
 class ComputeCalibrationError(SpmdError, ValueError):

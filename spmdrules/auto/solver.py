@@ -24,7 +24,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_array
 
 from spmdrules.auto import cost as cm
-from spmdrules.auto.candidates import Pending, Strategy, pending_pieces, strategies
+from spmdrules.auto.candidates import MEMO_SIZE, Pending, Strategy, pending_pieces, strategies
 from spmdrules.auto.quotient import Quotient, fold
 from spmdrules.completion.memory import local_bytes
 from spmdrules.core.attr import DistAttr
@@ -285,7 +285,7 @@ def _group(attrs: Sequence[DistAttr], xs: Sequence[int]) -> dict[DistAttr, list[
     return out
 
 
-@functools.lru_cache(maxsize=cm.MEMO_SIZE)
+@functools.lru_cache(maxsize=MEMO_SIZE)
 def _edge_prices(_shape: tuple[int, ...], _dtype: str, _opts: cm.Options
                  ) -> dict[tuple[DistAttr, DistAttr], tuple[float, int]]:
     """The memo of one tensor kind's edge prices (bounded: a process planning many models
@@ -328,7 +328,7 @@ def _targets(made: Sequence[DistAttr], need: Sequence[DistAttr], follow: bool) -
     return near
 
 
-@functools.lru_cache(maxsize=cm.MEMO_SIZE)
+@functools.lru_cache(maxsize=MEMO_SIZE)
 def _roles(a: DistAttr) -> tuple[int, ...]:
     """What each mesh dim does in ``a``, as a code: 0 nothing (replicated or a pending sum), or
     ``1 + n d + k`` for splitting tensor dim ``d`` at position ``k`` of its mesh dims (``k`` is

@@ -105,9 +105,9 @@ def test_the_cost_memos_stay_within_their_bounds_across_many_graphs() -> None:
     states = pricing.prices(opts.cost).states.cache_info()  # type: ignore[attr-defined]
     assert (states.maxsize, states.currsize) == (pricing.MAX_KINDS, pricing.MAX_KINDS)
     work = cm._work.cache_info()
-    assert work.maxsize == cm.MEMO_SIZE and work.currsize <= cm.MEMO_SIZE
+    assert work.maxsize == candidates.MEMO_SIZE and work.currsize <= candidates.MEMO_SIZE
     assert pricing.prices.cache_info().maxsize == pricing.MAX_COST_MODELS
-    assert solver._edge_prices.cache_info().maxsize == cm.MEMO_SIZE
+    assert solver._edge_prices.cache_info().maxsize == candidates.MEMO_SIZE
 
 
 @pytest.mark.parametrize(("mesh", "spec"), [
